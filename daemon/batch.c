@@ -1,0 +1,188 @@
+/*
+ * batch: claimed rows, their arena, and the per-row state machine with
+ * its one legal set of transitions.
+ */
+#include "batch.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+#define ARENA_CHUNK (64 * 1024)
+
+struct arena_chunk {
+    struct arena_chunk *next;
+    size_t used, size;
+    char data[];
+};
+
+static const char *const status_names[OUTBOX_STATUS_COUNT] = {
+    "PENDING", "PROCESSING", "SENT", "RETRY", "DEAD"};
+
+static const char *const row_state_names[ROW_STATE_COUNT] = {
+    "claimed", "published", "acked", "failed", "rejected", "released"};
+
+/* allowed[from] is a bit set of the states a row may enter from there. */
+#define BIT(s) (1u << (s))
+static const unsigned allowed[ROW_STATE_COUNT] = {
+    [ROW_CLAIMED] = BIT(ROW_PUBLISHED) | BIT(ROW_REJECTED) | BIT(ROW_RELEASED),
+    [ROW_PUBLISHED] = BIT(ROW_ACKED) | BIT(ROW_FAILED),
+};
+
+const char *
+outbox_status_name(enum outbox_status s)
+{
+    return s < OUTBOX_STATUS_COUNT ? status_names[s] : "?";
+}
+
+int
+outbox_status_parse(const char *name)
+{
+    for (int i = 0; i < OUTBOX_STATUS_COUNT; i++)
+        if (strcmp(name, status_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *
+row_state_name(enum row_state s)
+{
+    return s < ROW_STATE_COUNT ? row_state_names[s] : "?";
+}
+
+void
+batch_init(struct outbox_batch *b)
+{
+    memset(b, 0, sizeof(*b));
+}
+
+static void
+release_owner(struct outbox_batch *b)
+{
+    if (b->owner_free != NULL && b->owner_data != NULL)
+        b->owner_free(b->owner_data);
+    b->owner_data = NULL;
+    b->owner_free = NULL;
+}
+
+void
+batch_reset(struct outbox_batch *b)
+{
+    release_owner(b);
+    b->n = 0;
+    b->token[0] = '\0';
+    /* Keep the oldest chunk: a steady stream of batches reuses it. */
+    struct arena_chunk *c = b->arena;
+    while (c != NULL && c->next != NULL) {
+        struct arena_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    if (c != NULL && c->size > ARENA_CHUNK) {
+        free(c);
+        c = NULL;
+    }
+    b->arena = c;
+    if (c != NULL)
+        c->used = 0;
+}
+
+void
+batch_free(struct outbox_batch *b)
+{
+    batch_reset(b);
+    free(b->arena);
+    free(b->rows);
+    memset(b, 0, sizeof(*b));
+}
+
+struct outbox_row *
+batch_add(struct outbox_batch *b)
+{
+    if (b->n == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 64;
+        b->rows = xrealloc(b->rows, b->cap * sizeof(*b->rows));
+    }
+    struct outbox_row *row = &b->rows[b->n++];
+    memset(row, 0, sizeof(*row));
+    row->state = ROW_CLAIMED;
+    return row;
+}
+
+/* The head chunk is the one being filled; full ones sit behind it. */
+static void *
+arena_alloc(struct outbox_batch *b, size_t n)
+{
+    n = (n + 7) & ~(size_t)7;
+    struct arena_chunk *c = b->arena;
+    if (c == NULL || c->size - c->used < n) {
+        size_t size = n > ARENA_CHUNK ? n : ARENA_CHUNK;
+        c = xmalloc(sizeof(*c) + size);
+        c->size = size;
+        c->used = 0;
+        c->next = b->arena;
+        b->arena = c;
+    }
+    void *p = c->data + c->used;
+    c->used += n;
+    return p;
+}
+
+char *
+batch_memdup(struct outbox_batch *b, const void *p, size_t n)
+{
+    char *s = arena_alloc(b, n + 1);
+    memcpy(s, p, n);
+    s[n] = '\0';
+    return s;
+}
+
+char *
+batch_strdup(struct outbox_batch *b, const char *s)
+{
+    return s ? batch_memdup(b, s, strlen(s)) : NULL;
+}
+
+char *
+batch_sprintf(struct outbox_batch *b, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return batch_strdup(b, buf);
+}
+
+int
+row_enter_state(struct outbox_batch *b, struct outbox_row *row,
+                enum row_state to, const char *error)
+{
+    if (to >= ROW_STATE_COUNT || !(allowed[row->state] & BIT(to))) {
+        log_error(LOG_KV("event_id", row->event_id),
+                  "bug: row %llu cannot go from %s to %s",
+                  (unsigned long long)row->id, row_state_name(row->state),
+                  row_state_name(to));
+        return -1;
+    }
+    log_debug(LOG_KV("event_id", row->event_id), "row %llu: %s -> %s%s%s",
+              (unsigned long long)row->id, row_state_name(row->state),
+              row_state_name(to), error ? ": " : "", error ? error : "");
+    row->state = to;
+    if (error != NULL)
+        row->error = batch_strdup(b, error);
+    return 0;
+}
+
+size_t
+batch_count_state(const struct outbox_batch *b, enum row_state s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++)
+        n += b->rows[i].state == s;
+    return n;
+}

@@ -1,0 +1,98 @@
+/*
+ * batch: the rows of one claim and the fate of each, the state machine
+ * that relay drives and store finalizes.  Row strings live in the
+ * batch's arena, reset (not freed) between batches.
+ */
+#ifndef OUTBOXD_BATCH_H
+#define OUTBOXD_BATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Status values stored in the outbox table (SPEC section 6). */
+enum outbox_status {
+    OUTBOX_PENDING,
+    OUTBOX_PROCESSING,
+    OUTBOX_SENT,
+    OUTBOX_RETRY,
+    OUTBOX_DEAD,
+    OUTBOX_STATUS_COUNT
+};
+
+const char *outbox_status_name(enum outbox_status s);
+int outbox_status_parse(const char *name); /* -1 if unknown */
+
+/*
+ * In-memory life of a claimed row.  CLAIMED -> PUBLISHED -> ACKED |
+ * FAILED; CLAIMED -> REJECTED (bad row, never published) | RELEASED
+ * (not attempted: an earlier event of its aggregate failed, or shutdown).
+ */
+enum row_state {
+    ROW_CLAIMED,
+    ROW_PUBLISHED,
+    ROW_ACKED,
+    ROW_FAILED,
+    ROW_REJECTED,
+    ROW_RELEASED,
+    ROW_STATE_COUNT
+};
+
+const char *row_state_name(enum row_state s);
+
+struct outbox_row {
+    uint64_t id;
+    const char *event_id; /* NULL when the column is NULL */
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *payload; /* NULL when the column is NULL */
+    size_t payload_len;
+    const char *headers;     /* JSON object text, NULL if absent */
+    const char *traceparent; /* NULL if absent */
+    const char *trace_id;    /* NULL if absent */
+    const char **columns;    /* values of outbox_config.columns */
+    int64_t created_us;      /* created_at, microseconds since epoch */
+    unsigned retry_count;    /* attempts already failed, as claimed */
+    enum outbox_status claimed_from;
+    unsigned earlier_unfinished; /* unfinished events before it */
+
+    enum row_state state;
+    const char *error; /* why FAILED or REJECTED */
+    bool dead;         /* FAILED/REJECTED past max_retries: goes DEAD */
+    const char *exchange;    /* resolved at publish time */
+    const char *routing_key;
+};
+
+struct arena_chunk;
+
+struct outbox_batch {
+    struct outbox_row *rows; /* sorted by id */
+    size_t n, cap;
+    char token[96]; /* claim token written to locked_by */
+    struct arena_chunk *arena;
+    void *owner_data; /* the store's result set, freed on reset */
+    void (*owner_free)(void *);
+};
+
+void batch_init(struct outbox_batch *b);
+/* Drops the rows and their strings; keeps the memory for the next claim. */
+void batch_reset(struct outbox_batch *b);
+void batch_free(struct outbox_batch *b);
+struct outbox_row *batch_add(struct outbox_batch *b);
+/* Copies into the batch's arena; valid until batch_reset. */
+char *batch_strdup(struct outbox_batch *b, const char *s);
+char *batch_memdup(struct outbox_batch *b, const void *p, size_t n);
+char *batch_sprintf(struct outbox_batch *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/*
+ * Moves a row to a new state; returns -1 (and changes nothing) on a
+ * transition the machine does not have.  error is copied.
+ */
+int row_enter_state(struct outbox_batch *b, struct outbox_row *row,
+                    enum row_state to, const char *error);
+
+size_t batch_count_state(const struct outbox_batch *b, enum row_state s);
+
+#endif

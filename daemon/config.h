@@ -1,0 +1,116 @@
+/*
+ * config: the YAML file (SPEC section 4) loaded into a validated struct,
+ * driven by one table of keys; every problem reported as
+ * "file:line:column: message" before the load fails.
+ */
+#ifndef OUTBOXD_CONFIG_H
+#define OUTBOXD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "template.h"
+
+#define CONFIG_DEFAULT_PATH "/etc/outboxd/outboxd.yaml"
+
+enum ordering { ORDERING_AGGREGATE, ORDERING_NONE };
+enum on_sent { ON_SENT_MARK, ON_SENT_DELETE };
+
+struct tls_config {
+    bool enabled; /* amqps:// or a tls: block */
+    char *ca_file;
+    char *cert_file;
+    char *key_file;
+    bool verify_peer;     /* default true */
+    bool verify_hostname; /* default true */
+};
+
+struct broker_config {
+    char *name;
+    char **urls; /* url or urls, secrets resolved; tried in turn */
+    size_t nurls;
+    uint64_t heartbeat_ms;       /* 30s */
+    uint64_t connect_timeout_ms; /* 5s */
+    uint64_t confirm_timeout_ms; /* 30s */
+    struct tls_config tls;
+};
+
+struct database_config;
+
+struct outbox_config {
+    char *name; /* "<database>.<table>" */
+    char *table;
+    struct database_config *database;
+    struct broker_config *broker;
+    struct template exchange;    /* "" is the default exchange */
+    struct template routing_key; /* "{aggregate_type}.{event_type}" */
+    char *exchange_column;       /* per-row override, NULL if unset */
+    char *routing_key_column;
+    bool mandatory;               /* true */
+    enum ordering ordering;       /* aggregate */
+    unsigned batch_size;          /* 500 */
+    uint64_t poll_interval_ms;    /* 100ms */
+    uint64_t lease_ms;            /* 30s */
+    unsigned max_retries;         /* 10 */
+    uint64_t backoff_initial_ms;  /* 1s */
+    uint64_t backoff_max_ms;      /* 300s */
+    enum on_sent on_sent;         /* mark */
+    uint64_t retention_sent_ms;   /* 7d */
+    uint64_t retention_interval_ms; /* 1m */
+    unsigned retention_batch;     /* 5000 */
+    /* Columns named by templates and overrides, deduplicated. */
+    char **columns;
+    size_t ncolumns;
+};
+
+struct database_config {
+    char *name;
+    char *host;   /* 127.0.0.1 unless socket is set */
+    unsigned port; /* 3306 */
+    char *socket;
+    char *user;
+    char *password; /* password, password_env or password_file */
+    char *database;
+    uint64_t connect_timeout_ms; /* 5s */
+    struct tls_config tls;
+    struct outbox_config *outboxes;
+    size_t noutboxes;
+};
+
+struct relay_config {
+    char *id; /* default <hostname>:<pid> */
+    enum log_level log_level;
+    enum log_format log_format;
+    char *listen; /* "" disables */
+    uint64_t shutdown_timeout_ms;
+};
+
+struct config {
+    char *path;
+    struct relay_config relay;
+    struct broker_config *brokers;
+    size_t nbrokers;
+    struct database_config *databases;
+    size_t ndatabases;
+};
+
+/* Every problem found in one load, in file order. */
+struct config_errors {
+    char **msgs; /* "file:line:column: message" */
+    size_t n;
+};
+
+/* NULL when errs->n > 0 after the load; errs must start zeroed. */
+struct config *config_load(const char *path, struct config_errors *errs);
+void config_free(struct config *cfg);
+void config_errors_free(struct config_errors *errs);
+
+/* Iteration helper: all outboxes of all databases, in file order. */
+size_t config_outbox_count(const struct config *cfg);
+struct outbox_config *config_outbox_at(const struct config *cfg, size_t i);
+struct outbox_config *config_outbox_find(const struct config *cfg,
+                                         const char *name);
+
+#endif

@@ -1,0 +1,2 @@
+/* relay: stub. */
+#include "relay.h"

@@ -1,0 +1,69 @@
+/*
+ * relay: one cycle of one outbox, claim -> publish in waves -> finalize,
+ * against narrow store and publisher interfaces so that unit tests can
+ * drive it with fakes and the daemon with the real servers.
+ */
+#ifndef OUTBOXD_RELAY_H
+#define OUTBOXD_RELAY_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "config.h"
+
+struct relay_backend {
+    void *store;
+    void *publisher;
+    int (*claim)(void *store, const char *relay_id, struct outbox_batch *b,
+                 char *err, size_t errlen);
+    int (*finalize)(void *store, struct outbox_batch *b, size_t *lost,
+                    char *err, size_t errlen);
+    int (*publish)(void *publisher, struct outbox_batch *b,
+                   struct outbox_row **rows, size_t n, bool mandatory,
+                   uint64_t deadline_ms, char *err, size_t errlen);
+};
+
+/* Counters since start, read by metrics. */
+struct relay_stats {
+    _Atomic uint64_t published; /* confirmed by the broker */
+    _Atomic uint64_t failed;    /* publish attempts that failed */
+    _Atomic uint64_t retried;   /* rows moved to RETRY */
+    _Atomic uint64_t dead;      /* rows moved to DEAD */
+    _Atomic uint64_t released;  /* rows given back unattempted */
+    _Atomic uint64_t lost;      /* rows whose lease another relay took */
+    _Atomic uint64_t batches;
+};
+
+enum relay_result {
+    RELAY_IDLE,          /* nothing to claim */
+    RELAY_PARTIAL,       /* claimed fewer than batch_size */
+    RELAY_FULL,          /* claimed a full batch: claim again at once */
+    RELAY_STORE_DOWN,    /* the database failed: reconnect */
+    RELAY_BROKER_DOWN,   /* the broker connection was lost: reconnect */
+};
+
+struct relay {
+    const struct outbox_config *outbox;
+    const char *relay_id;
+    struct relay_backend backend;
+    struct outbox_batch batch;
+    struct relay_stats stats;
+    /* Set by another thread: stop waiting for confirms by this time. */
+    _Atomic uint64_t stop_deadline_ms;
+    char last_error[512];
+};
+
+void relay_init(struct relay *r, const struct outbox_config *ob,
+                const char *relay_id, const struct relay_backend *backend);
+void relay_fini(struct relay *r);
+
+/* Runs one claim-publish-finalize cycle. */
+enum relay_result relay_cycle(struct relay *r);
+
+/* Resolves exchange and routing key of each row, rejects bad rows. */
+void relay_prepare_rows(struct relay *r);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * store: one MySQL/MariaDB connection serving one outbox table: claim a
+ * batch under a fenced lease, finalize outcomes, nothing else.  Library
+ * style: returns -1 and fills err; the caller decides what to do.
+ */
+#ifndef OUTBOXD_STORE_H
+#define OUTBOXD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "batch.h"
+#include "config.h"
+
+struct store;
+
+/* Minimum versions with SKIP LOCKED (SPEC section 5). */
+#define STORE_MIN_MYSQL 80001UL
+#define STORE_MIN_MARIADB 100600UL
+
+struct store *store_new(const struct outbox_config *ob);
+void store_free(struct store *st);
+
+/*
+ * Connects with the database's timeouts, checks the server version, sets
+ * the session (READ COMMITTED, UTC, autocommit off, no auto-reconnect)
+ * and checks the outbox table and its columns.  Error messages name the
+ * server version, table or column at fault.
+ */
+int store_connect(struct store *st, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+void store_disconnect(struct store *st);
+bool store_is_connected(const struct store *st);
+/* True when the last failure was about the schema, not the connection. */
+bool store_last_error_is_schema(const struct store *st);
+
+/*
+ * Claims up to batch_size rows in one short transaction: due PENDING and
+ * RETRY rows and PROCESSING rows whose lease expired (that reclaim counts
+ * as an attempt; past max_retries the row goes DEAD here).  With
+ * ordering: aggregate a row is kept only when every unfinished earlier
+ * event of its aggregate is in the batch too.  Rows come back sorted by
+ * id, in state ROW_CLAIMED, with b->token in their locked_by.
+ */
+int store_claim_batch(struct store *st, const char *relay_id,
+                      struct outbox_batch *b, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/*
+ * Writes every outcome of the batch, one statement per outcome, each
+ * conditioned on the claim token: ACKED -> SENT (or deleted), FAILED or
+ * REJECTED -> RETRY with backoff or DEAD, RELEASED and still CLAIMED ->
+ * claimable again with no attempt counted.  *lost counts rows whose
+ * lease another relay had taken.  On -1 nothing was committed.
+ */
+int store_finalize_batch(struct store *st, struct outbox_batch *b,
+                         size_t *lost, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,189 @@
+/*
+ * util: allocation that never returns NULL, bounded string copies,
+ * clocks and the duration syntax.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void
+oom(size_t size)
+{
+    fprintf(stderr, "outboxd: out of memory allocating %zu bytes\n", size);
+    abort();
+}
+
+void *
+xmalloc(size_t size)
+{
+    void *p = malloc(size ? size : 1);
+    if (p == NULL)
+        oom(size);
+    return p;
+}
+
+void *
+xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL)
+        oom(n * size);
+    return p;
+}
+
+void *
+xrealloc(void *ptr, size_t size)
+{
+    void *p = realloc(ptr, size ? size : 1);
+    if (p == NULL)
+        oom(size);
+    return p;
+}
+
+char *
+xstrdup(const char *s)
+{
+    return xstrndup(s, strlen(s));
+}
+
+char *
+xstrndup(const char *s, size_t n)
+{
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *
+xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (len < 0)
+        oom(0);
+    char *p = xmalloc((size_t)len + 1);
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+size_t
+str_copy(char *dst, const char *src, size_t size)
+{
+    size_t len = strlen(src);
+    if (size > 0) {
+        size_t n = len < size - 1 ? len : size - 1;
+        memcpy(dst, src, n);
+        dst[n] = '\0';
+    }
+    return len;
+}
+
+void
+err_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+uint64_t
+clock_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int64_t
+wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static const struct {
+    const char *name;
+    uint64_t ms;
+} duration_units[] = {
+    {"ms", 1},          {"s", 1000},           {"m", 60 * 1000},
+    {"h", 3600 * 1000}, {"d", 86400ULL * 1000},
+};
+
+int
+duration_parse(const char *text, uint64_t *ms, char *err, size_t errlen)
+{
+    const char *p = text;
+    uint64_t value = 0;
+
+    if (*p < '0' || *p > '9') {
+        err_set(err, errlen,
+                "invalid duration \"%s\": expected a whole number and a "
+                "unit (ms, s, m, h, d)",
+                text);
+        return -1;
+    }
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (value > (UINT64_MAX - 9) / 10) {
+            err_set(err, errlen, "duration \"%s\" is too large", text);
+            return -1;
+        }
+        value = value * 10 + (uint64_t)(*p - '0');
+    }
+    for (size_t i = 0; i < sizeof(duration_units) / sizeof(*duration_units);
+         i++) {
+        if (strcmp(p, duration_units[i].name) != 0)
+            continue;
+        if (value > UINT64_MAX / duration_units[i].ms / 1000) {
+            err_set(err, errlen, "duration \"%s\" is too large", text);
+            return -1;
+        }
+        *ms = value * duration_units[i].ms;
+        return 0;
+    }
+    err_set(err, errlen,
+            *p == '\0' ? "duration \"%s\" has no unit (ms, s, m, h, d)"
+                       : "invalid duration \"%s\": unknown unit (ms, s, m, "
+                         "h, d)",
+            text);
+    return -1;
+}
+
+void
+duration_format(uint64_t ms, char *buf, size_t size)
+{
+    for (size_t i = sizeof(duration_units) / sizeof(*duration_units); i-- > 1;)
+        if (ms != 0 && ms % duration_units[i].ms == 0) {
+            snprintf(buf, size, "%llu%s",
+                     (unsigned long long)(ms / duration_units[i].ms),
+                     duration_units[i].name);
+            return;
+        }
+    snprintf(buf, size, "%llums", (unsigned long long)ms);
+}
+
+uint64_t
+backoff_ms(unsigned attempt, uint64_t initial, uint64_t max)
+{
+    uint64_t delay = initial;
+    for (unsigned i = 0; i < attempt && delay < max; i++)
+        delay *= 2;
+    if (delay > max)
+        delay = max;
+    /* Jitter in [delay/2, delay] so that relays do not retry in step. */
+    uint64_t half = delay / 2;
+    return half + (half ? (uint64_t)random() % (half + 1) : 0);
+}

@@ -1,0 +1,50 @@
+/*
+ * util: allocation that never returns NULL, bounded string copies,
+ * clocks and the duration syntax shared by config, relay and outboxctl.
+ */
+#ifndef OUTBOXD_UTIL_H
+#define OUTBOXD_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OUTBOXD_VERSION "0.1.0"
+
+/* sysexits.h values used by both programs (SPEC section 3). */
+#define EXIT_USAGE 64
+#define EXIT_UNAVAILABLE 69
+#define EXIT_CONFIG 78
+
+void *xmalloc(size_t size);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *ptr, size_t size);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Copies at most size-1 bytes and always terminates; returns strlen(src). */
+size_t str_copy(char *dst, const char *src, size_t size);
+/* snprintf into an error buffer; tolerates a NULL or zero-sized buffer. */
+void err_set(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Monotonic clock in milliseconds, for deadlines and backoff. */
+uint64_t clock_ms(void);
+/* Wall clock in microseconds since the epoch. */
+int64_t wall_us(void);
+
+/*
+ * Parses "250ms", "30s", "5m", "2h", "7d" into milliseconds.  A number
+ * without a unit, a negative or fractional number, an unknown unit or an
+ * overflow returns -1 and explains why in err.
+ */
+int duration_parse(const char *text, uint64_t *ms, char *err, size_t errlen);
+/* Formats ms back into the shortest exact unit ("1500ms", "2m"). */
+void duration_format(uint64_t ms, char *buf, size_t size);
+
+/* Capped exponential backoff with jitter in [half, full]: for reconnects. */
+uint64_t backoff_ms(unsigned attempt, uint64_t initial, uint64_t max);
+
+#endif

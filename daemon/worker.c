@@ -1,0 +1,2 @@
+/* worker: stub. */
+#include "worker.h"

@@ -1,0 +1,33 @@
+/*
+ * worker: the thread that owns one outbox's database and broker
+ * connections and its own event loop: a poll timer, reconnects with
+ * capped backoff, heartbeats, and a clean stop.  The main thread only
+ * starts, watches and stops workers.
+ */
+#ifndef OUTBOXD_WORKER_H
+#define OUTBOXD_WORKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "relay.h"
+
+struct worker;
+
+struct worker *worker_new(const struct outbox_config *ob,
+                          const char *relay_id);
+int worker_start(struct worker *w);
+/* Asks the worker to stop claiming and finish by deadline_ms (clock_ms). */
+void worker_stop(struct worker *w, uint64_t deadline_ms);
+/* True once the worker thread has returned. */
+bool worker_done(const struct worker *w);
+void worker_join(struct worker *w);
+void worker_free(struct worker *w);
+
+bool worker_db_connected(const struct worker *w);
+bool worker_broker_connected(const struct worker *w);
+const struct relay_stats *worker_stats(const struct worker *w);
+const struct outbox_config *worker_outbox(const struct worker *w);
+
+#endif

@@ -1,0 +1,31 @@
+-- outbox_event: the recommended outbox table for outboxd (MySQL 8.0.1+,
+-- MariaDB 10.6+).  The application inserts rows with status 'PENDING' in
+-- the same transaction as its business rows; outboxd does the rest.
+
+CREATE TABLE IF NOT EXISTS outbox_event (
+  id             BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+  event_id       VARCHAR(64)  NOT NULL,          -- message_id; consumers dedupe on it
+  aggregate_type VARCHAR(64)  NOT NULL,
+  aggregate_id   VARCHAR(128) NOT NULL,
+  event_type     VARCHAR(128) NOT NULL,
+  payload        JSON         NOT NULL,          -- message body, bytes unchanged
+  headers        JSON         NULL,              -- optional: object copied into AMQP headers
+  trace_id       VARCHAR(64)  NULL,              -- optional: shown in logs
+  traceparent    VARCHAR(55)  NULL,              -- optional: W3C trace context header
+  status         VARCHAR(16)  NOT NULL DEFAULT 'PENDING',
+  retry_count    INT UNSIGNED NOT NULL DEFAULT 0,
+  next_retry_at  TIMESTAMP(6) NULL,
+  locked_by      VARCHAR(128) NULL,              -- claim token of the relay holding the lease
+  locked_until   TIMESTAMP(6) NULL,
+  created_at     TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  sent_at        TIMESTAMP(6) NULL,
+  last_error     VARCHAR(1024) NULL,
+  PRIMARY KEY (id),
+  UNIQUE KEY uk_outbox_event_id (event_id),
+  -- Claim of PENDING rows in id order; status counts for outboxctl.
+  KEY idx_outbox_status (status, id),
+  -- Claim of RETRY rows whose backoff is over.
+  KEY idx_outbox_due (status, next_retry_at),
+  -- Ordering: unfinished earlier events of one aggregate.
+  KEY idx_outbox_aggregate (aggregate_type, aggregate_id, status, id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

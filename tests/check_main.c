@@ -1,0 +1,25 @@
+/*
+ * check_main: the unit-test runner, one Check suite per module.
+ */
+#include <check.h>
+#include <stdlib.h>
+
+Suite *util_suite(void);
+Suite *template_suite(void);
+Suite *batch_suite(void);
+Suite *config_suite(void);
+Suite *relay_suite(void);
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(util_suite());
+    srunner_add_suite(sr, template_suite());
+    srunner_add_suite(sr, batch_suite());
+    srunner_add_suite(sr, config_suite());
+    srunner_add_suite(sr, relay_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,93 @@
+/* check_util: durations, backoff, bounded copies. */
+#include <check.h>
+#include <string.h>
+
+#include "util.h"
+
+Suite *util_suite(void);
+
+static const struct {
+    const char *text;
+    uint64_t ms;
+} good_durations[] = {
+    {"0ms", 0},          {"250ms", 250},         {"1s", 1000},
+    {"30s", 30000},      {"5m", 300000},         {"2h", 7200000},
+    {"7d", 604800000ULL}, {"1500ms", 1500},
+};
+
+static const char *const bad_durations[] = {
+    "", "10", "s", "-1s", "1.5s", "10x", "10 s", "5sec", "1ms ",
+    "99999999999999999999999s", "18446744073709551615d",
+};
+
+START_TEST(test_duration_good)
+{
+    uint64_t ms = 12345;
+    char err[200];
+    ck_assert_int_eq(duration_parse(good_durations[_i].text, &ms, err,
+                                    sizeof(err)),
+                     0);
+    ck_assert_uint_eq(ms, good_durations[_i].ms);
+}
+END_TEST
+
+START_TEST(test_duration_bad)
+{
+    uint64_t ms = 12345;
+    char err[200] = "";
+    ck_assert_int_eq(duration_parse(bad_durations[_i], &ms, err, sizeof(err)),
+                     -1);
+    ck_assert_uint_eq(ms, 12345);
+    ck_assert_msg(strstr(err, "duration") != NULL, "unclear error: %s", err);
+}
+END_TEST
+
+START_TEST(test_duration_format)
+{
+    char buf[32];
+    duration_format(120000, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "2m");
+    duration_format(1500, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "1500ms");
+    duration_format(0, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "0ms");
+}
+END_TEST
+
+START_TEST(test_backoff_bounds)
+{
+    for (unsigned attempt = 0; attempt < 40; attempt++)
+        for (int k = 0; k < 50; k++) {
+            uint64_t full = 1000ULL << (attempt < 20 ? attempt : 20);
+            if (full > 300000)
+                full = 300000;
+            uint64_t d = backoff_ms(attempt, 1000, 300000);
+            ck_assert_uint_ge(d, full / 2);
+            ck_assert_uint_le(d, full);
+        }
+}
+END_TEST
+
+START_TEST(test_str_copy_truncates)
+{
+    char buf[4];
+    ck_assert_uint_eq(str_copy(buf, "abcdef", sizeof(buf)), 6);
+    ck_assert_str_eq(buf, "abc");
+}
+END_TEST
+
+Suite *
+util_suite(void)
+{
+    Suite *s = suite_create("util");
+    TCase *tc = tcase_create("duration");
+    tcase_add_loop_test(tc, test_duration_good, 0,
+                        sizeof(good_durations) / sizeof(*good_durations));
+    tcase_add_loop_test(tc, test_duration_bad, 0,
+                        sizeof(bad_durations) / sizeof(*bad_durations));
+    tcase_add_test(tc, test_duration_format);
+    tcase_add_test(tc, test_backoff_bounds);
+    tcase_add_test(tc, test_str_copy_truncates);
+    suite_add_tcase(s, tc);
+    return s;
+}

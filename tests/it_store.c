@@ -1,0 +1,20 @@
+/* it_store: integration tests of store against the real servers (to come). */
+#include "itest.h"
+
+Suite *it_store_suite(void);
+
+START_TEST(test_placeholder)
+{
+    ck_assert_int_eq(1, 1);
+}
+END_TEST
+
+Suite *
+it_store_suite(void)
+{
+    Suite *s = suite_create("it_store");
+    TCase *tc = tcase_create("main");
+    tcase_add_test(tc, test_placeholder);
+    suite_add_tcase(s, tc);
+    return s;
+}

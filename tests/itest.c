@@ -1,0 +1,523 @@
+/*
+ * itest: helpers shared by the integration suites: scratch databases,
+ * a real AMQP consumer, the daemon as a child, polling with deadlines.
+ */
+#define _GNU_SOURCE
+#include "itest.h"
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t
+it_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void
+it_sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+const char *
+it_src_path(const char *rel)
+{
+    static __thread char buf[1024];
+    const char *src = getenv("OUTBOXD_SRC");
+    snprintf(buf, sizeof(buf), "%s/%s", src ? src : "..", rel);
+    return buf;
+}
+
+void
+it_unique_name(char *buf, size_t size, const char *prefix)
+{
+    static int counter;
+    snprintf(buf, size, "%s_%d_%d", prefix, (int)getpid(), ++counter);
+}
+
+/* ---- database ---- */
+
+MYSQL *
+it_db_connect(const char *database)
+{
+    MYSQL *db = mysql_init(NULL);
+    ck_assert_ptr_nonnull(db);
+    if (mysql_real_connect(db, "127.0.0.1", IT_DB_USER, IT_DB_PASSWORD,
+                           database, 3306, NULL, 0) == NULL)
+        ck_abort_msg("connect to MariaDB (%s): %s", database ? database : "",
+                     mysql_error(db));
+    return db;
+}
+
+static void
+vexec(MYSQL *db, const char *fmt, va_list ap)
+{
+    char *sql;
+    if (vasprintf(&sql, fmt, ap) < 0)
+        ck_abort_msg("out of memory");
+    if (mysql_query(db, sql) != 0)
+        ck_abort_msg("SQL failed: %s: %.300s", mysql_error(db), sql);
+    free(sql);
+}
+
+void
+it_db_exec(MYSQL *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vexec(db, fmt, ap);
+    va_end(ap);
+    MYSQL_RES *res = mysql_store_result(db);
+    if (res)
+        mysql_free_result(res);
+}
+
+static char *
+vfirst_value(MYSQL *db, const char *fmt, va_list ap)
+{
+    vexec(db, fmt, ap);
+    MYSQL_RES *res = mysql_store_result(db);
+    ck_assert_msg(res != NULL, "query returned no result set");
+    MYSQL_ROW row = mysql_fetch_row(res);
+    char *v = row && row[0] ? strdup(row[0]) : NULL;
+    mysql_free_result(res);
+    return v;
+}
+
+long long
+it_db_int(MYSQL *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *v = vfirst_value(db, fmt, ap);
+    va_end(ap);
+    long long n = v ? atoll(v) : 0;
+    free(v);
+    return n;
+}
+
+char *
+it_db_str(MYSQL *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *v = vfirst_value(db, fmt, ap);
+    va_end(ap);
+    return v;
+}
+
+void
+it_db_drop(const char *name)
+{
+    MYSQL *db = it_db_connect(NULL);
+    it_db_exec(db, "DROP DATABASE IF EXISTS `%s`", name);
+    mysql_close(db);
+}
+
+void
+it_db_create(const char *name, const char *sql_file)
+{
+    MYSQL *db = it_db_connect(NULL);
+    it_db_exec(db, "DROP DATABASE IF EXISTS `%s`", name);
+    it_db_exec(db, "CREATE DATABASE `%s`", name);
+    mysql_close(db);
+    if (sql_file != NULL) {
+        int rc = it_sh("mariadb -h127.0.0.1 -u%s -p%s %s < '%s'", IT_DB_USER,
+                       IT_DB_PASSWORD, name, sql_file);
+        ck_assert_msg(rc == 0, "loading %s into %s failed", sql_file, name);
+    }
+}
+
+void
+it_db_insert_events(MYSQL *db, const char *table, const char *prefix, int n,
+                    int aggregates, int payload_bytes)
+{
+    size_t cap = (size_t)1000 * (size_t)(payload_bytes + 256) + 256;
+    char *sql = malloc(cap);
+    char *pad = malloc((size_t)payload_bytes + 1);
+    int padlen = payload_bytes > 40 ? payload_bytes - 40 : 1;
+    memset(pad, 'x', (size_t)padlen);
+    pad[padlen] = '\0';
+    for (int start = 0; start < n; start += 1000) {
+        size_t len = (size_t)snprintf(
+            sql, cap,
+            "INSERT INTO %s (event_id, aggregate_type, aggregate_id, "
+            "event_type, payload, status) VALUES ",
+            table);
+        int end = start + 1000 < n ? start + 1000 : n;
+        for (int i = start; i < end; i++)
+            len += (size_t)snprintf(
+                sql + len, cap - len,
+                "%s('%s-%d','Order','%s-%d','OrderCreated',"
+                "'{\"seq\":%d,\"pad\":\"%s\"}','PENDING')",
+                i > start ? "," : "", prefix, i, prefix, i % aggregates, i,
+                pad);
+        it_db_exec(db, "%s", sql);
+    }
+    free(pad);
+    free(sql);
+}
+
+/* ---- RabbitMQ ---- */
+
+struct it_consumer {
+    amqp_connection_state_t conn;
+    char queue[128];
+};
+
+static void
+amqp_check(amqp_rpc_reply_t r, const char *what)
+{
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return;
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+        r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        amqp_channel_close_t *m = r.reply.decoded;
+        ck_abort_msg("%s: channel closed %d %.*s", what, m->reply_code,
+                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
+    }
+    ck_abort_msg("%s failed (reply type %d, library error %s)", what,
+                 r.reply_type, amqp_error_string2(r.library_error));
+}
+
+static amqp_connection_state_t
+amqp_open(void)
+{
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    ck_assert_ptr_nonnull(sock);
+    struct timeval tv = {5, 0};
+    ck_assert_msg(amqp_socket_open_noblock(sock, "127.0.0.1", 5672, &tv) ==
+                      AMQP_STATUS_OK,
+                  "cannot connect to RabbitMQ on 127.0.0.1:5672");
+    amqp_check(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN,
+                          "guest", "guest"),
+               "login");
+    amqp_channel_open(conn, 1);
+    amqp_check(amqp_get_rpc_reply(conn), "channel.open");
+    return conn;
+}
+
+static void
+amqp_close_all(amqp_connection_state_t conn)
+{
+    amqp_channel_close(conn, 1, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+}
+
+void
+it_exchange_declare(const char *exchange, const char *type)
+{
+    amqp_connection_state_t conn = amqp_open();
+    amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange),
+                          amqp_cstring_bytes(type), 0, 1, 0, 0,
+                          amqp_empty_table);
+    amqp_check(amqp_get_rpc_reply(conn), "exchange.declare");
+    amqp_close_all(conn);
+}
+
+void
+it_exchange_delete(const char *exchange)
+{
+    amqp_connection_state_t conn = amqp_open();
+    amqp_exchange_delete(conn, 1, amqp_cstring_bytes(exchange), 0);
+    amqp_check(amqp_get_rpc_reply(conn), "exchange.delete");
+    amqp_close_all(conn);
+}
+
+struct it_consumer *
+it_consumer_new(const char *exchange, const char *binding_key)
+{
+    struct it_consumer *c = calloc(1, sizeof(*c));
+    if (exchange[0] != '\0' && strncmp(exchange, "amq.", 4) != 0)
+        it_exchange_declare(exchange, "topic");
+    c->conn = amqp_open();
+    it_unique_name(c->queue, sizeof(c->queue), "it_queue");
+    /* durable so that a broker restart in a fault test keeps it */
+    amqp_queue_declare(c->conn, 1, amqp_cstring_bytes(c->queue), 0, 1, 0, 0,
+                       amqp_empty_table);
+    amqp_check(amqp_get_rpc_reply(c->conn), "queue.declare");
+    if (exchange[0] != '\0') {
+        amqp_queue_bind(c->conn, 1, amqp_cstring_bytes(c->queue),
+                        amqp_cstring_bytes(exchange),
+                        amqp_cstring_bytes(binding_key), amqp_empty_table);
+        amqp_check(amqp_get_rpc_reply(c->conn), "queue.bind");
+    }
+    amqp_basic_qos(c->conn, 1, 0, 1000, 0);
+    amqp_check(amqp_get_rpc_reply(c->conn), "basic.qos");
+    amqp_basic_consume(c->conn, 1, amqp_cstring_bytes(c->queue),
+                       amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+    amqp_check(amqp_get_rpc_reply(c->conn), "basic.consume");
+    return c;
+}
+
+const char *
+it_consumer_queue(const struct it_consumer *c)
+{
+    return c->queue;
+}
+
+static char *
+bytes_dup(amqp_bytes_t b)
+{
+    char *s = malloc(b.len + 1);
+    memcpy(s, b.bytes, b.len);
+    s[b.len] = '\0';
+    return s;
+}
+
+static void
+copy_headers(struct it_message *m, const amqp_table_t *t)
+{
+    m->h_outbox_id = -1;
+    for (int i = 0; i < t->num_entries; i++) {
+        const amqp_table_entry_t *e = &t->entries[i];
+        char *key = bytes_dup(e->key);
+        if (e->value.kind == AMQP_FIELD_KIND_UTF8 ||
+            e->value.kind == AMQP_FIELD_KIND_BYTES) {
+            char **dst = strcmp(key, "aggregate_type") == 0 ? &m->h_aggregate_type
+                         : strcmp(key, "aggregate_id") == 0 ? &m->h_aggregate_id
+                         : strcmp(key, "traceparent") == 0  ? &m->h_traceparent
+                                                            : NULL;
+            if (dst)
+                *dst = bytes_dup(e->value.value.bytes);
+        } else if (strcmp(key, "outbox_id") == 0) {
+            switch (e->value.kind) {
+            case AMQP_FIELD_KIND_I64:
+                m->h_outbox_id = e->value.value.i64;
+                break;
+            case AMQP_FIELD_KIND_U64:
+                m->h_outbox_id = (long long)e->value.value.u64;
+                break;
+            case AMQP_FIELD_KIND_I32:
+                m->h_outbox_id = e->value.value.i32;
+                break;
+            default:
+                break;
+            }
+        }
+        free(key);
+    }
+}
+
+static void
+copy_message(struct it_message *m, const amqp_envelope_t *env)
+{
+    const amqp_basic_properties_t *p = &env->message.properties;
+    memset(m, 0, sizeof(*m));
+    m->exchange = bytes_dup(env->exchange);
+    m->routing_key = bytes_dup(env->routing_key);
+    m->redelivered = env->redelivered;
+    if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+        m->message_id = bytes_dup(p->message_id);
+    if (p->_flags & AMQP_BASIC_TYPE_FLAG)
+        m->type = bytes_dup(p->type);
+    if (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG)
+        m->content_type = bytes_dup(p->content_type);
+    if (p->_flags & AMQP_BASIC_APP_ID_FLAG)
+        m->app_id = bytes_dup(p->app_id);
+    m->delivery_mode =
+        p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG ? p->delivery_mode : 0;
+    m->timestamp =
+        p->_flags & AMQP_BASIC_TIMESTAMP_FLAG ? (long long)p->timestamp : -1;
+    m->body = bytes_dup(env->message.body);
+    m->body_len = env->message.body.len;
+    m->h_outbox_id = -1;
+    if (p->_flags & AMQP_BASIC_HEADERS_FLAG)
+        copy_headers(m, &p->headers);
+}
+
+int
+it_consumer_next(struct it_consumer *c, struct it_message *m, int timeout_ms)
+{
+    amqp_envelope_t env;
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    amqp_maybe_release_buffers(c->conn);
+    amqp_rpc_reply_t r = amqp_consume_message(c->conn, &env, &tv, 0);
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+        r.library_error == AMQP_STATUS_TIMEOUT)
+        return 0;
+    amqp_check(r, "consume");
+    copy_message(m, &env);
+    amqp_basic_ack(c->conn, 1, env.delivery_tag, 0);
+    amqp_destroy_envelope(&env);
+    return 1;
+}
+
+size_t
+it_consumer_drain(struct it_consumer *c, struct it_message **out, size_t max,
+                  int idle_ms, int total_timeout_ms)
+{
+    size_t n = 0, cap = 0;
+    struct it_message *msgs = NULL;
+    uint64_t deadline = it_now_ms() + (uint64_t)total_timeout_ms;
+    while (n < max && it_now_ms() < deadline) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            msgs = realloc(msgs, cap * sizeof(*msgs));
+        }
+        if (it_consumer_next(c, &msgs[n], idle_ms) == 0)
+            break;
+        n++;
+    }
+    *out = msgs;
+    return n;
+}
+
+void
+it_message_free(struct it_message *m)
+{
+    free(m->exchange);
+    free(m->routing_key);
+    free(m->message_id);
+    free(m->type);
+    free(m->content_type);
+    free(m->app_id);
+    free(m->body);
+    free(m->h_aggregate_type);
+    free(m->h_aggregate_id);
+    free(m->h_traceparent);
+}
+
+void
+it_consumer_free(struct it_consumer *c)
+{
+    if (c == NULL)
+        return;
+    amqp_queue_delete(c->conn, 1, amqp_cstring_bytes(c->queue), 0, 0);
+    amqp_get_rpc_reply(c->conn);
+    amqp_close_all(c->conn);
+    free(c);
+}
+
+/* ---- the daemon ---- */
+
+void
+it_write_file(const char *path, const char *fmt, ...)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+
+void
+it_write_config(const char *path, const char *relay_id, const char *db,
+                const char *table, const char *exchange,
+                const char *extra_outbox_keys)
+{
+    it_write_file(path,
+                  "relay:\n"
+                  "  id: %s\n"
+                  "  log_level: debug\n"
+                  "  listen: \"\"\n"
+                  "  shutdown_timeout: 10s\n"
+                  "brokers:\n"
+                  "  main:\n"
+                  "    url: %s\n"
+                  "    heartbeat: 10s\n"
+                  "    confirm_timeout: 10s\n"
+                  "databases:\n"
+                  "  %s:\n"
+                  "    host: 127.0.0.1\n"
+                  "    port: 3306\n"
+                  "    user: %s\n"
+                  "    password: %s\n"
+                  "    database: %s\n"
+                  "    outboxes:\n"
+                  "      - table: %s\n"
+                  "        broker: main\n"
+                  "        exchange: \"%s\"\n"
+                  "%s",
+                  relay_id, IT_AMQP_URL, db, IT_DB_USER, IT_DB_PASSWORD, db,
+                  table, exchange, extra_outbox_keys ? extra_outbox_keys : "");
+}
+
+void
+it_daemon_start(struct it_daemon *d, const char *config_path,
+                const char *log_name)
+{
+    const char *bin = getenv("OUTBOXD_BIN");
+    ck_assert_msg(bin != NULL, "OUTBOXD_BIN is not set (run via make)");
+    memset(d, 0, sizeof(*d));
+    snprintf(d->log_path, sizeof(d->log_path), "/tmp/%s.log", log_name);
+    d->pid = fork();
+    ck_assert_int_ge(d->pid, 0);
+    if (d->pid == 0) {
+        int fd = open(d->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDERR_FILENO);
+            dup2(fd, STDOUT_FILENO);
+        }
+        execl(bin, bin, "-c", config_path, (char *)NULL);
+        _exit(127);
+    }
+}
+
+static bool
+reap(struct it_daemon *d, bool block)
+{
+    if (d->reaped)
+        return true;
+    pid_t r = waitpid(d->pid, &d->status, block ? 0 : WNOHANG);
+    if (r == d->pid)
+        d->reaped = true;
+    return d->reaped;
+}
+
+bool
+it_daemon_alive(struct it_daemon *d)
+{
+    return !reap(d, false);
+}
+
+bool
+it_daemon_signal_wait(struct it_daemon *d, int sig, int timeout_ms)
+{
+    if (d->reaped)
+        return true;
+    kill(d->pid, sig);
+    return IT_WAIT(timeout_ms, reap(d, false));
+}
+
+void
+it_daemon_dump_log(const struct it_daemon *d)
+{
+    it_sh("echo '--- %s'; tail -n 60 '%s' >&2", d->log_path, d->log_path);
+}
+
+int
+it_sh(const char *fmt, ...)
+{
+    char *cmd;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&cmd, fmt, ap) < 0)
+        ck_abort_msg("out of memory");
+    va_end(ap);
+    int rc = system(cmd);
+    free(cmd);
+    if (rc == -1 || !WIFEXITED(rc))
+        return -1;
+    return WEXITSTATUS(rc);
+}

@@ -1,0 +1,117 @@
+/*
+ * itest: what every integration test needs against the real MariaDB and
+ * RabbitMQ that tests/servers.sh starts: scratch databases, a real AMQP
+ * consumer, the daemon as a child process, and polling with deadlines.
+ */
+#ifndef OUTBOXD_ITEST_H
+#define OUTBOXD_ITEST_H
+
+#include <check.h>
+#include <mysql.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Credentials that tests/servers.sh creates. */
+#define IT_DB_USER "outboxd"
+#define IT_DB_PASSWORD "outboxd"
+#define IT_AMQP_URL "amqp://guest:guest@127.0.0.1:5672/"
+
+/* Polls expr every 20 ms until it holds or timeout_ms passes. */
+#define IT_WAIT(timeout_ms, expr)                                             \
+    ({                                                                        \
+        uint64_t it_deadline_ = it_now_ms() + (timeout_ms);                   \
+        bool it_ok_;                                                          \
+        while (!(it_ok_ = (expr)) && it_now_ms() < it_deadline_)              \
+            it_sleep_ms(20);                                                  \
+        it_ok_;                                                               \
+    })
+
+uint64_t it_now_ms(void);
+void it_sleep_ms(unsigned ms);
+/* Path of a file in the source tree (OUTBOXD_SRC). */
+const char *it_src_path(const char *rel);
+/* A name unique to this process and call: prefix_<pid>_<n>. */
+void it_unique_name(char *buf, size_t size, const char *prefix);
+
+/* Database: every helper aborts the test on an SQL error. */
+MYSQL *it_db_connect(const char *database);
+/* Drops and creates database name, then runs the statements in sql_file. */
+void it_db_create(const char *name, const char *sql_file);
+void it_db_drop(const char *name);
+void it_db_exec(MYSQL *db, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+long long it_db_int(MYSQL *db, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* First column of the first row, malloc'd; NULL for SQL NULL or no row. */
+char *it_db_str(MYSQL *db, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/*
+ * Inserts n events into table: event_id "<prefix>-<i>", aggregate_type
+ * "Order", aggregate_id "<prefix>-<i % aggregates>", event_type
+ * "OrderCreated", a JSON payload of about payload_bytes, committed in
+ * transactions of up to 1000 rows.
+ */
+void it_db_insert_events(MYSQL *db, const char *table, const char *prefix,
+                         int n, int aggregates, int payload_bytes);
+
+/* RabbitMQ consumer on its own connection. */
+struct it_message {
+    char *exchange, *routing_key;
+    char *message_id, *type, *content_type, *app_id;
+    int delivery_mode; /* 0 if absent */
+    long long timestamp; /* -1 if absent */
+    char *body;
+    size_t body_len;
+    char *h_aggregate_type, *h_aggregate_id, *h_traceparent;
+    long long h_outbox_id; /* -1 if absent */
+    bool redelivered;
+};
+
+struct it_consumer;
+/*
+ * Declares a durable topic exchange (unless exchange is "" or starts
+ * with "amq."), a fresh queue bound with binding_key, and consumes it.
+ */
+struct it_consumer *it_consumer_new(const char *exchange,
+                                    const char *binding_key);
+const char *it_consumer_queue(const struct it_consumer *c);
+/* 1 with a message (acked), 0 when timeout_ms passed with none. */
+int it_consumer_next(struct it_consumer *c, struct it_message *m,
+                     int timeout_ms);
+/* Receives until idle for idle_ms or max messages; returns the count. */
+size_t it_consumer_drain(struct it_consumer *c, struct it_message **out,
+                         size_t max, int idle_ms, int total_timeout_ms);
+void it_message_free(struct it_message *m);
+void it_consumer_free(struct it_consumer *c);
+/* Declares or deletes an exchange on a short-lived connection. */
+void it_exchange_declare(const char *exchange, const char *type);
+void it_exchange_delete(const char *exchange);
+
+/* The daemon. */
+struct it_daemon {
+    pid_t pid;
+    char log_path[256];
+    int status; /* wait status once reaped */
+    bool reaped;
+};
+/* Writes a config file: the text is a printf format. */
+void it_write_file(const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A config for one outbox of database db, table, on exchange; extra is
+ * appended to the outbox's keys (indented 8 spaces, one per line). */
+void it_write_config(const char *path, const char *relay_id, const char *db,
+                     const char *table, const char *exchange,
+                     const char *extra_outbox_keys);
+void it_daemon_start(struct it_daemon *d, const char *config_path,
+                     const char *log_name);
+/* Sends sig, waits up to timeout_ms; returns true if it exited. */
+bool it_daemon_signal_wait(struct it_daemon *d, int sig, int timeout_ms);
+bool it_daemon_alive(struct it_daemon *d);
+/* Prints the daemon's log to stderr (for failing tests). */
+void it_daemon_dump_log(const struct it_daemon *d);
+/* Runs a shell command, returns its exit status. */
+int it_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
