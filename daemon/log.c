@@ -98,8 +98,7 @@ line_put_json_string(struct line *l, const char *v)
 }
 
 static void
-line_put_field(struct line *l, const char *key, const char *value,
-               bool first)
+line_put_field(struct line *l, const char *key, const char *value, bool first)
 {
     if (log_fmt == LOG_FORMAT_JSON) {
         if (!first)

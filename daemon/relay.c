@@ -1,2 +1,463 @@
-/* relay: stub. */
+/*
+ * relay: one cycle of one outbox.  Claim a batch, publish it in waves so
+ * that the n-th event of an aggregate goes out only after its (n-1)-th
+ * was confirmed, then finalize every outcome in a few statements.
+ */
+#define _GNU_SOURCE /* qsort_r */
 #include "relay.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+/* AMQP short strings (exchange, routing key) hold at most 255 bytes. */
+#define SHORTSTR_MAX 255
+
+struct row_place {
+    size_t group; /* index of the row's aggregate within the batch */
+    size_t pos;   /* its rank among the batch's events of that aggregate */
+};
+
+/* Scratch arrays reused by every cycle: no allocation per event. */
+struct relay_scratch {
+    size_t *order;
+    struct row_place *place;
+    bool *blocked; /* per group: an earlier event did not get through */
+    size_t *wave_start;
+    struct outbox_row **wave;
+    size_t cap;
+};
+
+void
+relay_init(struct relay *r, const struct outbox_config *ob,
+           const char *relay_id, const struct relay_backend *backend)
+{
+    memset(r, 0, sizeof(*r));
+    r->outbox = ob;
+    r->relay_id = relay_id;
+    r->backend = *backend;
+    batch_init(&r->batch);
+    r->scratch = xcalloc(1, sizeof(*r->scratch));
+}
+
+void
+relay_fini(struct relay *r)
+{
+    struct relay_scratch *s = r->scratch;
+    if (s != NULL) {
+        free(s->order);
+        free(s->place);
+        free(s->blocked);
+        free(s->wave_start);
+        free(s->wave);
+        free(s);
+    }
+    batch_free(&r->batch);
+}
+
+static void
+scratch_reserve(struct relay_scratch *s, size_t n)
+{
+    if (n <= s->cap)
+        return;
+    s->cap = n;
+    s->order = xrealloc(s->order, n * sizeof(*s->order));
+    s->place = xrealloc(s->place, n * sizeof(*s->place));
+    s->blocked = xrealloc(s->blocked, n * sizeof(*s->blocked));
+    s->wave_start = xrealloc(s->wave_start, (n + 1) * sizeof(*s->wave_start));
+    s->wave = xrealloc(s->wave, n * sizeof(*s->wave));
+}
+
+/* ---- preparing rows: bad rows, exchange and routing key ---- */
+
+struct lookup_ctx {
+    const struct outbox_config *ob;
+    const struct outbox_row *row;
+    char id[24];
+};
+
+static const char *
+row_lookup(const char *column, void *arg)
+{
+    struct lookup_ctx *c = arg;
+    const struct outbox_row *row = c->row;
+    if (strcmp(column, "event_id") == 0)
+        return row->event_id;
+    if (strcmp(column, "aggregate_type") == 0)
+        return row->aggregate_type;
+    if (strcmp(column, "aggregate_id") == 0)
+        return row->aggregate_id;
+    if (strcmp(column, "event_type") == 0)
+        return row->event_type;
+    if (strcmp(column, "id") == 0)
+        return c->id;
+    for (size_t i = 0; i < c->ob->ncolumns; i++)
+        if (strcmp(column, c->ob->columns[i]) == 0)
+            return row->columns ? row->columns[i] : NULL;
+    return NULL;
+}
+
+static const char *
+override_value(const struct outbox_config *ob, const struct outbox_row *row,
+               const char *column)
+{
+    if (column == NULL || row->columns == NULL)
+        return NULL;
+    for (size_t i = 0; i < ob->ncolumns; i++)
+        if (strcmp(column, ob->columns[i]) == 0)
+            return row->columns[i];
+    return NULL;
+}
+
+/* Resolves one of exchange or routing key; NULL when it is too long. */
+static const char *
+resolve_target(struct relay *r, struct outbox_row *row,
+               const struct template *tpl, const char *override_column)
+{
+    const char *v = override_value(r->outbox, row, override_column);
+    if (v != NULL)
+        return strlen(v) <= SHORTSTR_MAX ? v : NULL;
+    if (template_is_constant(tpl))
+        return tpl->nparts ? tpl->parts[0].text : "";
+    struct lookup_ctx ctx = {.ob = r->outbox, .row = row};
+    char buf[SHORTSTR_MAX + 1];
+    snprintf(ctx.id, sizeof(ctx.id), "%llu", (unsigned long long)row->id);
+    if (template_render(tpl, row_lookup, &ctx, buf, sizeof(buf)) < 0)
+        return NULL;
+    return batch_strdup(&r->batch, buf);
+}
+
+static void
+reject(struct relay *r, struct outbox_row *row, const char *why)
+{
+    row_enter_state(&r->batch, row, ROW_REJECTED, why);
+    row->dead = true; /* the row itself is wrong: retrying cannot help */
+}
+
+static int
+cmp_event_id(const void *a, const void *b, void *arg)
+{
+    const struct outbox_row *rows = arg;
+    return strcmp(rows[*(const size_t *)a].event_id,
+                  rows[*(const size_t *)b].event_id);
+}
+
+/* Rejects every row whose event_id another row of the batch also has. */
+static void
+reject_duplicates(struct relay *r)
+{
+    struct outbox_batch *b = &r->batch;
+    size_t *idx = r->scratch->order, n = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->rows[i].state == ROW_CLAIMED)
+            idx[n++] = i;
+    qsort_r(idx, n, sizeof(*idx), cmp_event_id, b->rows);
+    for (size_t i = 1; i < n; i++) {
+        struct outbox_row *prev = &b->rows[idx[i - 1]], *row = &b->rows[idx[i]];
+        if (strcmp(prev->event_id, row->event_id) != 0)
+            continue;
+        /* idx is sorted by event_id only: reject the later id of the pair */
+        struct outbox_row *later = row->id > prev->id ? row : prev;
+        struct outbox_row *first = later == row ? prev : row;
+        if (later->state == ROW_CLAIMED)
+            reject(r, later,
+                   batch_sprintf(b, "duplicate event_id \"%s\" (also row %llu)",
+                                 later->event_id,
+                                 (unsigned long long)first->id));
+    }
+}
+
+void
+relay_prepare_rows(struct relay *r)
+{
+    struct outbox_batch *b = &r->batch;
+    const struct outbox_config *ob = r->outbox;
+    scratch_reserve(r->scratch, b->n);
+    for (size_t i = 0; i < b->n; i++) {
+        struct outbox_row *row = &b->rows[i];
+        if (row->state != ROW_CLAIMED)
+            continue;
+        if (row->event_id == NULL || row->event_id[0] == '\0') {
+            reject(r, row, "event_id is NULL or empty");
+            continue;
+        }
+        row->exchange =
+            resolve_target(r, row, &ob->exchange, ob->exchange_column);
+        row->routing_key =
+            resolve_target(r, row, &ob->routing_key, ob->routing_key_column);
+        if (row->exchange == NULL)
+            reject(r, row, "exchange name longer than 255 bytes");
+        else if (row->routing_key == NULL)
+            reject(r, row, "routing key longer than 255 bytes");
+    }
+    reject_duplicates(r);
+}
+
+/* ---- waves ---- */
+
+static int
+cmp_aggregate(const void *a, const void *b, void *arg)
+{
+    const struct outbox_row *rows = arg;
+    const struct outbox_row *x = &rows[*(const size_t *)a];
+    const struct outbox_row *y = &rows[*(const size_t *)b];
+    int c = strcmp(x->aggregate_type, y->aggregate_type);
+    if (c == 0)
+        c = strcmp(x->aggregate_id, y->aggregate_id);
+    if (c == 0)
+        c = x->id < y->id ? -1 : x->id > y->id;
+    return c;
+}
+
+static bool
+same_aggregate(const struct outbox_row *x, const struct outbox_row *y)
+{
+    return strcmp(x->aggregate_type, y->aggregate_type) == 0 &&
+           strcmp(x->aggregate_id, y->aggregate_id) == 0;
+}
+
+/*
+ * Gives each row its aggregate group and its rank in that group, and
+ * returns the number of waves.  With ordering: none every row is in
+ * wave 0 and a group of its own.
+ */
+static size_t
+place_rows(struct relay *r)
+{
+    struct outbox_batch *b = &r->batch;
+    struct relay_scratch *s = r->scratch;
+    size_t waves = b->n ? 1 : 0;
+    if (r->outbox->ordering == ORDERING_NONE) {
+        for (size_t i = 0; i < b->n; i++)
+            s->place[i] = (struct row_place){.group = i, .pos = 0};
+        return waves;
+    }
+    for (size_t i = 0; i < b->n; i++)
+        s->order[i] = i;
+    qsort_r(s->order, b->n, sizeof(*s->order), cmp_aggregate, b->rows);
+    size_t group = 0, pos = 0;
+    for (size_t k = 0; k < b->n; k++) {
+        size_t i = s->order[k];
+        if (k > 0 && !same_aggregate(&b->rows[s->order[k - 1]], &b->rows[i])) {
+            group++;
+            pos = 0;
+        }
+        s->place[i] = (struct row_place){.group = group, .pos = pos++};
+        if (pos > waves)
+            waves = pos;
+    }
+    return waves;
+}
+
+/* Buckets row indexes by wave, each wave in id order (counting sort). */
+static void
+bucket_waves(struct relay *r, size_t waves)
+{
+    struct relay_scratch *s = r->scratch;
+    struct outbox_batch *b = &r->batch;
+    memset(s->wave_start, 0, (waves + 1) * sizeof(*s->wave_start));
+    for (size_t i = 0; i < b->n; i++)
+        s->wave_start[s->place[i].pos + 1]++;
+    for (size_t w = 0; w < waves; w++)
+        s->wave_start[w + 1] += s->wave_start[w];
+    size_t *fill = s->order; /* reused: per-wave cursor */
+    memcpy(fill, s->wave_start, waves * sizeof(*fill));
+    for (size_t i = 0; i < b->n; i++)
+        s->wave[fill[s->place[i].pos]++] = &b->rows[i];
+}
+
+static void
+release(struct relay *r, struct outbox_row *row, const char *why)
+{
+    row_enter_state(&r->batch, row, ROW_RELEASED, why);
+}
+
+static uint64_t
+wave_deadline(struct relay *r)
+{
+    uint64_t deadline = clock_ms() + r->outbox->broker->confirm_timeout_ms;
+    uint64_t stop = r->stop_deadline_ms;
+    return stop != 0 && stop < deadline ? stop : deadline;
+}
+
+/*
+ * Collects the rows of wave w that may go out now: still claimed, and no
+ * earlier event of their aggregate failed or was held back.
+ */
+static size_t
+collect_wave(struct relay *r, size_t w, struct outbox_row **out)
+{
+    struct relay_scratch *s = r->scratch;
+    size_t n = 0;
+    for (size_t k = s->wave_start[w]; k < s->wave_start[w + 1]; k++) {
+        struct outbox_row *row = s->wave[k];
+        size_t i = (size_t)(row - r->batch.rows);
+        if (row->state != ROW_CLAIMED)
+            continue;
+        if (s->blocked[s->place[i].group])
+            release(r, row, "an earlier event of its aggregate is not sent");
+        else
+            out[n++] = row;
+    }
+    return n;
+}
+
+/* After a wave: every aggregate whose event did not get through stops. */
+static void
+block_failed_groups(struct relay *r)
+{
+    struct relay_scratch *s = r->scratch;
+    for (size_t i = 0; i < r->batch.n; i++) {
+        enum row_state st = r->batch.rows[i].state;
+        if (st == ROW_FAILED || st == ROW_REJECTED || st == ROW_RELEASED)
+            s->blocked[s->place[i].group] = true;
+    }
+}
+
+static bool
+stop_due(struct relay *r)
+{
+    uint64_t stop = r->stop_deadline_ms;
+    return stop != 0 && clock_ms() >= stop;
+}
+
+/* Publishes every wave; returns false when the broker connection died. */
+static bool
+publish_waves(struct relay *r)
+{
+    struct relay_scratch *s = r->scratch;
+    size_t waves = place_rows(r);
+    char err[512];
+    bool broker_ok = true;
+
+    memset(s->blocked, 0, r->batch.n * sizeof(*s->blocked));
+    bucket_waves(r, waves);
+    for (size_t w = 0; w < waves && broker_ok && !stop_due(r); w++) {
+        block_failed_groups(r);
+        struct outbox_row **rows = s->wave + s->wave_start[w];
+        size_t n = collect_wave(r, w, rows);
+        if (n == 0)
+            continue;
+        if (r->backend.publish(r->backend.publisher, &r->batch, rows, n,
+                               r->outbox->mandatory, wave_deadline(r), err,
+                               sizeof(err)) < 0) {
+            str_copy(r->last_error, err, sizeof(r->last_error));
+            broker_ok = false;
+        }
+    }
+    return broker_ok;
+}
+
+/* ---- outcomes ---- */
+
+static void
+decide_outcomes(struct relay *r)
+{
+    struct outbox_batch *b = &r->batch;
+    for (size_t i = 0; i < b->n; i++) {
+        struct outbox_row *row = &b->rows[i];
+        if (row->state == ROW_CLAIMED)
+            release(r, row, "not attempted");
+        else if (row->state == ROW_FAILED)
+            row->dead = row->retry_count + 1 > r->outbox->max_retries;
+        else if (row->state == ROW_REJECTED)
+            row->dead = true;
+    }
+}
+
+static void
+log_dead_row(struct relay *r, const struct outbox_row *row)
+{
+    log_warn(LOG_KV("outbox", r->outbox->name, "event_id", row->event_id,
+                    "aggregate_id", row->aggregate_id, "trace_id",
+                    row->trace_id ? row->trace_id : row->traceparent),
+             "event %llu is DEAD after %u attempts: %s",
+             (unsigned long long)row->id, row->retry_count + 1, row->error);
+}
+
+/* One line per batch for retries, one per event for dead letters. */
+static void
+count_and_log(struct relay *r)
+{
+    struct outbox_batch *b = &r->batch;
+    const struct outbox_row *first_retry = NULL;
+    uint64_t acked = 0, failed = 0, retried = 0, dead = 0, released = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        const struct outbox_row *row = &b->rows[i];
+        acked += row->state == ROW_ACKED;
+        released += row->state == ROW_RELEASED;
+        failed += row->state == ROW_FAILED;
+        if (row->state != ROW_FAILED && row->state != ROW_REJECTED)
+            continue;
+        if (row->dead) {
+            dead++;
+            log_dead_row(r, row);
+        } else if (retried++ == 0) {
+            first_retry = row;
+        }
+    }
+    if (first_retry != NULL)
+        log_warn(LOG_KV("outbox", r->outbox->name, "event_id",
+                        first_retry->event_id, "aggregate_id",
+                        first_retry->aggregate_id),
+                 "%llu events to RETRY: %s", (unsigned long long)retried,
+                 first_retry->error);
+    r->stats.published += acked;
+    r->stats.failed += failed;
+    r->stats.retried += retried;
+    r->stats.dead += dead;
+    r->stats.released += released;
+}
+
+static bool
+finalize(struct relay *r)
+{
+    char err[512];
+    size_t lost = 0;
+    if (r->backend.finalize(r->backend.store, &r->batch, &lost, err,
+                            sizeof(err)) < 0) {
+        /* The rows keep their lease and come back after it: no loss. */
+        log_error(LOG_KV("outbox", r->outbox->name),
+                  "could not record the outcome of %zu events, they will be "
+                  "retried after their lease: %s",
+                  r->batch.n, err);
+        str_copy(r->last_error, err, sizeof(r->last_error));
+        return false;
+    }
+    if (lost > 0) {
+        r->stats.lost += lost;
+        log_warn(LOG_KV("outbox", r->outbox->name),
+                 "lost the lease on %zu events: another relay reclaimed "
+                 "them after the lease expired, their outcome is theirs",
+                 lost);
+    }
+    count_and_log(r);
+    return true;
+}
+
+enum relay_result
+relay_cycle(struct relay *r)
+{
+    char err[512];
+    batch_reset(&r->batch);
+    if (r->backend.claim(r->backend.store, r->relay_id, &r->batch, err,
+                         sizeof(err)) < 0) {
+        str_copy(r->last_error, err, sizeof(r->last_error));
+        return RELAY_STORE_DOWN;
+    }
+    size_t claimed = r->batch.n;
+    if (claimed == 0)
+        return RELAY_IDLE;
+    r->stats.batches++;
+    relay_prepare_rows(r);
+    bool broker_ok = publish_waves(r);
+    decide_outcomes(r);
+    if (!finalize(r))
+        return RELAY_STORE_DOWN;
+    if (!broker_ok)
+        return RELAY_BROKER_DOWN;
+    return claimed >= r->outbox->batch_size ? RELAY_FULL : RELAY_PARTIAL;
+}

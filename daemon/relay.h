@@ -45,6 +45,8 @@ enum relay_result {
     RELAY_BROKER_DOWN,   /* the broker connection was lost: reconnect */
 };
 
+struct relay_scratch;
+
 struct relay {
     const struct outbox_config *outbox;
     const char *relay_id;
@@ -54,6 +56,7 @@ struct relay {
     /* Set by another thread: stop waiting for confirms by this time. */
     _Atomic uint64_t stop_deadline_ms;
     char last_error[512];
+    struct relay_scratch *scratch;
 };
 
 void relay_init(struct relay *r, const struct outbox_config *ob,

@@ -62,8 +62,7 @@ compile_column(struct template *t, const char *p, char *err, size_t errlen)
 }
 
 int
-template_compile(const char *src, struct template *t, char *err,
-                 size_t errlen)
+template_compile(const char *src, struct template *t, char *err, size_t errlen)
 {
     memset(t, 0, sizeof(*t));
     t->source = xstrdup(src);
@@ -111,8 +110,8 @@ template_is_constant(const struct template *t)
 }
 
 int
-template_render(const struct template *t, template_lookup_fn lookup,
-                void *arg, char *out, size_t outlen)
+template_render(const struct template *t, template_lookup_fn lookup, void *arg,
+                char *out, size_t outlen)
 {
     size_t len = 0;
     if (outlen == 0)

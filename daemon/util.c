@@ -119,8 +119,11 @@ static const struct {
     const char *name;
     uint64_t ms;
 } duration_units[] = {
-    {"ms", 1},          {"s", 1000},           {"m", 60 * 1000},
-    {"h", 3600 * 1000}, {"d", 86400ULL * 1000},
+    {"ms", 1},
+    {"s", 1000},
+    {"m", 60 * 1000},
+    {"h", 3600 * 1000},
+    {"d", 86400ULL * 1000},
 };
 
 int

@@ -1,11 +1,368 @@
-/* check_relay: unit tests of relay (to come). */
+/*
+ * check_relay: the cycle's state machine driven with a fake store and a
+ * fake broker: waves per aggregate, failures holding back later events,
+ * bad rows, broker loss mid-batch, DEAD past max_retries.
+ */
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "relay.h"
+#include "util.h"
 
 Suite *relay_suite(void);
 
-START_TEST(test_placeholder)
+#define MAX_ROWS 64
+
+struct fake_row {
+    unsigned long long id;
+    const char *event_id;
+    const char *agg;
+    unsigned retry_count;
+};
+
+struct fake {
+    struct fake_row rows[MAX_ROWS];
+    size_t nrows;
+    int claim_rc, finalize_rc;
+    /* publish behaviour */
+    unsigned long long fail_id; /* this row is nacked */
+    int die_on_wave;            /* the connection dies on this wave (1-based) */
+    /* what happened */
+    int waves;
+    unsigned long long published[MAX_ROWS];
+    size_t npublished;
+    size_t wave_of[MAX_ROWS]; /* wave number per published position */
+    int finalized;
+    enum row_state final_state[MAX_ROWS];
+    bool final_dead[MAX_ROWS];
+    char final_error[MAX_ROWS][128];
+    char keys[MAX_ROWS][256];
+};
+
+static int
+fake_claim(void *arg, const char *relay_id, struct outbox_batch *b, char *err,
+           size_t errlen)
 {
-    ck_assert_int_eq(1, 1);
+    struct fake *f = arg;
+    (void)relay_id;
+    if (f->claim_rc < 0) {
+        err_set(err, errlen, "claim failed");
+        return -1;
+    }
+    for (size_t i = 0; i < f->nrows; i++) {
+        struct outbox_row *r = batch_add(b);
+        r->id = f->rows[i].id;
+        r->event_id = f->rows[i].event_id;
+        r->aggregate_type = "Order";
+        r->aggregate_id = f->rows[i].agg;
+        r->event_type = "OrderCreated";
+        r->payload = "{}";
+        r->payload_len = 2;
+        r->retry_count = f->rows[i].retry_count;
+    }
+    return 0;
+}
+
+static int
+fake_publish(void *arg, struct outbox_batch *b, struct outbox_row **rows,
+             size_t n, bool mandatory, uint64_t deadline_ms, char *err,
+             size_t errlen)
+{
+    struct fake *f = arg;
+    (void)mandatory;
+    (void)deadline_ms;
+    f->waves++;
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(rows[i]->state, ROW_CLAIMED);
+        if (i > 0)
+            ck_assert_uint_lt(rows[i - 1]->id, rows[i]->id);
+        if (f->die_on_wave == f->waves && i == n / 2) {
+            /* the connection dies: published-unsettled rows fail, the
+             * rest stay claimed, as the real publisher does */
+            for (size_t j = 0; j < i; j++)
+                row_enter_state(b, rows[j], ROW_FAILED, "connection lost");
+            err_set(err, errlen, "connection lost");
+            return -1;
+        }
+        row_enter_state(b, rows[i], ROW_PUBLISHED, NULL);
+        f->wave_of[f->npublished] = (size_t)f->waves;
+        f->published[f->npublished++] = rows[i]->id;
+        snprintf(f->keys[f->npublished - 1], sizeof(f->keys[0]), "%s|%s",
+                 rows[i]->exchange, rows[i]->routing_key);
+    }
+    for (size_t i = 0; i < n; i++)
+        row_enter_state(b, rows[i],
+                        rows[i]->id == f->fail_id ? ROW_FAILED : ROW_ACKED,
+                        rows[i]->id == f->fail_id ? "broker nack" : NULL);
+    return 0;
+}
+
+static int
+fake_finalize(void *arg, struct outbox_batch *b, size_t *lost, char *err,
+              size_t errlen)
+{
+    struct fake *f = arg;
+    *lost = 0;
+    f->finalized++;
+    for (size_t i = 0; i < b->n; i++) {
+        f->final_state[i] = b->rows[i].state;
+        f->final_dead[i] = b->rows[i].dead;
+        snprintf(f->final_error[i], sizeof(f->final_error[i]), "%s",
+                 b->rows[i].error ? b->rows[i].error : "");
+    }
+    if (f->finalize_rc < 0) {
+        err_set(err, errlen, "finalize failed");
+        return -1;
+    }
+    return 0;
+}
+
+static struct broker_config broker = {.name = "main",
+                                      .confirm_timeout_ms = 1000};
+static struct outbox_config ob;
+static struct fake fake;
+static struct relay relay;
+
+static void
+setup(void)
+{
+    char err[128];
+    log_init(LOG_ERROR, LOG_FORMAT_TEXT);
+    memset(&ob, 0, sizeof(ob));
+    ob.name = "db.outbox_event";
+    ob.broker = &broker;
+    ob.batch_size = 10;
+    ob.max_retries = 3;
+    ob.mandatory = true;
+    ob.ordering = ORDERING_AGGREGATE;
+    ck_assert_int_eq(template_compile("orders", &ob.exchange, err, 128), 0);
+    ck_assert_int_eq(template_compile("{aggregate_type}.{event_type}",
+                                      &ob.routing_key, err, 128),
+                     0);
+    memset(&fake, 0, sizeof(fake));
+    struct relay_backend be = {.store = &fake,
+                               .publisher = &fake,
+                               .claim = fake_claim,
+                               .finalize = fake_finalize,
+                               .publish = fake_publish};
+    relay_init(&relay, &ob, "relay-test", &be);
+}
+
+static void
+teardown(void)
+{
+    relay_fini(&relay);
+    template_free(&ob.exchange);
+    template_free(&ob.routing_key);
+    free(ob.columns);
+}
+
+static void
+add_row(unsigned long long id, const char *event_id, const char *agg)
+{
+    fake.rows[fake.nrows++] =
+        (struct fake_row){.id = id, .event_id = event_id, .agg = agg};
+}
+
+START_TEST(test_all_acked)
+{
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    add_row(3, "e3", "C");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.waves, 1);
+    ck_assert_int_eq(fake.finalized, 1);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(fake.final_state[i], ROW_ACKED);
+    ck_assert_uint_eq(relay.stats.published, 3);
+    ck_assert_str_eq(fake.keys[0], "orders|Order.OrderCreated");
+}
+END_TEST
+
+/* The n-th event of an aggregate goes out in wave n, after n-1 acked. */
+START_TEST(test_waves_per_aggregate)
+{
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    add_row(3, "e3", "A");
+    add_row(4, "e4", "A");
+    add_row(5, "e5", "B");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.waves, 3);
+    /* wave 1: 1, 2; wave 2: 3, 5; wave 3: 4 */
+    unsigned long long want[] = {1, 2, 3, 5, 4};
+    size_t want_wave[] = {1, 1, 2, 2, 3};
+    ck_assert_uint_eq(fake.npublished, 5);
+    for (size_t i = 0; i < 5; i++) {
+        ck_assert_uint_eq(fake.published[i], want[i]);
+        ck_assert_uint_eq(fake.wave_of[i], want_wave[i]);
+    }
+}
+END_TEST
+
+/* A failed event holds back the later events of its aggregate only. */
+START_TEST(test_failure_releases_successors)
+{
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    add_row(3, "e3", "A");
+    add_row(4, "e4", "B");
+    add_row(5, "e5", "A");
+    fake.fail_id = 1;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.final_state[0], ROW_FAILED);
+    ck_assert(!fake.final_dead[0]);
+    ck_assert_int_eq(fake.final_state[1], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[2], ROW_RELEASED);
+    ck_assert_int_eq(fake.final_state[3], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[4], ROW_RELEASED);
+    for (size_t i = 0; i < fake.npublished; i++)
+        ck_assert_uint_ne(fake.published[i], 3);
+    ck_assert_uint_eq(relay.stats.retried, 1);
+    ck_assert_uint_eq(relay.stats.released, 2);
+}
+END_TEST
+
+START_TEST(test_ordering_none_one_wave)
+{
+    ob.ordering = ORDERING_NONE;
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "A");
+    add_row(3, "e3", "A");
+    fake.fail_id = 1;
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.waves, 1);
+    ck_assert_int_eq(fake.final_state[1], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[2], ROW_ACKED);
+}
+END_TEST
+
+START_TEST(test_dead_past_max_retries)
+{
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    fake.rows[0].retry_count = 3; /* max_retries 3: this attempt is the last */
+    fake.rows[1].retry_count = 2;
+    fake.fail_id = 1;
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.final_state[0], ROW_FAILED);
+    ck_assert(fake.final_dead[0]);
+    ck_assert_uint_eq(relay.stats.dead, 1);
+    fake.fail_id = 2;
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.final_state[1], ROW_FAILED);
+    ck_assert(!fake.final_dead[1]);
+}
+END_TEST
+
+START_TEST(test_bad_event_ids_dead)
+{
+    add_row(1, NULL, "A");
+    add_row(2, "dup", "B");
+    add_row(3, "dup", "C");
+    add_row(4, "e4", "A");
+    add_row(5, "", "D");
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.final_state[0], ROW_REJECTED);
+    ck_assert(fake.final_dead[0]);
+    ck_assert_msg(strstr(fake.final_error[0], "NULL") != NULL, "%s",
+                  fake.final_error[0]);
+    ck_assert_int_eq(fake.final_state[1], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[2], ROW_REJECTED);
+    ck_assert_msg(strstr(fake.final_error[2], "duplicate") != NULL, "%s",
+                  fake.final_error[2]);
+    /* the event after a dead one waits for the next claim, as DEAD
+     * releases its aggregate only once it is recorded */
+    ck_assert_int_eq(fake.final_state[3], ROW_RELEASED);
+    ck_assert_int_eq(fake.final_state[4], ROW_REJECTED);
+}
+END_TEST
+
+/* Broker lost mid-batch: nothing after it is attempted, acked rows are
+ * still recorded. */
+START_TEST(test_broker_lost_mid_batch)
+{
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    add_row(3, "e3", "A");
+    add_row(4, "e4", "B");
+    add_row(5, "e5", "C");
+    add_row(6, "e6", "A");
+    fake.die_on_wave = 2;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_BROKER_DOWN);
+    ck_assert_int_eq(fake.finalized, 1);
+    ck_assert_int_eq(fake.final_state[0], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[1], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[4], ROW_ACKED);
+    ck_assert_int_eq(fake.waves, 2);
+    /* wave 2 was 3 and 4: the first fails, the second was never sent */
+    ck_assert_int_eq(fake.final_state[2], ROW_FAILED);
+    ck_assert_int_eq(fake.final_state[3], ROW_RELEASED);
+    ck_assert_int_eq(fake.final_state[5], ROW_RELEASED);
+}
+END_TEST
+
+START_TEST(test_store_failures)
+{
+    add_row(1, "e1", "A");
+    fake.claim_rc = -1;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    ck_assert_int_eq(fake.waves, 0);
+    fake.claim_rc = 0;
+    fake.finalize_rc = -1;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    ck_assert_uint_eq(relay.stats.published, 0);
+}
+END_TEST
+
+START_TEST(test_full_and_idle)
+{
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_IDLE);
+    static char ids[10][8];
+    for (int i = 0; i < 10; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "e%d", i);
+        add_row((unsigned long long)i + 1, ids[i], ids[i]);
+    }
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+}
+END_TEST
+
+START_TEST(test_stop_deadline_releases)
+{
+    add_row(1, "e1", "A");
+    relay.stop_deadline_ms = 1; /* long past */
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.waves, 0);
+    ck_assert_int_eq(fake.final_state[0], ROW_RELEASED);
+}
+END_TEST
+
+static const char *override_cols[] = {"rk"};
+
+START_TEST(test_routing_key_override_and_too_long)
+{
+    static char long_agg[300];
+    memset(long_agg, 'x', sizeof(long_agg) - 1);
+    ob.columns = malloc(sizeof(char *));
+    ob.columns[0] = (char *)override_cols[0];
+    ob.ncolumns = 1;
+    ob.routing_key_column = "rk";
+    template_free(&ob.routing_key);
+    char err[128];
+    ck_assert_int_eq(
+        template_compile("{aggregate_id}", &ob.routing_key, err, sizeof(err)),
+        0);
+    add_row(1, "e1", "A");
+    add_row(2, "e2", long_agg);
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.final_state[0], ROW_ACKED);
+    ck_assert_str_eq(fake.keys[0], "orders|A");
+    ck_assert_int_eq(fake.final_state[1], ROW_REJECTED);
+    ck_assert_msg(strstr(fake.final_error[1], "255") != NULL, "%s",
+                  fake.final_error[1]);
 }
 END_TEST
 
@@ -13,8 +370,19 @@ Suite *
 relay_suite(void)
 {
     Suite *s = suite_create("relay");
-    TCase *tc = tcase_create("main");
-    tcase_add_test(tc, test_placeholder);
+    TCase *tc = tcase_create("cycle");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_all_acked);
+    tcase_add_test(tc, test_waves_per_aggregate);
+    tcase_add_test(tc, test_failure_releases_successors);
+    tcase_add_test(tc, test_ordering_none_one_wave);
+    tcase_add_test(tc, test_dead_past_max_retries);
+    tcase_add_test(tc, test_bad_event_ids_dead);
+    tcase_add_test(tc, test_broker_lost_mid_batch);
+    tcase_add_test(tc, test_store_failures);
+    tcase_add_test(tc, test_full_and_idle);
+    tcase_add_test(tc, test_stop_deadline_releases);
+    tcase_add_test(tc, test_routing_key_override_and_too_long);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -64,8 +64,7 @@ START_TEST(test_too_long)
 {
     struct template t;
     char err[200], out[8];
-    ck_assert_int_eq(template_compile("{event_type}", &t, err, sizeof(err)),
-                     0);
+    ck_assert_int_eq(template_compile("{event_type}", &t, err, sizeof(err)), 0);
     ck_assert_int_eq(template_render(&t, lookup, NULL, out, sizeof(out)), -1);
     template_free(&t);
 }
@@ -75,8 +74,7 @@ START_TEST(test_constant)
 {
     struct template t;
     char err[200];
-    ck_assert_int_eq(template_compile("orders.{{x}}", &t, err, sizeof(err)),
-                     0);
+    ck_assert_int_eq(template_compile("orders.{{x}}", &t, err, sizeof(err)), 0);
     ck_assert(template_is_constant(&t));
     template_free(&t);
     ck_assert_int_eq(template_compile("o.{id}", &t, err, sizeof(err)), 0);

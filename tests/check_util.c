@@ -10,23 +10,30 @@ static const struct {
     const char *text;
     uint64_t ms;
 } good_durations[] = {
-    {"0ms", 0},          {"250ms", 250},         {"1s", 1000},
-    {"30s", 30000},      {"5m", 300000},         {"2h", 7200000},
-    {"7d", 604800000ULL}, {"1500ms", 1500},
+    {"0ms", 0},     {"250ms", 250},  {"1s", 1000},         {"30s", 30000},
+    {"5m", 300000}, {"2h", 7200000}, {"7d", 604800000ULL}, {"1500ms", 1500},
 };
 
 static const char *const bad_durations[] = {
-    "", "10", "s", "-1s", "1.5s", "10x", "10 s", "5sec", "1ms ",
-    "99999999999999999999999s", "18446744073709551615d",
+    "",
+    "10",
+    "s",
+    "-1s",
+    "1.5s",
+    "10x",
+    "10 s",
+    "5sec",
+    "1ms ",
+    "99999999999999999999999s",
+    "18446744073709551615d",
 };
 
 START_TEST(test_duration_good)
 {
     uint64_t ms = 12345;
     char err[200];
-    ck_assert_int_eq(duration_parse(good_durations[_i].text, &ms, err,
-                                    sizeof(err)),
-                     0);
+    ck_assert_int_eq(
+        duration_parse(good_durations[_i].text, &ms, err, sizeof(err)), 0);
     ck_assert_uint_eq(ms, good_durations[_i].ms);
 }
 END_TEST

@@ -162,12 +162,11 @@ it_db_insert_events(MYSQL *db, const char *table, const char *prefix, int n,
             table);
         int end = start + 1000 < n ? start + 1000 : n;
         for (int i = start; i < end; i++)
-            len += (size_t)snprintf(
-                sql + len, cap - len,
-                "%s('%s-%d','Order','%s-%d','OrderCreated',"
-                "'{\"seq\":%d,\"pad\":\"%s\"}','PENDING')",
-                i > start ? "," : "", prefix, i, prefix, i % aggregates, i,
-                pad);
+            len += (size_t)snprintf(sql + len, cap - len,
+                                    "%s('%s-%d','Order','%s-%d','OrderCreated',"
+                                    "'{\"seq\":%d,\"pad\":\"%s\"}','PENDING')",
+                                    i > start ? "," : "", prefix, i, prefix,
+                                    i % aggregates, i, pad);
         it_db_exec(db, "%s", sql);
     }
     free(pad);
@@ -292,7 +291,8 @@ copy_headers(struct it_message *m, const amqp_table_t *t)
         char *key = bytes_dup(e->key);
         if (e->value.kind == AMQP_FIELD_KIND_UTF8 ||
             e->value.kind == AMQP_FIELD_KIND_BYTES) {
-            char **dst = strcmp(key, "aggregate_type") == 0 ? &m->h_aggregate_type
+            char **dst = strcmp(key, "aggregate_type") == 0
+                             ? &m->h_aggregate_type
                          : strcmp(key, "aggregate_id") == 0 ? &m->h_aggregate_id
                          : strcmp(key, "traceparent") == 0  ? &m->h_traceparent
                                                             : NULL;

@@ -19,13 +19,13 @@
 #define IT_AMQP_URL "amqp://guest:guest@127.0.0.1:5672/"
 
 /* Polls expr every 20 ms until it holds or timeout_ms passes. */
-#define IT_WAIT(timeout_ms, expr)                                             \
-    ({                                                                        \
-        uint64_t it_deadline_ = it_now_ms() + (timeout_ms);                   \
-        bool it_ok_;                                                          \
-        while (!(it_ok_ = (expr)) && it_now_ms() < it_deadline_)              \
-            it_sleep_ms(20);                                                  \
-        it_ok_;                                                               \
+#define IT_WAIT(timeout_ms, expr)                                              \
+    ({                                                                         \
+        uint64_t it_deadline_ = it_now_ms() + (timeout_ms);                    \
+        bool it_ok_;                                                           \
+        while (!(it_ok_ = (expr)) && it_now_ms() < it_deadline_)               \
+            it_sleep_ms(20);                                                   \
+        it_ok_;                                                                \
     })
 
 uint64_t it_now_ms(void);
@@ -60,7 +60,7 @@ void it_db_insert_events(MYSQL *db, const char *table, const char *prefix,
 struct it_message {
     char *exchange, *routing_key;
     char *message_id, *type, *content_type, *app_id;
-    int delivery_mode; /* 0 if absent */
+    int delivery_mode;   /* 0 if absent */
     long long timestamp; /* -1 if absent */
     char *body;
     size_t body_len;
