@@ -241,6 +241,16 @@ it_exchange_delete(const char *exchange)
     amqp_close_all(conn);
 }
 
+static void
+consumer_start(struct it_consumer *c)
+{
+    amqp_basic_qos(c->conn, 1, 0, 1000, 0);
+    amqp_check(amqp_get_rpc_reply(c->conn), "basic.qos");
+    amqp_basic_consume(c->conn, 1, amqp_cstring_bytes(c->queue),
+                       amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+    amqp_check(amqp_get_rpc_reply(c->conn), "basic.consume");
+}
+
 struct it_consumer *
 it_consumer_new(const char *exchange, const char *binding_key)
 {
@@ -259,12 +269,25 @@ it_consumer_new(const char *exchange, const char *binding_key)
                         amqp_cstring_bytes(binding_key), amqp_empty_table);
         amqp_check(amqp_get_rpc_reply(c->conn), "queue.bind");
     }
-    amqp_basic_qos(c->conn, 1, 0, 1000, 0);
-    amqp_check(amqp_get_rpc_reply(c->conn), "basic.qos");
-    amqp_basic_consume(c->conn, 1, amqp_cstring_bytes(c->queue),
-                       amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
-    amqp_check(amqp_get_rpc_reply(c->conn), "basic.consume");
+    consumer_start(c);
     return c;
+}
+
+struct it_consumer *
+it_consumer_attach(const char *queue)
+{
+    struct it_consumer *c = calloc(1, sizeof(*c));
+    snprintf(c->queue, sizeof(c->queue), "%s", queue);
+    c->conn = amqp_open();
+    consumer_start(c);
+    return c;
+}
+
+void
+it_consumer_close(struct it_consumer *c)
+{
+    amqp_close_all(c->conn);
+    free(c);
 }
 
 const char *

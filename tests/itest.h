@@ -77,6 +77,8 @@ struct it_consumer;
 struct it_consumer *it_consumer_new(const char *exchange,
                                     const char *binding_key);
 const char *it_consumer_queue(const struct it_consumer *c);
+/* Consumes an existing queue (after a broker restart, say). */
+struct it_consumer *it_consumer_attach(const char *queue);
 /* 1 with a message (acked), 0 when timeout_ms passed with none. */
 int it_consumer_next(struct it_consumer *c, struct it_message *m,
                      int timeout_ms);
@@ -85,6 +87,8 @@ size_t it_consumer_drain(struct it_consumer *c, struct it_message **out,
                          size_t max, int idle_ms, int total_timeout_ms);
 void it_message_free(struct it_message *m);
 void it_consumer_free(struct it_consumer *c);
+/* Closes the connection but keeps the queue. */
+void it_consumer_close(struct it_consumer *c);
 /* Declares or deletes an exchange on a short-lived connection. */
 void it_exchange_declare(const char *exchange, const char *type);
 void it_exchange_delete(const char *exchange);

@@ -1,0 +1,427 @@
+#!/usr/bin/env bash
+# Installs, starts, stops and checks the local MariaDB and RabbitMQ that the
+# integration tests, CI (.ci/run), `make bench` and `make demo` run against.
+#
+# Usage: bash tests/servers.sh deps|start|stop|status|restart-mariadb|restart-rabbitmq
+#
+#   deps              apt-get install what is missing (fast no-op otherwise)
+#   start             start whichever server does not answer, wait until both
+#                     answer, ensure the test accounts; one "ready" line each
+#   stop              stop both
+#   status            say whether each answers; exit 0 only if both do
+#   restart-mariadb   stop then start MariaDB, waiting for readiness
+#   restart-rabbitmq  stop then start the RabbitMQ node, waiting for readiness
+#
+# Accounts: MariaDB outboxd/outboxd @localhost and @127.0.0.1 with ALL on *.*
+# (tests create and drop outboxd_test_* databases); RabbitMQ guest/guest,
+# which RabbitMQ only accepts from loopback.
+#
+# Without systemd (CI containers, this VM) the servers are launched directly,
+# not through /etc/init.d: the MariaDB init script leaves a `logger` process
+# holding the caller's stdout (a `.ci/run | tee` would never see EOF) and
+# polls with whole-second sleeps. Every launched server keeps a waiting shell
+# as its parent, because PID 1 in such containers may not reap orphans and a
+# zombie would look alive to `kill -0`.
+set -euo pipefail
+
+PACKAGES=(build-essential pkg-config mariadb-server rabbitmq-server
+    default-libmysqlclient-dev librabbitmq-dev libyaml-dev libevent-dev check
+    amqp-tools prometheus clang valgrind libclang-rt-14-dev procps iproute2)
+
+MARIADB_SOCKET=/run/mysqld/mysqld.sock
+MARIADB_LOG=/var/log/mysql/mariadbd.log
+MARIADB_TIMEOUT=${OUTBOXD_MARIADB_TIMEOUT:-60}
+DB_USER=outboxd
+DB_PASSWORD=outboxd
+
+# Same pid file as /etc/init.d/rabbitmq-server, so either can stop the node.
+RABBIT_PIDFILE=/run/rabbitmq/pid
+RABBIT_WRAPPER_PIDFILE=/run/rabbitmq/wrapper.pid
+RABBIT_LOGDIR=/var/log/rabbitmq
+RABBIT_TIMEOUT=${OUTBOXD_RABBIT_TIMEOUT:-120}
+# No trailing slash: librabbitmq parses ".../" as the empty vhost, not "/".
+AMQP_URL=amqp://guest:guest@127.0.0.1:5672
+# queue.delete of a missing queue succeeds: a login-and-channel probe that
+# leaves nothing behind.
+AMQP_PROBE_QUEUE=outboxd.servers.probe
+
+LOCKFILE=/run/lock/outboxd-servers.lock
+
+export LC_ALL=C.UTF-8
+
+log() { printf '%s\n' "$*"; }
+die() { printf 'servers.sh: %s\n' "$*" >&2; exit 1; }
+need_root() { ((EUID == 0)) || die "must run as root to $*"; }
+have_systemd() { [[ -d /run/systemd/system ]]; }
+
+# Seconds since a $EPOCHREALTIME stamp, to one decimal.
+since() {
+    local us=$((${EPOCHREALTIME/./} - ${1/./}))
+    printf '%d.%ds' $((us / 1000000)) $((us / 100000 % 10))
+}
+
+# A zombie still answers kill -0, so ask ps for the state instead.
+alive() {
+    local st
+    st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+    [[ $st != Z* ]]
+}
+
+# Live (non-zombie) pids of processes whose command name is $1.
+live_pids() { ps -C "$1" -o pid=,stat= 2>/dev/null | awk '$2 !~ /^Z/ {print $1}'; }
+
+# wait_until SECONDS CHECK [GUARD]: poll CHECK every 0.1 s until it succeeds;
+# 1 at the deadline, 2 as soon as GUARD (is what we launched alive?) fails.
+wait_until() {
+    local deadline=$((SECONDS + $1)) check=$2 guard=${3:-}
+    until $check; do
+        if [[ -n $guard ]] && ! $guard; then return 2; fi
+        ((SECONDS < deadline)) || return 1
+        sleep 0.1
+    done
+}
+
+# Serialize start/stop/restart: tests may restart a server while another
+# test process calls start.
+take_lock() {
+    ((EUID == 0)) || return 0
+    mkdir -p "${LOCKFILE%/*}"
+    exec 9>"$LOCKFILE"
+    flock -w 600 9 || die "another servers.sh holds $LOCKFILE"
+}
+
+require_tools() {
+    local t
+    for t in mariadb rabbitmqctl amqp-delete-queue; do
+        command -v "$t" >/dev/null ||
+            die "$t not found; run 'bash tests/servers.sh deps' first"
+    done
+}
+
+# ---------------------------------------------------------------- deps
+
+cmd_deps() {
+    local installed missing=() p
+    installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' \
+        "${PACKAGES[@]}" 2>/dev/null | awk '$2 == "ii" {print $1}') || true
+    for p in "${PACKAGES[@]}"; do
+        grep -qx "$p" <<<"$installed" || missing+=("$p")
+    done
+    if ((${#missing[@]} == 0)); then
+        log "deps: all ${#PACKAGES[@]} packages installed"
+        return
+    fi
+    need_root "install ${missing[*]}"
+    log "deps: installing ${missing[*]}"
+    # Without systemd, postinst would start the servers through their init
+    # scripts (holding our stdout, or failing the install); start does that
+    # job instead, so deny service starts while apt runs unless a policy
+    # already exists.
+    local policy=/usr/sbin/policy-rc.d made_policy=
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        made_policy=1
+        # shellcheck disable=SC2064 # expand now: $policy is local
+        trap "rm -f $policy" EXIT
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q </dev/null
+    apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+    if [[ -n $made_policy ]]; then
+        rm -f "$policy"
+        trap - EXIT
+    fi
+    log "deps: done"
+}
+
+# ---------------------------------------------------------------- MariaDB
+
+mariadb_answers() {
+    if ((EUID == 0)); then
+        timeout 10 mariadb -uroot --connect-timeout=2 -Nse 'select 1' \
+            >/dev/null 2>&1
+    else
+        mariadb_tcp_answers
+    fi
+}
+
+mariadb_tcp_answers() {
+    MYSQL_PWD=$DB_PASSWORD timeout 10 mariadb --protocol=tcp -h127.0.0.1 \
+        -P3306 -u"$DB_USER" --connect-timeout=2 -Nse 'select 1' \
+        >/dev/null 2>&1
+}
+
+mariadb_no_process() { [[ -z $(live_pids mariadbd) ]]; }
+
+MARIADB_WRAPPER=
+mariadb_wrapper_alive() { alive "$MARIADB_WRAPPER"; }
+
+mariadb_launch() {
+    install -d -m 755 -o mysql -g root /run/mysqld
+    install -d -m 750 -o mysql -g adm /var/log/mysql
+    if [[ ! -d /var/lib/mysql/mysql ]]; then
+        mariadb-install-db --user=mysql --datadir=/var/lib/mysql \
+            >>"$MARIADB_LOG" 2>&1 || die "mariadb-install-db failed, see $MARIADB_LOG"
+    fi
+    printf '=== %s servers.sh starting mariadbd\n' "$(date -Is)" >>"$MARIADB_LOG"
+    # setsid: a Ctrl-C or hangup of the test run must not reach the server.
+    # The bash wrapper waits on mariadbd so it gets reaped, and notes its end.
+    setsid env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+        bash -c '/usr/sbin/mariadbd --user=mysql
+                 echo "=== mariadbd exited with status $?"' \
+        </dev/null >>"$MARIADB_LOG" 2>&1 9>&- &
+    MARIADB_WRAPPER=$!
+}
+
+mariadb_ensure_users() {
+    local host sql=
+    for host in localhost 127.0.0.1; do
+        sql+="CREATE USER IF NOT EXISTS '$DB_USER'@'$host' IDENTIFIED BY '$DB_PASSWORD';
+              ALTER USER '$DB_USER'@'$host' IDENTIFIED BY '$DB_PASSWORD';
+              GRANT ALL PRIVILEGES ON *.* TO '$DB_USER'@'$host' WITH GRANT OPTION;"
+    done
+    mariadb -uroot -e "$sql"
+}
+
+cmd_start_mariadb() {
+    local t0=$EPOCHREALTIME how="already running" rc=0
+    if ! mariadb_answers; then
+        need_root "start MariaDB"
+        if have_systemd; then
+            systemctl start mariadb
+            wait_until "$MARIADB_TIMEOUT" mariadb_answers || rc=$?
+        elif mariadb_no_process; then
+            mariadb_launch
+            wait_until "$MARIADB_TIMEOUT" mariadb_answers mariadb_wrapper_alive || rc=$?
+        else
+            # A mariadbd is up but not answering yet (recovering, or started
+            # by someone else a moment ago): wait for it, never start a second.
+            wait_until "$MARIADB_TIMEOUT" mariadb_answers || rc=$?
+        fi
+        if ((rc != 0)); then
+            [[ -f $MARIADB_LOG ]] && tail -n 20 "$MARIADB_LOG" >&2
+            ((rc == 2)) && die "mariadbd exited during startup, see $MARIADB_LOG"
+            die "MariaDB did not answer within ${MARIADB_TIMEOUT}s"
+        fi
+        how="started in $(since "$t0")"
+    fi
+    if ((EUID == 0)); then
+        mariadb_ensure_users
+    fi
+    # The daemon and the tests connect over TCP; Debian binds 127.0.0.1:3306
+    # by default, but a local config could turn networking off or move it.
+    mariadb_tcp_answers || die "MariaDB answers on $MARIADB_SOCKET but" \
+        "$DB_USER/$DB_PASSWORD cannot log in on 127.0.0.1:3306" \
+        "(check bind-address, port, skip-networking in /etc/mysql)"
+    local version
+    version=$(MYSQL_PWD=$DB_PASSWORD mariadb --protocol=tcp -h127.0.0.1 \
+        -P3306 -u"$DB_USER" -Nse 'select version()')
+    log "mariadb: ready ($how), $version on 127.0.0.1:3306 and $MARIADB_SOCKET, user $DB_USER/$DB_PASSWORD"
+}
+
+cmd_stop_mariadb() {
+    local t0=$EPOCHREALTIME
+    local -a pids
+    need_root "stop MariaDB"
+    if have_systemd; then
+        systemctl stop mariadb
+        log "mariadb: stopped ($(since "$t0"))"
+        return
+    fi
+    mapfile -t pids < <(live_pids mariadbd)
+    if ((${#pids[@]} == 0)); then
+        log "mariadb: not running"
+        return
+    fi
+    # A clean shutdown when it answers (the SQL statement returns at once,
+    # where mariadb-admin polls its pid file once a second); signals when it
+    # hangs (a test may have frozen it with SIGSTOP, hence the SIGCONT).
+    if ! timeout 10 mariadb -uroot --connect-timeout=2 -e SHUTDOWN >/dev/null 2>&1; then
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        kill -CONT "${pids[@]}" 2>/dev/null || true
+    fi
+    if ! wait_until 60 mariadb_no_process; then
+        kill -KILL "${pids[@]}" 2>/dev/null || true
+        wait_until 10 mariadb_no_process || die "mariadbd (${pids[*]}) does not exit"
+    fi
+    log "mariadb: stopped ($(since "$t0"))"
+}
+
+# ---------------------------------------------------------------- RabbitMQ
+
+rabbit_answers() {
+    timeout 10 amqp-delete-queue -u "$AMQP_URL" -q "$AMQP_PROBE_QUEUE" \
+        >/dev/null 2>&1
+}
+
+rabbit_port_open() { timeout 2 bash -c '</dev/tcp/127.0.0.1/5672' 2>/dev/null; }
+
+# The Erlang node (not the AMQP listener) is up; rabbitmqctl's wrapper runs
+# as the rabbitmq user, whose HOME holds the cookie.
+rabbit_node_up() { timeout 20 rabbitmq-diagnostics -q ping --timeout 10 >/dev/null 2>&1; }
+
+rabbit_wrapper_alive() {
+    local pid
+    pid=$(cat "$RABBIT_WRAPPER_PIDFILE" 2>/dev/null) && alive "$pid"
+}
+
+rabbit_beam_pid() {
+    local pid
+    pid=$(cat "$RABBIT_PIDFILE" 2>/dev/null) || return 1
+    [[ $(ps -o comm= -p "$pid" 2>/dev/null) == beam.smp ]] && alive "$pid" &&
+        echo "$pid"
+}
+
+rabbit_beam_gone() { ! rabbit_beam_pid >/dev/null; }
+
+rabbit_fix_cookie() {
+    # Erlang refuses a cookie readable by others; rabbitmqctl then cannot
+    # talk to the node. postinst creates it 0400, a copied tree may not.
+    local cookie=/var/lib/rabbitmq/.erlang.cookie
+    if [[ -e $cookie ]]; then
+        chown rabbitmq:rabbitmq "$cookie"
+        chmod 0400 "$cookie"
+    fi
+}
+
+rabbit_launch() {
+    install -d -m 755 -o rabbitmq -g rabbitmq /run/rabbitmq "$RABBIT_LOGDIR"
+    rm -f "$RABBIT_PIDFILE" "$RABBIT_WRAPPER_PIDFILE"
+    # As the Debian init script does: start-stop-daemon switches to the
+    # rabbitmq user (HOME=/var/lib/rabbitmq, where the cookie is), detaches
+    # and points the fds at /dev/null. The wrapper logs to startup_{log,err}.
+    # env -i keeps stray RABBITMQ_* variables of the caller away from it.
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+        RABBITMQ_PID_FILE="$RABBIT_PIDFILE" \
+        start-stop-daemon --start --quiet --chuid rabbitmq --background \
+        --make-pidfile --pidfile "$RABBIT_WRAPPER_PIDFILE" \
+        --exec /usr/sbin/rabbitmq-server 9>&-
+}
+
+rabbit_ensure_guest() {
+    rabbitmqctl -q add_user guest guest >/dev/null 2>&1 ||
+        rabbitmqctl -q change_password guest guest
+    rabbitmqctl -q set_permissions -p / guest '.*' '.*' '.*'
+    rabbitmqctl -q set_user_tags guest administrator
+}
+
+rabbit_fail() {
+    tail -n 20 "$RABBIT_LOGDIR/startup_err" "$RABBIT_LOGDIR/startup_log" >&2 2>/dev/null || true
+    die "$* (logs in $RABBIT_LOGDIR)"
+}
+
+# Brings the node and its AMQP listener up, whichever way it is down.
+rabbit_start_node() {
+    local rc=0
+    if have_systemd; then
+        systemctl start rabbitmq-server
+        wait_until "$RABBIT_TIMEOUT" rabbit_port_open || rc=$?
+    elif rabbit_node_up; then
+        # The node runs but AMQP is closed: a test's stop_app, or a boot in
+        # progress. start_app is a no-op for an app that is up.
+        rabbitmqctl -q start_app >/dev/null 2>&1 || true
+        wait_until "$RABBIT_TIMEOUT" rabbit_port_open || rc=$?
+    else
+        rabbit_launch
+        wait_until "$RABBIT_TIMEOUT" rabbit_port_open rabbit_wrapper_alive || rc=$?
+    fi
+    ((rc != 2)) || rabbit_fail "rabbitmq-server exited during startup"
+    ((rc != 1)) || rabbit_fail "AMQP port 5672 not open within ${RABBIT_TIMEOUT}s"
+}
+
+cmd_start_rabbitmq() {
+    local t0=$EPOCHREALTIME how="already running"
+    if ((EUID == 0)); then rabbit_fix_cookie; fi
+    if ! rabbit_port_open; then
+        need_root "start RabbitMQ"
+        rabbit_start_node
+        how="started in $(since "$t0")"
+    fi
+    if ! rabbit_answers; then
+        need_root "check RabbitMQ's boot and user guest"
+        # The listener opens late in the boot; await_startup covers the rest.
+        timeout "$RABBIT_TIMEOUT" rabbitmqctl -q await_startup >/dev/null ||
+            rabbit_fail "RabbitMQ did not finish booting"
+        if ! rabbit_answers; then
+            rabbit_ensure_guest
+            rabbit_answers || rabbit_fail "guest/guest cannot log in on $AMQP_URL"
+            log "rabbitmq: reset user guest/guest and its permissions on vhost /"
+        fi
+        [[ $how == already* ]] || how="started in $(since "$t0")"
+    fi
+    log "rabbitmq: ready ($how), AMQP on 127.0.0.1:5672, user guest/guest"
+}
+
+cmd_stop_rabbitmq() {
+    local t0=$EPOCHREALTIME pid
+    need_root "stop RabbitMQ"
+    if have_systemd; then
+        systemctl stop rabbitmq-server
+    elif rabbit_node_up; then
+        # shutdown (unlike stop) waits until the OS process has exited.
+        timeout 120 rabbitmqctl -q shutdown >/dev/null ||
+            die "rabbitmqctl shutdown failed"
+    elif pid=$(rabbit_beam_pid); then
+        # The VM runs but does not answer the CLI: hung or frozen.
+        kill -TERM "$pid" 2>/dev/null || true
+        kill -CONT "$pid" 2>/dev/null || true
+        if ! wait_until 60 rabbit_beam_gone; then
+            kill -KILL "$pid" 2>/dev/null || true
+            wait_until 10 rabbit_beam_gone || die "beam.smp ($pid) does not exit"
+        fi
+    else
+        log "rabbitmq: not running"
+        return
+    fi
+    rm -f "$RABBIT_PIDFILE" "$RABBIT_WRAPPER_PIDFILE"
+    log "rabbitmq: stopped ($(since "$t0"))"
+}
+
+# ---------------------------------------------------------------- main
+
+cmd_status() {
+    local ok=0
+    if mariadb_answers; then log "mariadb: up"; else log "mariadb: down"; ok=1; fi
+    if rabbit_answers; then log "rabbitmq: up"; else log "rabbitmq: down"; ok=1; fi
+    return $ok
+}
+
+usage() {
+    echo "usage: $0 deps|start|stop|status|restart-mariadb|restart-rabbitmq" >&2
+    exit 64
+}
+
+(($# == 1)) || usage
+case $1 in
+deps) cmd_deps ;;
+start)
+    require_tools
+    take_lock
+    cmd_start_mariadb
+    cmd_start_rabbitmq
+    ;;
+stop)
+    require_tools
+    take_lock
+    cmd_stop_mariadb
+    cmd_stop_rabbitmq
+    ;;
+status)
+    require_tools
+    cmd_status
+    ;;
+restart-mariadb)
+    require_tools
+    take_lock
+    cmd_stop_mariadb
+    cmd_start_mariadb
+    ;;
+restart-rabbitmq)
+    require_tools
+    take_lock
+    cmd_stop_rabbitmq
+    cmd_start_rabbitmq
+    ;;
+*) usage ;;
+esac
