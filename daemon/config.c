@@ -1,47 +1,1436 @@
-/* config: stub until the loader lands. */
+/*
+ * config: the YAML file of SPEC section 4 checked against one table of keys
+ * into a struct config; every problem is kept as "file:line:column: message"
+ * and the load fails once, at the end.
+ */
 #include "config.h"
 
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "util.h"
+
+/* Files larger than this are surely not a config or a secret. */
+#define CONFIG_MAX_BYTES (1024 * 1024)
+#define SECRET_MAX_BYTES (64 * 1024)
+/* MySQL's limit for table and column names. */
+#define IDENT_MAX 64
+#define SECTION_MAX 24
+#define NO_FIELD ((size_t)-1)
+
+#define OPT_REQUIRED 0x1
+#define OPT_RELOAD 0x2 /* may change on SIGHUP without a restart */
+
+enum opt_type {
+    OPT_STRING,
+    OPT_DURATION, /* "30s", stored as uint64_t milliseconds */
+    OPT_UINT,     /* stored as unsigned */
+    OPT_BOOL,
+    OPT_ENUM, /* stored as an int-sized enum */
+    OPT_MAP,  /* nested keys, the sub table applied at off */
+    OPT_LIST, /* a list of mappings, read by the section's finisher */
+    OPT_STRINGS,
+};
+
+struct loader;
+struct section;
+
+struct opt {
+    const char *name;
+    enum opt_type type;
+    const char *def; /* in config syntax; NULL: unset or computed */
+    unsigned flags;
+    uint64_t min, max;          /* UINT values, DURATION ms; max 0: unbounded */
+    const char *const *choices; /* ENUM: NULL-terminated, index = value */
+    int (*parse)(const char *); /* ENUM: parser when not the index */
+    size_t off;                 /* in the section's struct, or NO_FIELD */
+    const struct table *sub;    /* MAP: the nested keys */
+};
+
+struct table {
+    const struct opt *opts;
+    size_t nopts;
+    /* Cross-key checks and the keys that need more than a store. */
+    void (*finish)(struct loader *, struct section *);
+};
+
+/* One mapping matched against a table, kept for its finisher. */
+struct section {
+    const struct table *table;
+    const char *path; /* "databases.orders"; NULL at the top level */
+    yaml_node_t *map;
+    void *base;
+    yaml_node_t *keys[SECTION_MAX];
+    yaml_node_t *vals[SECTION_MAX];
+};
+
+struct pending_error {
+    size_t line, column, seq;
+    char *msg;
+};
+
+struct loader {
+    const char *path;
+    char *dir; /* relative secret and TLS files are found beside the config */
+    yaml_document_t doc;
+    struct config *cfg;
+    struct pending_error *errs;
+    size_t nerrs;
+    bool inline_password;
+};
+
+static const char *const log_levels[] = {"error", "warn", "info", "debug",
+                                         NULL};
+static const char *const log_formats[] = {"text", "json", NULL};
+static const char *const orderings[] = {"aggregate", "none", NULL};
+static const char *const on_sents[] = {"mark", "delete", NULL};
+
+/* The enums are stored through memcpy of an int. */
+_Static_assert(sizeof(enum log_level) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum log_format) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum ordering) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum on_sent) == sizeof(int), "enum size");
+
+/* One line per key in the tables below. */
+// clang-format off
+#define K_STR(n, d, f, o) {n, OPT_STRING, d, f, 0, 0, NULL, NULL, o, NULL}
+#define K_DUR(n, d, f, lo, hi, o) \
+    {n, OPT_DURATION, d, f, lo, hi, NULL, NULL, o, NULL}
+#define K_UINT(n, d, f, lo, hi, o) \
+    {n, OPT_UINT, d, f, lo, hi, NULL, NULL, o, NULL}
+#define K_BOOL(n, d, f, o) {n, OPT_BOOL, d, f, 0, 0, NULL, NULL, o, NULL}
+#define K_ENUM(n, d, f, c, p, o) {n, OPT_ENUM, d, f, 0, 0, c, p, o, NULL}
+#define K_MAP(n, f, o, t) {n, OPT_MAP, NULL, f, 0, 0, NULL, NULL, o, t}
+#define K_LIST(n, f) {n, OPT_LIST, NULL, f, 0, 0, NULL, NULL, NO_FIELD, NULL}
+#define K_STRS(n, f) {n, OPT_STRINGS, NULL, f, 0, 0, NULL, NULL, NO_FIELD, NULL}
+#define TABLE(opts, fin) {opts, sizeof(opts) / sizeof(*(opts)), fin}
+// clang-format on
+
+#define SEC 1000ULL
+
+static void relay_finish(struct loader *, struct section *);
+static void tls_finish(struct loader *, struct section *);
+static void broker_finish(struct loader *, struct section *);
+static void backoff_finish(struct loader *, struct section *);
+static void outbox_finish(struct loader *, struct section *);
+static void database_finish(struct loader *, struct section *);
+static void top_finish(struct loader *, struct section *);
+
+#define RELAY(f) offsetof(struct relay_config, f)
+static const struct opt relay_opts[] = {
+    K_STR("id", NULL, 0, RELAY(id)), /* default <hostname>:<pid> */
+    K_ENUM("log_level", "info", OPT_RELOAD, log_levels, log_level_parse,
+           RELAY(log_level)),
+    K_ENUM("log_format", "text", OPT_RELOAD, log_formats, NULL,
+           RELAY(log_format)),
+    K_STR("listen", "127.0.0.1:9180", 0, RELAY(listen)),
+    K_DUR("shutdown_timeout", "10s", OPT_RELOAD, 0, 0,
+          RELAY(shutdown_timeout_ms)),
+};
+static const struct table relay_table = TABLE(relay_opts, relay_finish);
+
+#define TLS(f) offsetof(struct tls_config, f)
+static const struct opt tls_opts[] = {
+    K_STR("ca_file", NULL, 0, TLS(ca_file)),
+    K_STR("cert_file", NULL, 0, TLS(cert_file)),
+    K_STR("key_file", NULL, 0, TLS(key_file)),
+    K_BOOL("verify_peer", "true", 0, TLS(verify_peer)),
+    K_BOOL("verify_hostname", "true", 0, TLS(verify_hostname)),
+};
+static const struct table tls_table = TABLE(tls_opts, tls_finish);
+
+#define BROKER(f) offsetof(struct broker_config, f)
+static const struct opt broker_opts[] = {
+    /* One of url, url_env, url_file, urls: resolved by broker_finish. */
+    K_STR("url", NULL, 0, NO_FIELD),
+    K_STR("url_env", NULL, 0, NO_FIELD),
+    K_STR("url_file", NULL, 0, NO_FIELD),
+    K_STRS("urls", 0),
+    /* AMQP negotiates the heartbeat in whole seconds, in 16 bits. */
+    K_DUR("heartbeat", "30s", 0, 0, 65535 * SEC, BROKER(heartbeat_ms)),
+    K_DUR("connect_timeout", "5s", 0, 1, 0, BROKER(connect_timeout_ms)),
+    K_DUR("confirm_timeout", "30s", OPT_RELOAD, 1, 0,
+          BROKER(confirm_timeout_ms)),
+    K_MAP("tls", 0, BROKER(tls), &tls_table),
+};
+static const struct table broker_table = TABLE(broker_opts, broker_finish);
+
+/* backoff and retention are nested maps over outbox_config's own fields. */
+#define OUTBOX(f) offsetof(struct outbox_config, f)
+static const struct opt backoff_opts[] = {
+    K_DUR("initial", "1s", OPT_RELOAD, 1, 0, OUTBOX(backoff_initial_ms)),
+    K_DUR("max", "300s", OPT_RELOAD, 1, 0, OUTBOX(backoff_max_ms)),
+};
+static const struct table backoff_table = TABLE(backoff_opts, backoff_finish);
+
+static const struct opt retention_opts[] = {
+    K_DUR("sent", "7d", OPT_RELOAD, 0, 0, OUTBOX(retention_sent_ms)),
+    K_DUR("interval", "1m", OPT_RELOAD, 1 * SEC, 0,
+          OUTBOX(retention_interval_ms)),
+    K_UINT("batch", "5000", OPT_RELOAD, 1, 100000, OUTBOX(retention_batch)),
+};
+static const struct table retention_table = TABLE(retention_opts, NULL);
+
+static const struct opt outbox_opts[] = {
+    K_STR("table", NULL, OPT_REQUIRED, OUTBOX(table)),
+    K_STR("broker", NULL, 0, NO_FIELD), /* may default to the only one */
+    K_STR("exchange", "", 0, NO_FIELD), /* compiled by outbox_finish */
+    K_STR("routing_key", "{aggregate_type}.{event_type}", 0, NO_FIELD),
+    K_STR("exchange_column", NULL, 0, OUTBOX(exchange_column)),
+    K_STR("routing_key_column", NULL, 0, OUTBOX(routing_key_column)),
+    K_BOOL("mandatory", "true", OPT_RELOAD, OUTBOX(mandatory)),
+    K_ENUM("ordering", "aggregate", 0, orderings, NULL, OUTBOX(ordering)),
+    K_UINT("batch_size", "500", OPT_RELOAD, 1, 10000, OUTBOX(batch_size)),
+    K_DUR("poll_interval", "100ms", OPT_RELOAD, 1, 0, OUTBOX(poll_interval_ms)),
+    K_DUR("lease", "30s", OPT_RELOAD, 1 * SEC, 0, OUTBOX(lease_ms)),
+    K_UINT("max_retries", "10", OPT_RELOAD, 0, 1000, OUTBOX(max_retries)),
+    K_MAP("backoff", 0, 0, &backoff_table),
+    K_ENUM("on_sent", "mark", OPT_RELOAD, on_sents, NULL, OUTBOX(on_sent)),
+    K_MAP("retention", 0, 0, &retention_table),
+};
+static const struct table outbox_table = TABLE(outbox_opts, outbox_finish);
+
+#define DB(f) offsetof(struct database_config, f)
+static const struct opt database_opts[] = {
+    K_STR("host", "127.0.0.1", 0, DB(host)),
+    K_UINT("port", "3306", 0, 1, 65535, DB(port)),
+    K_STR("socket", NULL, 0, DB(socket)),
+    K_STR("user", NULL, OPT_REQUIRED, DB(user)),
+    /* At most one of the three: resolved by database_finish. */
+    K_STR("password", NULL, 0, NO_FIELD),
+    K_STR("password_env", NULL, 0, NO_FIELD),
+    K_STR("password_file", NULL, 0, NO_FIELD),
+    K_STR("database", NULL, OPT_REQUIRED, DB(database)),
+    K_DUR("connect_timeout", "5s", 0, 1, 0, DB(connect_timeout_ms)),
+    K_MAP("tls", 0, DB(tls), &tls_table),
+    K_LIST("outboxes", OPT_REQUIRED),
+};
+static const struct table database_table =
+    TABLE(database_opts, database_finish);
+
+static const struct opt top_opts[] = {
+    K_MAP("relay", 0, offsetof(struct config, relay), &relay_table),
+    K_MAP("brokers", OPT_REQUIRED, NO_FIELD, NULL),
+    K_MAP("databases", OPT_REQUIRED, NO_FIELD, NULL),
+};
+static const struct table top_table = TABLE(top_opts, top_finish);
+
+/* Errors */
+
+static void ld_error(struct loader *ld, const yaml_mark_t *mark,
+                     const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A NULL mark is a problem of the whole file, reported as "file: msg". */
+static void
+ld_error(struct loader *ld, const yaml_mark_t *mark, const char *fmt, ...)
+{
+    va_list ap, copy;
+    va_start(ap, fmt);
+    va_copy(copy, ap);
+    int len = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    char *msg = xmalloc(len > 0 ? (size_t)len + 1 : 1);
+    vsnprintf(msg, len > 0 ? (size_t)len + 1 : 1, fmt, ap);
+    va_end(ap);
+
+    ld->errs = xrealloc(ld->errs, (ld->nerrs + 1) * sizeof(*ld->errs));
+    struct pending_error *e = &ld->errs[ld->nerrs];
+    e->line = mark ? mark->line + 1 : 0;
+    e->column = mark ? mark->column + 1 : 0;
+    e->seq = ld->nerrs++;
+    e->msg = msg;
+}
+
+static int
+error_cmp(const void *a, const void *b)
+{
+    const struct pending_error *x = a, *y = b;
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
+    if (x->column != y->column)
+        return x->column < y->column ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Finishers run after the keys they check, so sort into file order. */
+static void
+errors_flush(struct loader *ld, struct config_errors *errs)
+{
+    if (ld->nerrs > 1)
+        qsort(ld->errs, ld->nerrs, sizeof(*ld->errs), error_cmp);
+    for (size_t i = 0; i < ld->nerrs; i++) {
+        struct pending_error *e = &ld->errs[i];
+        if (errs != NULL) {
+            errs->msgs =
+                xrealloc(errs->msgs, (errs->n + 1) * sizeof(*errs->msgs));
+            errs->msgs[errs->n++] = e->line == 0
+                                        ? xasprintf("%s: %s", ld->path, e->msg)
+                                        : xasprintf("%s:%zu:%zu: %s", ld->path,
+                                                    e->line, e->column, e->msg);
+        }
+        free(e->msg);
+    }
+    free(ld->errs);
+    ld->errs = NULL;
+}
+
+/* Nodes */
+
+static yaml_node_t *
+node_get(struct loader *ld, int index)
+{
+    return yaml_document_get_node(&ld->doc, index);
+}
+
+static bool
+node_is_null(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE ||
+        n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *v = (const char *)n->data.scalar.value;
+    return *v == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 ||
+           strcmp(v, "Null") == 0 || strcmp(v, "NULL") == 0;
+}
+
+/* The text of a usable scalar; NULL for anything else. */
+static const char *
+node_text(const yaml_node_t *n)
+{
+    if (n == NULL || n->type != YAML_SCALAR_NODE || node_is_null(n))
+        return NULL;
+    const char *v = (const char *)n->data.scalar.value;
+    return strlen(v) == n->data.scalar.length ? v : NULL;
+}
+
+static const char *
+node_kind(const yaml_node_t *n)
+{
+    if (n->type == YAML_MAPPING_NODE)
+        return "a mapping";
+    if (n->type == YAML_SEQUENCE_NODE)
+        return "a list";
+    if (node_is_null(n))
+        return "an empty value";
+    return "a string";
+}
+
+static size_t
+map_size(const yaml_node_t *map)
+{
+    return (size_t)(map->data.mapping.pairs.top -
+                    map->data.mapping.pairs.start);
+}
+
+static size_t
+list_size(const yaml_node_t *list)
+{
+    return (size_t)(list->data.sequence.items.top -
+                    list->data.sequence.items.start);
+}
+
+/* Reports a value of the wrong kind; true when n has the expected one. */
+static bool
+node_expect(struct loader *ld, const char *path, const yaml_node_t *n,
+            yaml_node_type_t type, const char *want)
+{
+    bool null = node_is_null(n);
+    if (n->type == type && !(type == YAML_SCALAR_NODE && null)) {
+        if (type != YAML_SCALAR_NODE || node_text(n) != NULL)
+            return true;
+        ld_error(ld, &n->start_mark, "%s: string contains a NUL byte", path);
+        return false;
+    }
+    /* An empty "exchange:" is null in YAML, not the empty string. */
+    bool hint = null && strcmp(want, "a string") == 0;
+    ld_error(ld, &n->start_mark, "%s: expected %s, got %s%s", path, want,
+             node_kind(n), hint ? " (write \"\" for an empty string)" : "");
+    return false;
+}
+
+static char *
+path_join(const char *path, const char *name)
+{
+    return path ? xasprintf("%s.%s", path, name) : xstrdup(name);
+}
+
+/*
+ * The name of a mapping key, or NULL after reporting a key that is not
+ * a string or that repeats an earlier one.
+ */
+static const char *
+map_key(struct loader *ld, const yaml_node_t *map, yaml_node_pair_t *pair,
+        const char *path)
+{
+    yaml_node_t *k = node_get(ld, pair->key);
+    const char *name = node_text(k);
+    const char *where = path ? path : "the top level";
+    if (name == NULL) {
+        ld_error(ld, &k->start_mark, "keys in %s must be strings, got %s",
+                 where, node_kind(k));
+        return NULL;
+    }
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < pair; p++) {
+        const char *prev = node_text(node_get(ld, p->key));
+        if (prev != NULL && strcmp(prev, name) == 0) {
+            ld_error(ld, &k->start_mark, "duplicate key \"%s\" in %s", name,
+                     where);
+            return NULL;
+        }
+    }
+    return name;
+}
+
+/* Values */
+
+static void
+enum_list(const char *const *choices, char *buf, size_t size)
+{
+    size_t n = 0, len = 0;
+    while (choices[n] != NULL)
+        n++;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s",
+                                i == 0       ? ""
+                                : i == n - 1 ? " or "
+                                             : ", ",
+                                choices[i]);
+}
+
+/* What a scalar key expects, for "expected X, got Y". */
+static const char *
+opt_want(const struct opt *o, char *buf, size_t size)
+{
+    switch (o->type) {
+    case OPT_DURATION:
+        return "a duration such as 30s";
+    case OPT_UINT:
+        return "a whole number";
+    case OPT_BOOL:
+        return "true or false";
+    case OPT_ENUM:
+        enum_list(o->choices, buf, size);
+        return buf;
+    default:
+        return "a string";
+    }
+}
+
+static int
+enum_value(const struct opt *o, const char *text, int *value, char *err,
+           size_t errlen)
+{
+    *value = -1;
+    if (o->parse != NULL) {
+        *value = o->parse(text);
+    } else {
+        for (int i = 0; o->choices[i] != NULL; i++)
+            if (strcmp(text, o->choices[i]) == 0)
+                *value = i;
+    }
+    if (*value >= 0)
+        return 0;
+    char list[128];
+    enum_list(o->choices, list, sizeof(list));
+    err_set(err, errlen, "invalid value \"%s\" (expected %s)", text, list);
+    return -1;
+}
+
+static int
+uint_value(const struct opt *o, const char *text, unsigned *value, char *err,
+           size_t errlen)
+{
+    uint64_t v = 0;
+    const char *p = text;
+    for (; *p >= '0' && *p <= '9' && v <= o->max; p++)
+        v = v * 10 + (uint64_t)(*p - '0');
+    if (p == text || (*p != '\0' && (*p < '0' || *p > '9'))) {
+        err_set(err, errlen,
+                "expected a whole number from %llu to %llu, got \"%s\"",
+                (unsigned long long)o->min, (unsigned long long)o->max, text);
+        return -1;
+    }
+    if (*p != '\0' || v < o->min || v > o->max) {
+        err_set(err, errlen, "%s is out of range (%llu to %llu)", text,
+                (unsigned long long)o->min, (unsigned long long)o->max);
+        return -1;
+    }
+    *value = (unsigned)v;
+    return 0;
+}
+
+static int
+duration_value(const struct opt *o, const char *text, uint64_t *ms, char *err,
+               size_t errlen)
+{
+    char bound[32];
+    if (duration_parse(text, ms, err, errlen) < 0)
+        return -1;
+    if (*ms < o->min) {
+        duration_format(o->min, bound, sizeof(bound));
+        err_set(err, errlen, "%s is below the minimum of %s", text, bound);
+        return -1;
+    }
+    if (o->max != 0 && *ms > o->max) {
+        duration_format(o->max, bound, sizeof(bound));
+        err_set(err, errlen, "%s is above the maximum of %s", text, bound);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+bool_value(const char *text, bool *value, char *err, size_t errlen)
+{
+    if (strcasecmp(text, "true") == 0 || strcasecmp(text, "yes") == 0) {
+        *value = true;
+        return 0;
+    }
+    if (strcasecmp(text, "false") == 0 || strcasecmp(text, "no") == 0) {
+        *value = false;
+        return 0;
+    }
+    err_set(err, errlen, "expected true or false, got \"%s\"", text);
+    return -1;
+}
+
+/*
+ * Converts text by the key's type and stores it at field; a NULL field
+ * only checks.  Defaults go through here too, so the table's text is the
+ * one source of them.
+ */
+static int
+value_store(const struct opt *o, const char *text, void *field, char *err,
+            size_t errlen)
+{
+    uint64_t ms;
+    unsigned u;
+    bool b;
+    int e;
+    switch (o->type) {
+    case OPT_STRING:
+        if (field != NULL) {
+            free(*(char **)field);
+            *(char **)field = xstrdup(text);
+        }
+        return 0;
+    case OPT_DURATION:
+        if (duration_value(o, text, &ms, err, errlen) < 0)
+            return -1;
+        if (field != NULL)
+            *(uint64_t *)field = ms;
+        return 0;
+    case OPT_UINT:
+        if (uint_value(o, text, &u, err, errlen) < 0)
+            return -1;
+        if (field != NULL)
+            *(unsigned *)field = u;
+        return 0;
+    case OPT_BOOL:
+        if (bool_value(text, &b, err, errlen) < 0)
+            return -1;
+        if (field != NULL)
+            *(bool *)field = b;
+        return 0;
+    case OPT_ENUM:
+        if (enum_value(o, text, &e, err, errlen) < 0)
+            return -1;
+        if (field != NULL)
+            memcpy(field, &e, sizeof(e));
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Tables and sections */
+
+static void *
+opt_field(const struct opt *o, void *base)
+{
+    return o->off == NO_FIELD ? NULL : (char *)base + o->off;
+}
+
+static void
+table_defaults(const struct table *t, void *base)
+{
+    for (size_t i = 0; i < t->nopts; i++) {
+        const struct opt *o = &t->opts[i];
+        void *field = opt_field(o, base);
+        if (o->type == OPT_MAP && o->sub != NULL && field != NULL) {
+            table_defaults(o->sub, field);
+        } else if (o->def != NULL && field != NULL) {
+            int rc = value_store(o, o->def, field, NULL, 0);
+            assert(rc == 0); /* a bad default is a bug in the table */
+            (void)rc;
+        }
+    }
+}
+
+static int
+table_find(const struct table *t, const char *name)
+{
+    for (size_t i = 0; i < t->nopts; i++)
+        if (strcmp(t->opts[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void section_load(struct loader *ld, struct section *s,
+                         const struct table *t, yaml_node_t *map,
+                         const char *path, void *base);
+
+static void
+strings_check(struct loader *ld, const char *path, yaml_node_t *list)
+{
+    if (!node_expect(ld, path, list, YAML_SEQUENCE_NODE, "a list"))
+        return;
+    for (size_t i = 0; i < list_size(list); i++) {
+        char *item = xasprintf("%s[%zu]", path, i);
+        node_expect(ld, item, node_get(ld, list->data.sequence.items.start[i]),
+                    YAML_SCALAR_NODE, "a string");
+        free(item);
+    }
+}
+
+static void
+opt_apply(struct loader *ld, struct section *s, const struct opt *o,
+          yaml_node_t *v)
+{
+    char *path = path_join(s->path, o->name);
+    void *field = opt_field(o, s->base);
+    char err[256], want[128];
+    struct section sub;
+
+    switch (o->type) {
+    case OPT_MAP:
+        if (node_expect(ld, path, v, YAML_MAPPING_NODE, "a mapping") &&
+            o->sub != NULL)
+            section_load(ld, &sub, o->sub, v, path, field);
+        break;
+    case OPT_LIST:
+        node_expect(ld, path, v, YAML_SEQUENCE_NODE, "a list");
+        break;
+    case OPT_STRINGS:
+        strings_check(ld, path, v);
+        break;
+    default:
+        if (!node_expect(ld, path, v, YAML_SCALAR_NODE,
+                         opt_want(o, want, sizeof(want))))
+            break;
+        if (value_store(o, node_text(v), field, err, sizeof(err)) < 0)
+            ld_error(ld, &v->start_mark, "%s: %s", path, err);
+    }
+    free(path);
+}
+
+static void
+section_required(struct loader *ld, struct section *s)
+{
+    for (size_t i = 0; i < s->table->nopts; i++) {
+        const struct opt *o = &s->table->opts[i];
+        if ((o->flags & OPT_REQUIRED) && s->vals[i] == NULL)
+            ld_error(ld, &s->map->start_mark, "missing required key \"%s\"%s%s",
+                     o->name, s->path ? " in " : "", s->path ? s->path : "");
+    }
+}
+
+/* Matches map's keys against t in file order, storing into base. */
+static void
+section_load(struct loader *ld, struct section *s, const struct table *t,
+             yaml_node_t *map, const char *path, void *base)
+{
+    assert(t->nopts <= SECTION_MAX);
+    memset(s, 0, sizeof(*s));
+    s->table = t;
+    s->path = path;
+    s->map = map;
+    s->base = base;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
+         p < map->data.mapping.pairs.top; p++) {
+        const char *name = map_key(ld, map, p, path);
+        if (name == NULL)
+            continue;
+        yaml_node_t *k = node_get(ld, p->key);
+        int i = table_find(t, name);
+        if (i < 0) {
+            ld_error(ld, &k->start_mark, "unknown key \"%s\" in %s", name,
+                     path ? path : "the top level");
+            continue;
+        }
+        s->keys[i] = k;
+        s->vals[i] = node_get(ld, p->value);
+        opt_apply(ld, s, &t->opts[i], s->vals[i]);
+    }
+    section_required(ld, s);
+    if (t->finish != NULL)
+        t->finish(ld, s);
+}
+
+static yaml_node_t *
+sec_node(const struct section *s, const char *name)
+{
+    int i = table_find(s->table, name);
+    assert(i >= 0);
+    return s->vals[i];
+}
+
+static yaml_node_t *
+sec_key(const struct section *s, const char *name)
+{
+    int i = table_find(s->table, name);
+    assert(i >= 0);
+    return s->keys[i];
+}
+
+/* The key's text or its default; NULL when absent or already reported. */
+static const char *
+sec_text(const struct section *s, const char *name)
+{
+    int i = table_find(s->table, name);
+    assert(i >= 0);
+    if (s->vals[i] == NULL)
+        return s->table->opts[i].def;
+    return node_text(s->vals[i]);
+}
+
+/* Where to point at a key's value, or at its section when it is absent. */
+static const yaml_mark_t *
+sec_mark(const struct section *s, const char *name)
+{
+    yaml_node_t *v = sec_node(s, name);
+    return v ? &v->start_mark : &s->map->start_mark;
+}
+
+/* Files and secrets */
+
+static int
+file_read(const char *path, size_t max, char **out, size_t *outlen,
+          mode_t *mode, char *err, size_t errlen)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        err_set(err, errlen, "cannot open: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char *buf = xmalloc(max + 1);
+    size_t len = 0;
+    bool failed = false;
+    while (!failed && len <= max) {
+        ssize_t n = read(fd, buf + len, max + 1 - len);
+        if (n == 0)
+            break;
+        if (n < 0 && errno != EINTR) {
+            err_set(err, errlen, "cannot read: %s", strerror(errno));
+            failed = true;
+        }
+        len += n > 0 ? (size_t)n : 0;
+    }
+    close(fd);
+    if (!failed && len > max) {
+        err_set(err, errlen, "larger than %zu bytes", max);
+        failed = true;
+    }
+    if (failed) {
+        free(buf);
+        return -1;
+    }
+    buf[len] = '\0';
+    *out = buf;
+    if (outlen != NULL)
+        *outlen = len;
+    if (mode != NULL)
+        *mode = st.st_mode;
+    return 0;
+}
+
+static char *
+file_path(struct loader *ld, const char *name)
+{
+    if (name[0] == '/' || ld->dir == NULL)
+        return xstrdup(name);
+    return xasprintf("%s/%s", ld->dir, name);
+}
+
+/*
+ * Of the keys in names, the index of the one that is set, -1 if none,
+ * -2 after reporting that two are.
+ */
+static int
+sec_pick_one(struct loader *ld, const struct section *s,
+             const char *const *names, size_t n)
+{
+    int picked = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (sec_node(s, names[i]) == NULL)
+            continue;
+        if (picked >= 0) {
+            ld_error(ld, &sec_key(s, names[i])->start_mark,
+                     "%s: \"%s\" and \"%s\" are both set; use only one",
+                     s->path, names[picked], names[i]);
+            return -2;
+        }
+        picked = (int)i;
+    }
+    return picked;
+}
+
+static char *
+secret_from_file(struct loader *ld, const yaml_mark_t *mark, const char *path,
+                 const char *name)
+{
+    char *file = file_path(ld, name);
+    char *secret = NULL, err[256];
+    if (file_read(file, SECRET_MAX_BYTES, &secret, NULL, NULL, err,
+                  sizeof(err)) < 0)
+        ld_error(ld, mark, "%s: \"%s\": %s", path, file, err);
+    /* Editors end files with a newline that is not part of the secret. */
+    for (size_t n = secret ? strlen(secret) : 0;
+         n > 0 && (secret[n - 1] == '\n' || secret[n - 1] == '\r'); n--)
+        secret[n - 1] = '\0';
+    free(file);
+    return secret;
+}
+
+/*
+ * Resolves a secret given inline, by environment variable or by file
+ * (names: the three keys in that order); NULL on error.
+ */
+static char *
+secret_resolve(struct loader *ld, const struct section *s,
+               const char *const names[3], int which)
+{
+    const char *text = sec_text(s, names[which]);
+    const yaml_mark_t *mark = sec_mark(s, names[which]);
+    if (text == NULL)
+        return NULL; /* reported as the wrong type */
+    if (which == 0)
+        return xstrdup(text);
+
+    char *path = path_join(s->path, names[which]);
+    char *secret = NULL;
+    if (which == 1) {
+        const char *v = getenv(text);
+        if (v == NULL)
+            ld_error(ld, mark, "%s: environment variable \"%s\" is not set",
+                     path, text);
+        secret = v ? xstrdup(v) : NULL;
+    } else {
+        secret = secret_from_file(ld, mark, path, text);
+    }
+    free(path);
+    return secret;
+}
+
+/* Finishers */
+
+static char *
+default_relay_id(void)
+{
+    char host[256];
+    if (gethostname(host, sizeof(host)) < 0)
+        str_copy(host, "localhost", sizeof(host));
+    host[sizeof(host) - 1] = '\0';
+    return xasprintf("%s:%ld", host, (long)getpid());
+}
+
+static bool
+listen_valid(const char *listen)
+{
+    const char *colon = strrchr(listen, ':');
+    if (*listen == '\0')
+        return true;
+    if (colon == NULL || colon[1] == '\0' ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1))
+        return false;
+    long port = strtol(colon + 1, NULL, 10);
+    return strlen(colon + 1) <= 5 && port >= 1 && port <= 65535;
+}
+
+static void
+relay_finish(struct loader *ld, struct section *s)
+{
+    struct relay_config *relay = s->base;
+    if (relay->id != NULL && relay->id[0] == '\0')
+        ld_error(ld, sec_mark(s, "id"), "relay.id: must not be empty");
+    if (relay->listen != NULL && !listen_valid(relay->listen))
+        ld_error(ld, sec_mark(s, "listen"),
+                 "relay.listen: expected HOST:PORT with a port from 1 to "
+                 "65535, or \"\" to disable, got \"%s\"",
+                 relay->listen);
+}
+
+static void
+tls_file(struct loader *ld, struct section *s, const char *key, char **file)
+{
+    if (*file == NULL)
+        return;
+    char *resolved = file_path(ld, *file);
+    free(*file);
+    *file = resolved;
+    if (access(resolved, R_OK) < 0)
+        ld_error(ld, sec_mark(s, key), "%s.%s: cannot read \"%s\": %s", s->path,
+                 key, resolved, strerror(errno));
+}
+
+static void
+tls_finish(struct loader *ld, struct section *s)
+{
+    struct tls_config *tls = s->base;
+    tls->enabled = true;
+    if ((tls->cert_file == NULL) != (tls->key_file == NULL))
+        ld_error(ld, &s->map->start_mark,
+                 "%s: cert_file and key_file must be set together", s->path);
+    tls_file(ld, s, "ca_file", &tls->ca_file);
+    tls_file(ld, s, "cert_file", &tls->cert_file);
+    tls_file(ld, s, "key_file", &tls->key_file);
+}
+
+/* The URL itself is not quoted: it usually carries a password. */
+static void
+broker_add_url(struct loader *ld, struct broker_config *b, char *url,
+               const char *path, const yaml_mark_t *mark)
+{
+    bool tls = strncmp(url, "amqps://", 8) == 0;
+    if (!tls && strncmp(url, "amqp://", 7) != 0) {
+        ld_error(ld, mark, "%s: URL must start with amqp:// or amqps://", path);
+        free(url);
+        return;
+    }
+    if (tls)
+        b->tls.enabled = true;
+    b->urls = xrealloc(b->urls, (b->nurls + 1) * sizeof(*b->urls));
+    b->urls[b->nurls++] = url;
+}
+
+static void
+broker_add_list(struct loader *ld, struct section *s, struct broker_config *b)
+{
+    yaml_node_t *list = sec_node(s, "urls");
+    if (list->type != YAML_SEQUENCE_NODE)
+        return;
+    if (list_size(list) == 0)
+        ld_error(ld, &list->start_mark, "%s.urls: empty list", s->path);
+    for (size_t i = 0; i < list_size(list); i++) {
+        yaml_node_t *item = node_get(ld, list->data.sequence.items.start[i]);
+        const char *text = node_text(item);
+        if (text == NULL)
+            continue;
+        char *path = xasprintf("%s.urls[%zu]", s->path, i);
+        broker_add_url(ld, b, xstrdup(text), path, &item->start_mark);
+        free(path);
+    }
+}
+
+static void
+broker_finish(struct loader *ld, struct section *s)
+{
+    static const char *const sources[] = {"url", "url_env", "url_file", "urls"};
+    struct broker_config *b = s->base;
+    int which = sec_pick_one(ld, s, sources, 4);
+    if (which == -1) {
+        ld_error(ld, &s->map->start_mark,
+                 "missing required key \"url\" (or \"urls\", \"url_env\", "
+                 "\"url_file\") in %s",
+                 s->path);
+    } else if (which == 3) {
+        broker_add_list(ld, s, b);
+    } else if (which >= 0) {
+        char *url = secret_resolve(ld, s, sources, which);
+        char *path = path_join(s->path, sources[which]);
+        if (url != NULL)
+            broker_add_url(ld, b, url, path, sec_mark(s, sources[which]));
+        free(path);
+    }
+}
+
+static void
+backoff_finish(struct loader *ld, struct section *s)
+{
+    struct outbox_config *ob = s->base;
+    char initial[32], max[32];
+    if (ob->backoff_initial_ms <= ob->backoff_max_ms)
+        return;
+    duration_format(ob->backoff_initial_ms, initial, sizeof(initial));
+    duration_format(ob->backoff_max_ms, max, sizeof(max));
+    ld_error(ld, &s->map->start_mark,
+             "%s: initial (%s) is greater than max (%s)", s->path, initial,
+             max);
+}
+
+/* Table and column names are spliced into SQL: a strict alphabet. */
+static bool
+ident_check(struct loader *ld, const struct section *s, const char *key,
+            const char *what, const char *name)
+{
+    size_t len = strlen(name);
+    const char *alphabet = "abcdefghijklmnopqrstuvwxyz"
+                           "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$";
+    if (len > 0 && len <= IDENT_MAX && strspn(name, alphabet) == len)
+        return true;
+    ld_error(ld, sec_mark(s, key),
+             "%s.%s: invalid %s name \"%s\": use 1 to %d letters, digits, _ "
+             "or $",
+             s->path, key, what, name, IDENT_MAX);
+    return false;
+}
+
+static void
+outbox_add_column(struct outbox_config *ob, const char *name)
+{
+    for (size_t i = 0; i < ob->ncolumns; i++)
+        if (strcmp(ob->columns[i], name) == 0)
+            return;
+    ob->columns =
+        xrealloc(ob->columns, (ob->ncolumns + 1) * sizeof(*ob->columns));
+    ob->columns[ob->ncolumns++] = xstrdup(name);
+}
+
+static void
+outbox_template(struct loader *ld, struct section *s, const char *key,
+                struct template *t)
+{
+    struct outbox_config *ob = s->base;
+    const char *src = sec_text(s, key);
+    char err[256];
+    if (src == NULL)
+        return;
+    if (template_compile(src, t, err, sizeof(err)) < 0) {
+        ld_error(ld, sec_mark(s, key), "%s.%s: %s", s->path, key, err);
+        return;
+    }
+    for (size_t i = 0; i < t->nparts; i++)
+        if (t->parts[i].is_column)
+            outbox_add_column(ob, t->parts[i].text);
+}
+
+static void
+outbox_broker(struct loader *ld, struct section *s)
+{
+    struct outbox_config *ob = s->base;
+    struct config *cfg = ld->cfg;
+    yaml_node_t *v = sec_node(s, "broker");
+    const char *name = node_text(v);
+    if (v == NULL) {
+        if (cfg->nbrokers == 1)
+            ob->broker = &cfg->brokers[0];
+        else if (cfg->nbrokers > 1)
+            ld_error(ld, &s->map->start_mark,
+                     "missing required key \"broker\" in %s (there is more "
+                     "than one broker)",
+                     s->path);
+        return;
+    }
+    for (size_t i = 0; name != NULL && i < cfg->nbrokers; i++)
+        if (strcmp(cfg->brokers[i].name, name) == 0)
+            ob->broker = &cfg->brokers[i];
+    /* With no brokers at all, that error says enough. */
+    if (name != NULL && ob->broker == NULL && cfg->nbrokers > 0)
+        ld_error(ld, &v->start_mark, "outbox %s: unknown broker \"%s\"",
+                 ob->name ? ob->name : s->path, name);
+}
+
+static void
+outbox_finish(struct loader *ld, struct section *s)
+{
+    struct outbox_config *ob = s->base;
+    if (ob->table != NULL) {
+        ident_check(ld, s, "table", "table", ob->table);
+        ob->name = xasprintf("%s.%s", ob->database->name, ob->table);
+    }
+    outbox_broker(ld, s);
+    outbox_template(ld, s, "exchange", &ob->exchange);
+    outbox_template(ld, s, "routing_key", &ob->routing_key);
+    if (ob->exchange_column != NULL &&
+        ident_check(ld, s, "exchange_column", "column", ob->exchange_column))
+        outbox_add_column(ob, ob->exchange_column);
+    if (ob->routing_key_column != NULL &&
+        ident_check(ld, s, "routing_key_column", "column",
+                    ob->routing_key_column))
+        outbox_add_column(ob, ob->routing_key_column);
+}
+
+static void
+outboxes_unique(struct loader *ld, struct section *s,
+                struct database_config *db, yaml_node_t *list)
+{
+    for (size_t i = 1; i < db->noutboxes; i++)
+        for (size_t j = 0; j < i; j++) {
+            const char *a = db->outboxes[i].table;
+            if (a == NULL || db->outboxes[j].table == NULL ||
+                strcmp(a, db->outboxes[j].table) != 0)
+                continue;
+            yaml_node_t *item =
+                node_get(ld, list->data.sequence.items.start[i]);
+            ld_error(ld, &item->start_mark,
+                     "%s.outboxes[%zu]: duplicate outbox table \"%s\" (also "
+                     "outboxes[%zu])",
+                     s->path, i, a, j);
+            break;
+        }
+}
+
+static void
+outboxes_load(struct loader *ld, struct section *s, struct database_config *db)
+{
+    yaml_node_t *list = sec_node(s, "outboxes");
+    if (list == NULL || list->type != YAML_SEQUENCE_NODE)
+        return; /* reported as missing or as the wrong type */
+    size_t n = list_size(list);
+    if (n == 0) {
+        ld_error(ld, &list->start_mark, "%s.outboxes: no outboxes configured",
+                 s->path);
+        return;
+    }
+    db->outboxes = xcalloc(n, sizeof(*db->outboxes));
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *item = node_get(ld, list->data.sequence.items.start[i]);
+        struct outbox_config *ob = &db->outboxes[db->noutboxes++];
+        char *path = xasprintf("%s.outboxes[%zu]", s->path, i);
+        struct section sub;
+        ob->database = db;
+        table_defaults(&outbox_table, ob);
+        if (node_expect(ld, path, item, YAML_MAPPING_NODE, "a mapping"))
+            section_load(ld, &sub, &outbox_table, item, path, ob);
+        free(path);
+    }
+    outboxes_unique(ld, s, db, list);
+}
+
+static void
+database_finish(struct loader *ld, struct section *s)
+{
+    static const char *const sources[] = {"password", "password_env",
+                                          "password_file"};
+    struct database_config *db = s->base;
+    int which = sec_pick_one(ld, s, sources, 3);
+    if (which >= 0)
+        db->password = secret_resolve(ld, s, sources, which);
+    if (which == 0)
+        ld->inline_password = true;
+    if (db->socket != NULL) {
+        /* libmysqlclient uses the socket only for host "localhost". */
+        free(db->host);
+        db->host = xstrdup("localhost");
+    }
+    outboxes_load(ld, s, db);
+}
+
+/* Top level: relay, then brokers before the databases that name them. */
+
+static bool
+database_name_valid(const char *name)
+{
+    /* A dot would make "<database>.<table>" ambiguous. */
+    size_t len = strlen(name);
+    return len > 0 && strspn(name, "abcdefghijklmnopqrstuvwxyz"
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "0123456789_-") == len;
+}
+
+/*
+ * Loads one "name: {...}" entry of brokers or databases into entry,
+ * whose name field is set first.
+ */
+static void
+entry_load(struct loader *ld, const char *section, const char *name,
+           yaml_node_t *v, const struct table *t, void *entry)
+{
+    char *path = xasprintf("%s.%s", section, name);
+    struct section s;
+    table_defaults(t, entry);
+    if (node_expect(ld, path, v, YAML_MAPPING_NODE, "a mapping"))
+        section_load(ld, &s, t, v, path, entry);
+    free(path);
+}
+
+static void
+brokers_load(struct loader *ld, yaml_node_t *map)
+{
+    struct config *cfg = ld->cfg;
+    if (map == NULL || map->type != YAML_MAPPING_NODE)
+        return; /* reported as missing or as the wrong type */
+    if (map_size(map) == 0) {
+        ld_error(ld, &map->start_mark, "brokers: no brokers configured");
+        return;
+    }
+    cfg->brokers = xcalloc(map_size(map), sizeof(*cfg->brokers));
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
+         p < map->data.mapping.pairs.top; p++) {
+        const char *name = map_key(ld, map, p, "brokers");
+        if (name == NULL)
+            continue;
+        struct broker_config *b = &cfg->brokers[cfg->nbrokers++];
+        b->name = xstrdup(name);
+        entry_load(ld, "brokers", name, node_get(ld, p->value), &broker_table,
+                   b);
+    }
+}
+
+static void
+databases_load(struct loader *ld, yaml_node_t *map)
+{
+    struct config *cfg = ld->cfg;
+    if (map == NULL || map->type != YAML_MAPPING_NODE)
+        return;
+    if (map_size(map) == 0) {
+        ld_error(ld, &map->start_mark, "databases: no databases configured");
+        return;
+    }
+    cfg->databases = xcalloc(map_size(map), sizeof(*cfg->databases));
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
+         p < map->data.mapping.pairs.top; p++) {
+        const char *name = map_key(ld, map, p, "databases");
+        if (name == NULL)
+            continue;
+        if (!database_name_valid(name))
+            ld_error(ld, &node_get(ld, p->key)->start_mark,
+                     "invalid database name \"%s\": use letters, digits, _ "
+                     "or -",
+                     name);
+        struct database_config *db = &cfg->databases[cfg->ndatabases++];
+        db->name = xstrdup(name);
+        entry_load(ld, "databases", name, node_get(ld, p->value),
+                   &database_table, db);
+    }
+}
+
+static void
+top_finish(struct loader *ld, struct section *s)
+{
+    struct config *cfg = s->base;
+    /* Here, not in relay_finish, which runs only when relay: is present. */
+    if (cfg->relay.id == NULL)
+        cfg->relay.id = default_relay_id();
+    brokers_load(ld, sec_node(s, "brokers"));
+    databases_load(ld, sec_node(s, "databases"));
+}
+
+/* Loading */
+
+static void
+parser_error(struct loader *ld, const yaml_parser_t *parser)
+{
+    if (parser->error == YAML_MEMORY_ERROR) {
+        ld_error(ld, NULL, "out of memory parsing YAML");
+    } else if (parser->error == YAML_READER_ERROR) {
+        ld_error(ld, NULL, "invalid YAML: %s at byte %zu", parser->problem,
+                 parser->problem_offset);
+    } else {
+        ld_error(ld, &parser->problem_mark, "invalid YAML: %s%s%s",
+                 parser->problem ? parser->problem : "syntax error",
+                 parser->context ? " " : "",
+                 parser->context ? parser->context : "");
+    }
+}
+
+/* Loads the one document of text into ld->doc; -1 if there is none. */
+static int
+document_parse(struct loader *ld, const char *text, size_t len)
+{
+    yaml_parser_t parser;
+    yaml_document_t extra;
+    int rc = -1;
+    if (!yaml_parser_initialize(&parser)) {
+        ld_error(ld, NULL, "out of memory parsing YAML");
+        return -1;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &ld->doc)) {
+        parser_error(ld, &parser);
+    } else if (!yaml_parser_load(&parser, &extra)) {
+        parser_error(ld, &parser);
+        rc = 0;
+    } else {
+        yaml_node_t *root = yaml_document_get_root_node(&extra);
+        if (root != NULL)
+            ld_error(ld, &root->start_mark,
+                     "only one YAML document is allowed");
+        yaml_document_delete(&extra);
+        rc = 0;
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+static void
+config_build(struct loader *ld)
+{
+    yaml_node_t *root = yaml_document_get_root_node(&ld->doc);
+    struct section s;
+    table_defaults(&top_table, ld->cfg);
+    if (root == NULL)
+        ld_error(ld, NULL, "the configuration is empty");
+    else if (root->type != YAML_MAPPING_NODE)
+        ld_error(ld, &root->start_mark,
+                 "expected a mapping of relay, brokers and databases, got %s",
+                 node_kind(root));
+    else
+        section_load(ld, &s, &top_table, root, NULL, ld->cfg);
+}
+
+static void
+config_warn_mode(const struct loader *ld, mode_t mode)
+{
+    if (!ld->inline_password || (mode & (S_IRGRP | S_IROTH)) == 0)
+        return;
+    log_warn(LOG_KV("file", ld->path),
+             "%s holds an inline password but is readable by group or "
+             "others (mode %03o); use password_env or password_file, or "
+             "chmod 600",
+             ld->path, (unsigned)(mode & 0777));
+}
 
 struct config *
 config_load(const char *path, struct config_errors *errs)
 {
-    (void)path;
-    (void)errs;
-    return NULL;
+    struct loader ld = {.path = path};
+    const char *slash = strrchr(path, '/');
+    char *text, err[512];
+    size_t len;
+    mode_t mode = 0;
+
+    ld.cfg = xcalloc(1, sizeof(*ld.cfg));
+    ld.cfg->path = xstrdup(path);
+    ld.dir = slash ? xstrndup(path, (size_t)(slash - path)) : NULL;
+    if (file_read(path, CONFIG_MAX_BYTES, &text, &len, &mode, err,
+                  sizeof(err)) < 0) {
+        ld_error(&ld, NULL, "%s", err);
+    } else {
+        if (document_parse(&ld, text, len) == 0) {
+            config_build(&ld);
+            yaml_document_delete(&ld.doc);
+        }
+        free(text);
+        config_warn_mode(&ld, mode);
+    }
+    free(ld.dir);
+    bool failed = ld.nerrs > 0;
+    errors_flush(&ld, errs);
+    if (failed) {
+        config_free(ld.cfg);
+        return NULL;
+    }
+    return ld.cfg;
+}
+
+/* Freeing */
+
+static void
+tls_free(struct tls_config *tls)
+{
+    free(tls->ca_file);
+    free(tls->cert_file);
+    free(tls->key_file);
+}
+
+static void
+outbox_free(struct outbox_config *ob)
+{
+    free(ob->name);
+    free(ob->table);
+    template_free(&ob->exchange);
+    template_free(&ob->routing_key);
+    free(ob->exchange_column);
+    free(ob->routing_key_column);
+    for (size_t i = 0; i < ob->ncolumns; i++)
+        free(ob->columns[i]);
+    free(ob->columns);
+}
+
+static void
+database_free(struct database_config *db)
+{
+    free(db->name);
+    free(db->host);
+    free(db->socket);
+    free(db->user);
+    free(db->password);
+    free(db->database);
+    tls_free(&db->tls);
+    for (size_t i = 0; i < db->noutboxes; i++)
+        outbox_free(&db->outboxes[i]);
+    free(db->outboxes);
+}
+
+static void
+broker_free(struct broker_config *b)
+{
+    free(b->name);
+    for (size_t i = 0; i < b->nurls; i++)
+        free(b->urls[i]);
+    free(b->urls);
+    tls_free(&b->tls);
 }
 
 void
 config_free(struct config *cfg)
 {
-    (void)cfg;
+    if (cfg == NULL)
+        return;
+    free(cfg->path);
+    free(cfg->relay.id);
+    free(cfg->relay.listen);
+    for (size_t i = 0; i < cfg->nbrokers; i++)
+        broker_free(&cfg->brokers[i]);
+    free(cfg->brokers);
+    for (size_t i = 0; i < cfg->ndatabases; i++)
+        database_free(&cfg->databases[i]);
+    free(cfg->databases);
+    free(cfg);
 }
 
 void
 config_errors_free(struct config_errors *errs)
 {
-    (void)errs;
+    for (size_t i = 0; i < errs->n; i++)
+        free(errs->msgs[i]);
+    free(errs->msgs);
+    errs->msgs = NULL;
+    errs->n = 0;
 }
 
 size_t
 config_outbox_count(const struct config *cfg)
 {
-    (void)cfg;
-    return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->ndatabases; i++)
+        n += cfg->databases[i].noutboxes;
+    return n;
 }
 
 struct outbox_config *
 config_outbox_at(const struct config *cfg, size_t i)
 {
-    (void)cfg;
-    (void)i;
+    for (size_t d = 0; d < cfg->ndatabases; d++) {
+        if (i < cfg->databases[d].noutboxes)
+            return &cfg->databases[d].outboxes[i];
+        i -= cfg->databases[d].noutboxes;
+    }
     return NULL;
 }
 
 struct outbox_config *
 config_outbox_find(const struct config *cfg, const char *name)
 {
-    (void)cfg;
-    (void)name;
+    for (size_t i = 0; i < config_outbox_count(cfg); i++) {
+        struct outbox_config *ob = config_outbox_at(cfg, i);
+        if (ob->name != NULL && strcmp(ob->name, name) == 0)
+            return ob;
+    }
     return NULL;
 }

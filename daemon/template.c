@@ -123,7 +123,8 @@ template_render(const struct template *t, template_lookup_fn lookup, void *arg,
         size_t n = text ? strlen(text) : 0;
         if (len + n >= outlen)
             return -1;
-        memcpy(out + len, text, n);
+        if (n > 0) /* text may be NULL: memcpy must not see it */
+            memcpy(out + len, text, n);
         len += n;
     }
     out[len] = '\0';
