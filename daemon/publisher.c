@@ -1,63 +1,1170 @@
-/* publisher: stub until the AMQP publisher lands. */
+/*
+ * publisher: one librabbitmq-c connection with channel 1 in confirm mode.
+ * A wave of rows is published pipelined, then acks, nacks, returns and
+ * closes are read as frames until each row is settled or time runs out.
+ */
 #include "publisher.h"
+
+#include <amqp.h>
+#include <amqp_ssl_socket.h>
+#include <amqp_tcp_socket.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "log.h"
+#include "util.h"
+
+#define PUBLISH_CHANNEL 1
+/* Passive exchange.declare runs here, so a 404 closes this, not channel 1. */
+#define CHECK_CHANNEL 2
+/* How long an exchange found missing is not asked about again. */
+#define MISSING_RECHECK_MS 1000
+#define FRAME_MAX 131072
+/* Publishes between non-blocking reads, so acks never pile up unread and
+ * a channel.close or connection.blocked is noticed within a few rows. */
+#define READ_EVERY 64
+/* AMQP shortstr fields (message_id, type, exchange, routing key, keys). */
+#define SHORTSTR_MAX 255
+
+struct inflight {
+    struct outbox_row *row;
+    const char *returned; /* why the broker returned it; NULL if it did not */
+};
+
+/*
+ * What channel 2 said about an exchange.  A publish to a missing exchange
+ * closes the channel and fails every row in flight with it, so each
+ * exchange is checked once per connection before its first publish.
+ */
+struct exchange_seen {
+    char *name;
+    char *missing;       /* the broker's 404 reply; NULL if it exists */
+    uint64_t recheck_ms; /* when a missing one is asked about again */
+};
+
+struct publisher {
+    const struct broker_config *broker;
+    char *connection_name;
+    char **masked_urls;           /* broker->urls with any password masked */
+    size_t url_index;             /* the live url, or the last one tried */
+    amqp_connection_state_t conn; /* NULL when disconnected */
+    bool blocked;
+    uint64_t next_tag; /* delivery tag of the next publish on the channel */
+    struct exchange_seen *exchanges;
+    size_t nexchanges;
+    bool check_channel_open;
+    /* Reused by every wave so the hot path does not allocate. */
+    struct inflight *inflight;
+    size_t inflight_cap;
+    amqp_table_entry_t *headers;
+    size_t headers_cap;
+    char *scratch;
+    size_t scratch_cap;
+};
+
+/* One call of publisher_publish_wave (or publisher_poll, with n == 0). */
+struct wave {
+    struct publisher *p;
+    struct outbox_batch *b;
+    struct outbox_row **rows;
+    size_t n, next; /* rows[next..n) not published yet */
+    bool mandatory;
+    uint64_t deadline_ms;
+    uint64_t first_tag; /* tag of inflight[0] on the current channel */
+    size_t published;   /* inflight entries on the current channel */
+    size_t low;         /* inflight[0..low) are all settled */
+    size_t unsettled;
+    size_t return_cursor; /* returns come in publish order: search from here */
+    char *err;
+    size_t errlen;
+};
+
+/* What reading one frame did to the wave. */
+enum frame_result { FRAME_OK, FRAME_LOST };
+
+/* ---- urls and errors ---- */
+
+/* "amqp://user:secret@host/" -> "amqp://user:***@host/". */
+static char *
+mask_url(const char *url)
+{
+    const char *scheme = strstr(url, "://");
+    const char *at = strrchr(url, '@');
+    if (scheme == NULL || at == NULL || at < scheme)
+        return xstrdup(url);
+    const char *colon = memchr(scheme + 3, ':', (size_t)(at - scheme - 3));
+    if (colon == NULL)
+        return xstrdup(url);
+    return xasprintf("%.*s***%s", (int)(colon + 1 - url), url, at);
+}
+
+static void
+reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
+{
+    switch (r.reply_type) {
+    case AMQP_RESPONSE_NORMAL:
+        str_copy(buf, "ok", len);
+        return;
+    case AMQP_RESPONSE_NONE:
+        str_copy(buf, "no reply", len);
+        return;
+    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+        str_copy(buf, amqp_error_string2(r.library_error), len);
+        return;
+    case AMQP_RESPONSE_SERVER_EXCEPTION:
+        break;
+    }
+    if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+        amqp_connection_close_t *m = r.reply.decoded;
+        snprintf(buf, len, "%u %.*s", m->reply_code, (int)m->reply_text.len,
+                 (const char *)m->reply_text.bytes);
+    } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        amqp_channel_close_t *m = r.reply.decoded;
+        snprintf(buf, len, "%u %.*s", m->reply_code, (int)m->reply_text.len,
+                 (const char *)m->reply_text.bytes);
+    } else {
+        snprintf(buf, len, "unexpected method 0x%08x", r.reply.id);
+    }
+}
+
+/* ---- lifecycle ---- */
 
 struct publisher *
 publisher_new(const struct broker_config *broker, const char *connection_name)
 {
-    (void)broker;
-    (void)connection_name;
-    return NULL;
+    struct publisher *p = xcalloc(1, sizeof(*p));
+    p->broker = broker;
+    p->connection_name = xstrdup(connection_name ? connection_name : "outboxd");
+    p->masked_urls = xcalloc(broker->nurls + 1, sizeof(*p->masked_urls));
+    for (size_t i = 0; i < broker->nurls; i++)
+        p->masked_urls[i] = mask_url(broker->urls[i]);
+    return p;
 }
 
-void
-publisher_free(struct publisher *p)
+static void
+forget_exchanges(struct publisher *p)
 {
-    (void)p;
+    for (size_t i = 0; i < p->nexchanges; i++) {
+        free(p->exchanges[i].name);
+        free(p->exchanges[i].missing);
+    }
+    p->nexchanges = 0;
 }
 
-int
-publisher_connect(struct publisher *p, char *err, size_t errlen)
+/* Drops the connection without a handshake: it is dead or unusable. */
+static void
+drop_connection(struct publisher *p)
 {
-    (void)p;
-    (void)err;
-    (void)errlen;
-    return -1;
+    if (p->conn != NULL)
+        amqp_destroy_connection(p->conn);
+    p->conn = NULL;
+    p->blocked = false;
+    p->check_channel_open = false;
+    forget_exchanges(p);
 }
 
 void
 publisher_disconnect(struct publisher *p)
 {
-    (void)p;
+    if (p->conn == NULL)
+        return;
+    /* rpc timeout is set, so a hung broker cannot hold us here. */
+    amqp_connection_close(p->conn, AMQP_REPLY_SUCCESS);
+    drop_connection(p);
+}
+
+void
+publisher_free(struct publisher *p)
+{
+    if (p == NULL)
+        return;
+    publisher_disconnect(p);
+    for (size_t i = 0; i < p->broker->nurls; i++)
+        free(p->masked_urls[i]);
+    free(p->masked_urls);
+    free(p->connection_name);
+    free(p->exchanges);
+    free(p->inflight);
+    free(p->headers);
+    free(p->scratch);
+    free(p);
 }
 
 bool
 publisher_is_connected(const struct publisher *p)
 {
-    (void)p;
-    return false;
+    return p->conn != NULL;
 }
 
 bool
 publisher_is_blocked(const struct publisher *p)
 {
-    (void)p;
-    return false;
+    return p->blocked;
 }
 
 const char *
 publisher_url(const struct publisher *p)
 {
-    (void)p;
-    return "";
+    if (p->broker->nurls == 0)
+        return "";
+    return p->masked_urls[p->url_index];
+}
+
+/* ---- connect ---- */
+
+static unsigned
+heartbeat_s(const struct publisher *p)
+{
+    uint64_t s = p->broker->heartbeat_ms / 1000;
+    return s < 1 ? 1 : s > 65535 ? 65535 : (unsigned)s;
+}
+
+static struct timeval
+ms_to_tv(uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+/*
+ * Keepalives and TCP_USER_TIMEOUT bound how long the kernel keeps a dead
+ * peer's connection: librabbitmq 0.11 writes with no deadline.
+ */
+static void
+tune_socket(int fd, unsigned hb)
+{
+    int one = 1, idle = (int)hb, intvl = hb / 3 ? (int)(hb / 3) : 1, cnt = 3;
+    unsigned user_timeout = hb * 2000;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout,
+               sizeof(user_timeout));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* Non-blocking connect to one address; -1 with the reason in why. */
+static int
+connect_addr(const struct addrinfo *ai, uint64_t deadline, unsigned hb,
+             char *why, size_t whylen)
+{
+    int fd =
+        socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+               ai->ai_protocol);
+    if (fd < 0) {
+        err_set(why, whylen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    tune_socket(fd, hb);
+    int error = 0;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+        error = errno;
+        if (error == EINPROGRESS) {
+            uint64_t now = clock_ms();
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            int ms = now < deadline ? (int)(deadline - now) : 0;
+            int rc = poll(&pfd, 1, ms);
+            socklen_t len = sizeof(error);
+            if (rc == 0)
+                error = ETIMEDOUT;
+            else if (rc < 0)
+                error = errno;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) < 0)
+                error = errno;
+        }
+    }
+    if (error == 0)
+        return fd;
+    err_set(why, whylen, "%s",
+            error == ETIMEDOUT ? "connect timed out" : strerror(error));
+    close(fd);
+    return -1;
+}
+
+/*
+ * Plain TCP is connected here rather than by the library, which reports
+ * every failure as "a socket error occurred" instead of its errno.
+ */
+static int
+open_tcp(struct publisher *p, const char *host, int port, char *why,
+         size_t whylen)
+{
+    struct addrinfo hints = {0}, *res;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char service[16];
+    snprintf(service, sizeof(service), "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &res);
+    if (rc != 0) {
+        err_set(why, whylen, "%s: %s", host, gai_strerror(rc));
+        return -1;
+    }
+    uint64_t deadline = clock_ms() + p->broker->connect_timeout_ms;
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next)
+        fd = connect_addr(ai, deadline, heartbeat_s(p), why, whylen);
+    freeaddrinfo(res);
+    if (fd < 0)
+        return -1;
+    amqp_socket_t *sock = amqp_tcp_socket_new(p->conn);
+    if (sock == NULL) {
+        close(fd);
+        err_set(why, whylen, "cannot create socket");
+        return -1;
+    }
+    amqp_tcp_socket_set_sockfd(sock, fd);
+    return 0;
+}
+
+static int
+open_tls(struct publisher *p, const char *host, int port, char *why,
+         size_t whylen)
+{
+    const struct tls_config *tls = &p->broker->tls;
+    amqp_socket_t *sock = amqp_ssl_socket_new(p->conn);
+    if (sock == NULL) {
+        err_set(why, whylen, "cannot create TLS socket");
+        return -1;
+    }
+    amqp_ssl_socket_set_verify_peer(sock, tls->verify_peer);
+    amqp_ssl_socket_set_verify_hostname(sock, tls->verify_hostname);
+    if (tls->ca_file && amqp_ssl_socket_set_cacert(sock, tls->ca_file) != 0) {
+        err_set(why, whylen, "ca_file %s: cannot load", tls->ca_file);
+        return -1;
+    }
+    if (tls->cert_file && tls->key_file &&
+        amqp_ssl_socket_set_key(sock, tls->cert_file, tls->key_file) != 0) {
+        err_set(why, whylen, "cert_file %s / key_file %s: cannot load",
+                tls->cert_file, tls->key_file);
+        return -1;
+    }
+    struct timeval tv = ms_to_tv(p->broker->connect_timeout_ms);
+    int rc = amqp_socket_open_noblock(sock, host, port, &tv);
+    if (rc != AMQP_STATUS_OK) {
+        err_set(why, whylen, "%s", amqp_error_string2(rc));
+        return -1;
+    }
+    tune_socket(amqp_get_sockfd(p->conn), heartbeat_s(p));
+    return 0;
+}
+
+/* The properties that make the broker send connection.blocked. */
+static amqp_rpc_reply_t
+login(struct publisher *p, const struct amqp_connection_info *ci)
+{
+    amqp_table_entry_t caps[] = {
+        {amqp_cstring_bytes("connection.blocked"),
+         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
+        {amqp_cstring_bytes("publisher_confirms"),
+         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
+        {amqp_cstring_bytes("basic.nack"),
+         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
+        {amqp_cstring_bytes("consumer_cancel_notify"),
+         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
+        {amqp_cstring_bytes("authentication_failure_close"),
+         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
+    };
+    amqp_table_entry_t props[] = {
+        {amqp_cstring_bytes("connection_name"),
+         {AMQP_FIELD_KIND_UTF8,
+          {.bytes = amqp_cstring_bytes(p->connection_name)}}},
+        {amqp_cstring_bytes("product"),
+         {AMQP_FIELD_KIND_UTF8, {.bytes = amqp_cstring_bytes("outboxd")}}},
+        {amqp_cstring_bytes("version"),
+         {AMQP_FIELD_KIND_UTF8,
+          {.bytes = amqp_cstring_bytes(OUTBOXD_VERSION)}}},
+        {amqp_cstring_bytes("capabilities"),
+         {AMQP_FIELD_KIND_TABLE,
+          {.table = {sizeof(caps) / sizeof(caps[0]), caps}}}},
+    };
+    amqp_table_t table = {sizeof(props) / sizeof(props[0]), props};
+    /* An empty vhost ("amqp://host/") means the default one, not "". */
+    const char *vhost = ci->vhost && ci->vhost[0] ? ci->vhost : "/";
+    return amqp_login_with_properties(
+        p->conn, vhost, 0, FRAME_MAX, (int)heartbeat_s(p), &table,
+        AMQP_SASL_METHOD_PLAIN, ci->user, ci->password);
+}
+
+/* channel.open and confirm.select; delivery tags restart at 1. */
+static int
+open_channel(struct publisher *p, char *why, size_t whylen)
+{
+    amqp_channel_open(p->conn, PUBLISH_CHANNEL);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(p->conn);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+        amqp_confirm_select(p->conn, PUBLISH_CHANNEL);
+        r = amqp_get_rpc_reply(p->conn);
+        if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+            p->next_tag = 1;
+            return 0;
+        }
+        char text[256];
+        reply_text(r, text, sizeof(text));
+        err_set(why, whylen, "confirm.select: %s", text);
+        return -1;
+    }
+    char text[256];
+    reply_text(r, text, sizeof(text));
+    err_set(why, whylen, "channel.open: %s", text);
+    return -1;
+}
+
+static int
+connect_url(struct publisher *p, size_t i, char *why, size_t whylen)
+{
+    char *copy = xstrdup(p->broker->urls[i]);
+    struct amqp_connection_info ci;
+    amqp_default_connection_info(&ci);
+    int rc = -1;
+    if (amqp_parse_url(copy, &ci) != AMQP_STATUS_OK) {
+        err_set(why, whylen, "not a valid amqp:// or amqps:// url");
+        goto out;
+    }
+    p->conn = amqp_new_connection();
+    struct timeval tv = ms_to_tv(p->broker->connect_timeout_ms);
+    amqp_set_handshake_timeout(p->conn, &tv);
+    amqp_set_rpc_timeout(p->conn, &tv);
+    bool tls = ci.ssl || p->broker->tls.enabled;
+    if ((tls ? open_tls : open_tcp)(p, ci.host, ci.port, why, whylen) < 0)
+        goto out;
+    amqp_rpc_reply_t r = login(p, &ci);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        char text[256];
+        reply_text(r, text, sizeof(text));
+        err_set(why, whylen, "login: %s", text);
+        goto out;
+    }
+    rc = open_channel(p, why, whylen);
+out:
+    if (rc < 0)
+        drop_connection(p);
+    free(copy);
+    return rc;
 }
 
 int
-publisher_poll(struct publisher *p, char *err, size_t errlen)
+publisher_connect(struct publisher *p, char *err, size_t errlen)
 {
-    (void)p;
-    (void)err;
-    (void)errlen;
+    publisher_disconnect(p);
+    if (p->broker->nurls == 0) {
+        err_set(err, errlen, "broker %s has no url", p->broker->name);
+        return -1;
+    }
+    char all[1024] = "";
+    for (size_t i = 0; i < p->broker->nurls; i++) {
+        char why[512];
+        p->url_index = i;
+        if (connect_url(p, i, why, sizeof(why)) == 0)
+            return 0;
+        size_t used = strlen(all);
+        snprintf(all + used, sizeof(all) - used, "%s%s: %s", i ? "; " : "",
+                 p->masked_urls[i], why);
+    }
+    err_set(err, errlen, "%s", all);
     return -1;
+}
+
+/* ---- settling ---- */
+
+static void
+settle_entry(struct wave *w, struct inflight *e, bool ack)
+{
+    if (e->row->state != ROW_PUBLISHED)
+        return;
+    if (e->returned != NULL)
+        row_enter_state(w->b, e->row, ROW_FAILED, e->returned);
+    else if (ack)
+        row_enter_state(w->b, e->row, ROW_ACKED, NULL);
+    else
+        row_enter_state(w->b, e->row, ROW_FAILED, "broker nack");
+    w->unsettled--;
+}
+
+/* basic.ack / basic.nack, with `multiple` covering every tag up to tag. */
+static void
+settle(struct wave *w, uint64_t tag, bool multiple, bool ack)
+{
+    if (tag < w->first_tag || tag - w->first_tag >= w->published) {
+        log_debug(LOG_KV("broker", w->p->broker->name),
+                  "ignoring confirm for unknown delivery tag %llu",
+                  (unsigned long long)tag);
+        return;
+    }
+    size_t k = (size_t)(tag - w->first_tag);
+    struct inflight *inflight = w->p->inflight;
+    if (multiple)
+        for (size_t i = w->low; i <= k; i++)
+            settle_entry(w, &inflight[i], ack);
+    else
+        settle_entry(w, &inflight[k], ack);
+    while (w->low < w->published &&
+           inflight[w->low].row->state != ROW_PUBLISHED)
+        w->low++;
+}
+
+/* Every published row not yet settled fails with reason. */
+static void
+fail_unsettled(struct wave *w, const char *reason)
+{
+    for (size_t i = w->low; i < w->published; i++) {
+        struct outbox_row *row = w->p->inflight[i].row;
+        if (row->state == ROW_PUBLISHED) {
+            row_enter_state(w->b, row, ROW_FAILED, reason);
+            w->unsettled--;
+        }
+    }
+    w->low = w->published;
+}
+
+/* A new channel numbers its deliveries from 1 again. */
+static void
+reset_channel_state(struct wave *w)
+{
+    w->published = 0;
+    w->low = 0;
+    w->return_cursor = 0;
+    w->first_tag = w->p->next_tag;
+}
+
+static const char *
+timeout_reason(const struct wave *w, char *buf, size_t len)
+{
+    char limit[32];
+    duration_format(w->p->broker->confirm_timeout_ms, limit, sizeof(limit));
+    snprintf(buf, len, "no confirm within %s", limit);
+    return buf;
+}
+
+/* The connection is gone: fail what is in flight, forget the connection. */
+static enum frame_result
+lose_connection(struct wave *w, const char *reason)
+{
+    fail_unsettled(w, reason);
+    err_set(w->err, w->errlen, "%s: %s", publisher_url(w->p), reason);
+    drop_connection(w->p);
+    return FRAME_LOST;
+}
+
+/* ---- frames from the broker ---- */
+
+/* The broker closed the check channel: confirm, reopen on next use. */
+static enum frame_result
+close_check_channel(struct wave *w)
+{
+    amqp_channel_close_ok_t ok = {0};
+    w->p->check_channel_open = false;
+    if (amqp_send_method(w->p->conn, CHECK_CHANNEL,
+                         AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) < 0)
+        return lose_connection(w, "connection lost: sending channel.close-ok");
+    return FRAME_OK;
+}
+
+static int64_t
+returned_outbox_id(const amqp_basic_properties_t *props)
+{
+    if (!(props->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return -1;
+    for (int i = 0; i < props->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &props->headers.entries[i];
+        if (e->key.len == 9 && memcmp(e->key.bytes, "outbox_id", 9) == 0 &&
+            e->value.kind == AMQP_FIELD_KIND_I64)
+            return e->value.value.i64;
+    }
+    return -1;
+}
+
+static bool
+returned_matches(const struct outbox_row *row, int64_t id,
+                 const amqp_basic_properties_t *props)
+{
+    if (id >= 0)
+        return row->id == (uint64_t)id;
+    if (!(props->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) || row->event_id == NULL)
+        return false;
+    return strlen(row->event_id) == props->message_id.len &&
+           memcmp(row->event_id, props->message_id.bytes,
+                  props->message_id.len) == 0;
+}
+
+/* The in-flight entry a returned message belongs to, or NULL. */
+static struct inflight *
+find_returned(struct wave *w, const amqp_basic_properties_t *props)
+{
+    int64_t id = returned_outbox_id(props);
+    for (size_t n = 0; n < w->published; n++) {
+        size_t i = (w->return_cursor + n) % w->published;
+        struct inflight *e = &w->p->inflight[i];
+        if (e->row->state == ROW_PUBLISHED &&
+            returned_matches(e->row, id, props)) {
+            w->return_cursor = i + 1;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static enum frame_result handle_method(struct wave *w, amqp_channel_t channel,
+                                       const amqp_method_t *m);
+
+/*
+ * basic.return: the content frames follow at once.  The ack that covers
+ * the message comes after, and settles it as failed.
+ */
+static enum frame_result
+on_return(struct wave *w, const amqp_basic_return_t *ret)
+{
+    amqp_message_t msg;
+    amqp_rpc_reply_t r =
+        amqp_read_message(w->p->conn, PUBLISH_CHANNEL, &msg, 0);
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION)
+        return handle_method(w, PUBLISH_CHANNEL, &r.reply);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        char text[256], reason[300];
+        reply_text(r, text, sizeof(text));
+        snprintf(reason, sizeof(reason), "connection lost: %s", text);
+        return lose_connection(w, reason);
+    }
+    struct inflight *e = find_returned(w, &msg.properties);
+    if (e != NULL)
+        e->returned = batch_sprintf(
+            w->b, "%.*s: exchange \"%.*s\" routing key \"%.*s\"",
+            (int)ret->reply_text.len, (const char *)ret->reply_text.bytes,
+            (int)ret->exchange.len, (const char *)ret->exchange.bytes,
+            (int)ret->routing_key.len, (const char *)ret->routing_key.bytes);
+    else
+        log_debug(LOG_KV("broker", w->p->broker->name),
+                  "basic.return for a message not in flight");
+    amqp_destroy_message(&msg);
+    return FRAME_OK;
+}
+
+/*
+ * channel.close (404 no exchange, 406 too large...): what was in flight
+ * fails with the broker's words, and a fresh channel takes over.
+ */
+static enum frame_result
+on_channel_close(struct wave *w, const amqp_channel_close_t *m)
+{
+    char reason[512];
+    snprintf(reason, sizeof(reason), "channel closed by broker: %u %.*s",
+             m->reply_code, (int)m->reply_text.len,
+             (const char *)m->reply_text.bytes);
+    amqp_channel_close_ok_t ok = {0};
+    if (amqp_send_method(w->p->conn, PUBLISH_CHANNEL,
+                         AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) < 0)
+        return lose_connection(w, reason);
+    fail_unsettled(w, reason);
+    forget_exchanges(w->p); /* one was deleted since it was checked */
+    char why[300];
+    if (open_channel(w->p, why, sizeof(why)) < 0) {
+        char lost[900];
+        snprintf(lost, sizeof(lost), "%s; reopening it: %s", reason, why);
+        return lose_connection(w, lost);
+    }
+    reset_channel_state(w);
+    return FRAME_OK;
+}
+
+static enum frame_result
+on_connection_close(struct wave *w, const amqp_connection_close_t *m)
+{
+    char reason[512];
+    snprintf(reason, sizeof(reason), "connection closed by broker: %u %.*s",
+             m->reply_code, (int)m->reply_text.len,
+             (const char *)m->reply_text.bytes);
+    amqp_connection_close_ok_t ok = {0};
+    amqp_send_method(w->p->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+    return lose_connection(w, reason);
+}
+
+static void
+on_blocked(struct publisher *p, const amqp_connection_blocked_t *m)
+{
+    if (!p->blocked)
+        log_warn(LOG_KV("broker", p->broker->name),
+                 "broker blocked publishing: %.*s", (int)m->reason.len,
+                 (const char *)m->reason.bytes);
+    p->blocked = true;
+}
+
+static enum frame_result
+handle_method(struct wave *w, amqp_channel_t channel, const amqp_method_t *m)
+{
+    switch (m->id) {
+    case AMQP_BASIC_ACK_METHOD: {
+        const amqp_basic_ack_t *a = m->decoded;
+        settle(w, a->delivery_tag, a->multiple, true);
+        return FRAME_OK;
+    }
+    case AMQP_BASIC_NACK_METHOD: {
+        const amqp_basic_nack_t *a = m->decoded;
+        settle(w, a->delivery_tag, a->multiple, false);
+        return FRAME_OK;
+    }
+    case AMQP_BASIC_RETURN_METHOD:
+        return on_return(w, m->decoded);
+    case AMQP_CHANNEL_CLOSE_METHOD:
+        if (channel == CHECK_CHANNEL)
+            return close_check_channel(w);
+        if (channel != PUBLISH_CHANNEL)
+            return FRAME_OK;
+        return on_channel_close(w, m->decoded);
+    case AMQP_CONNECTION_CLOSE_METHOD:
+        return on_connection_close(w, m->decoded);
+    case AMQP_CONNECTION_BLOCKED_METHOD:
+        on_blocked(w->p, m->decoded);
+        return FRAME_OK;
+    case AMQP_CONNECTION_UNBLOCKED_METHOD:
+        if (w->p->blocked)
+            log_info(LOG_KV("broker", w->p->broker->name),
+                     "broker unblocked publishing");
+        w->p->blocked = false;
+        return FRAME_OK;
+    default:
+        log_debug(LOG_KV("broker", w->p->broker->name),
+                  "ignoring method 0x%08x on channel %u", m->id, channel);
+        return FRAME_OK;
+    }
+}
+
+/*
+ * Reads and handles one frame, waiting at most timeout_ms.  *got tells
+ * whether a frame came; heartbeats are answered inside the library.
+ */
+static enum frame_result
+read_frame(struct wave *w, uint64_t timeout_ms, bool *got)
+{
+    amqp_frame_t f;
+    struct timeval tv = ms_to_tv(timeout_ms);
+    *got = false;
+    /* Recycles frames already handled; channels with frames still queued
+     * in the library keep theirs. */
+    amqp_maybe_release_buffers(w->p->conn);
+    int rc = amqp_simple_wait_frame_noblock(w->p->conn, &f, &tv);
+    if (rc == AMQP_STATUS_TIMEOUT)
+        return FRAME_OK;
+    if (rc != AMQP_STATUS_OK) {
+        char reason[300];
+        snprintf(reason, sizeof(reason), "connection lost: %s",
+                 amqp_error_string2(rc));
+        return lose_connection(w, reason);
+    }
+    *got = true;
+    if (f.frame_type != AMQP_FRAME_METHOD)
+        return FRAME_OK; /* stray content: returns are read whole */
+    return handle_method(w, f.channel, &f.payload.method);
+}
+
+/* Handles whatever has already arrived, without waiting. */
+static enum frame_result
+read_available(struct wave *w)
+{
+    bool got = true;
+    while (got)
+        if (read_frame(w, 0, &got) == FRAME_LOST)
+            return FRAME_LOST;
+    return FRAME_OK;
+}
+
+/* ---- headers ---- */
+
+static amqp_table_entry_t *
+header_slot(struct publisher *p, size_t i)
+{
+    if (i >= p->headers_cap) {
+        p->headers_cap = p->headers_cap ? p->headers_cap * 2 : 32;
+        p->headers = xrealloc(p->headers, p->headers_cap * sizeof(*p->headers));
+    }
+    return &p->headers[i];
+}
+
+struct header_ctx {
+    struct publisher *p;
+    size_t n;     /* entries filled */
+    size_t fixed; /* the first ones are built-in */
+    char *err;
+    size_t errlen;
+};
+
+/* Later duplicates win, as in most JSON readers; built-ins always win. */
+static int
+add_header_cb(void *arg, const char *key, size_t keylen,
+              const struct json_value *v)
+{
+    struct header_ctx *c = arg;
+    if (keylen > SHORTSTR_MAX) {
+        err_set(c->err, c->errlen, "key \"%.40s...\" longer than %d bytes", key,
+                SHORTSTR_MAX);
+        return -1;
+    }
+    if (v->type == JSON_NULL)
+        return 0;
+    amqp_field_value_t val = {0};
+    switch (v->type) {
+    case JSON_STRING:
+    case JSON_OBJECT:
+    case JSON_ARRAY:
+        val.kind = AMQP_FIELD_KIND_UTF8;
+        val.value.bytes.bytes = (void *)v->str;
+        val.value.bytes.len = v->len;
+        break;
+    case JSON_INT:
+        val.kind = AMQP_FIELD_KIND_I64;
+        val.value.i64 = v->i;
+        break;
+    case JSON_DOUBLE:
+        val.kind = AMQP_FIELD_KIND_F64;
+        val.value.f64 = v->d;
+        break;
+    case JSON_BOOL:
+        val.kind = AMQP_FIELD_KIND_BOOLEAN;
+        val.value.boolean = v->b;
+        break;
+    case JSON_NULL:
+        break;
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        amqp_table_entry_t *e = &c->p->headers[i];
+        if (e->key.len == keylen && memcmp(e->key.bytes, key, keylen) == 0) {
+            if (i >= c->fixed)
+                e->value = val;
+            return 0;
+        }
+    }
+    amqp_table_entry_t *e = header_slot(c->p, c->n++);
+    e->key.bytes = (void *)key;
+    e->key.len = keylen;
+    e->value = val;
+    return 0;
+}
+
+static void
+fixed_header(struct publisher *p, size_t i, const char *key, const char *val)
+{
+    amqp_table_entry_t *e = header_slot(p, i);
+    e->key = amqp_cstring_bytes(key);
+    e->value.kind = AMQP_FIELD_KIND_UTF8;
+    e->value.value.bytes = amqp_cstring_bytes(val ? val : "");
+}
+
+/* Fills p->headers for row; -1 with the reason when its JSON is bad. */
+static int
+build_headers(struct publisher *p, const struct outbox_row *row, size_t *count,
+              char *why, size_t whylen)
+{
+    fixed_header(p, 0, "aggregate_type", row->aggregate_type);
+    fixed_header(p, 1, "aggregate_id", row->aggregate_id);
+    amqp_table_entry_t *e = header_slot(p, 2);
+    e->key = amqp_cstring_bytes("outbox_id");
+    e->value.kind = AMQP_FIELD_KIND_I64;
+    e->value.value.i64 = (int64_t)row->id;
+    size_t n = 3;
+    if (row->traceparent != NULL)
+        fixed_header(p, n++, "traceparent", row->traceparent);
+    *count = n;
+    if (row->headers == NULL)
+        return 0;
+    size_t len = strlen(row->headers);
+    if (len + 1 > p->scratch_cap) {
+        p->scratch_cap = len + 1 > 4096 ? len + 1 : 4096;
+        p->scratch = xrealloc(p->scratch, p->scratch_cap);
+    }
+    char jerr[200] = "";
+    struct header_ctx c = {p, n, n, jerr, sizeof(jerr)};
+    if (json_object_foreach(row->headers, len, p->scratch, add_header_cb, &c,
+                            jerr, sizeof(jerr)) != 0) {
+        err_set(why, whylen, "invalid headers JSON: %s", jerr);
+        return -1;
+    }
+    *count = c.n;
+    return 0;
+}
+
+/* ---- exchange checks ---- */
+
+static struct exchange_seen *
+exchange_find(struct publisher *p, const char *name)
+{
+    for (size_t i = 0; i < p->nexchanges; i++)
+        if (strcmp(p->exchanges[i].name, name) == 0)
+            return &p->exchanges[i];
+    p->exchanges =
+        xrealloc(p->exchanges, (p->nexchanges + 1) * sizeof(*p->exchanges));
+    struct exchange_seen *e = &p->exchanges[p->nexchanges++];
+    e->name = xstrdup(name);
+    e->missing = NULL;
+    e->recheck_ms = 0; /* never asked */
+    return e;
+}
+
+/*
+ * Passive exchange.declare on the check channel.  Only a 404 counts as
+ * missing; any other refusal (permissions) leaves publishing to decide.
+ */
+static enum frame_result
+declare_passive(struct wave *w, struct exchange_seen *e)
+{
+    struct publisher *p = w->p;
+    amqp_rpc_reply_t r;
+    /* The wave's deadline bounds the check too; a timeout drops the
+     * connection (the library closes the socket). */
+    uint64_t now = clock_ms(), left = p->broker->connect_timeout_ms;
+    if (w->deadline_ms <= now)
+        left = 1;
+    else if (w->deadline_ms - now < left)
+        left = w->deadline_ms - now;
+    struct timeval tv = ms_to_tv(left);
+    amqp_set_rpc_timeout(p->conn, &tv);
+    if (!p->check_channel_open) {
+        amqp_channel_open(p->conn, CHECK_CHANNEL);
+        r = amqp_get_rpc_reply(p->conn);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL)
+            goto failed;
+        p->check_channel_open = true;
+    }
+    amqp_exchange_declare(p->conn, CHECK_CHANNEL, amqp_cstring_bytes(e->name),
+                          amqp_empty_bytes, 1, 0, 0, 0, amqp_empty_table);
+    r = amqp_get_rpc_reply(p->conn);
+failed:
+    tv = ms_to_tv(p->broker->connect_timeout_ms);
+    amqp_set_rpc_timeout(p->conn, &tv);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return FRAME_OK;
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+        r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        const amqp_channel_close_t *m = r.reply.decoded;
+        if (m->reply_code == 404)
+            e->missing = xasprintf("channel closed by broker: %u %.*s",
+                                   m->reply_code, (int)m->reply_text.len,
+                                   (const char *)m->reply_text.bytes);
+        return close_check_channel(w);
+    }
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION)
+        return handle_method(w, 0, &r.reply);
+    char text[256], reason[300];
+    if (r.library_error == AMQP_STATUS_TIMEOUT && clock_ms() >= w->deadline_ms)
+        return lose_connection(w, timeout_reason(w, reason, sizeof(reason)));
+    reply_text(r, text, sizeof(text));
+    snprintf(reason, sizeof(reason), "connection lost: %s", text);
+    return lose_connection(w, reason);
+}
+
+/* Sets *missing to the broker's 404 when exchange does not exist. */
+static enum frame_result
+check_exchange(struct wave *w, const char *exchange, const char **missing)
+{
+    *missing = NULL;
+    if (exchange[0] == '\0') /* the default exchange always exists */
+        return FRAME_OK;
+    struct exchange_seen *e = exchange_find(w->p, exchange);
+    bool asked = e->recheck_ms != 0;
+    if (asked && (e->missing == NULL || clock_ms() < e->recheck_ms)) {
+        *missing = e->missing;
+        return FRAME_OK;
+    }
+    free(e->missing);
+    e->missing = NULL;
+    e->recheck_ms = clock_ms() + MISSING_RECHECK_MS;
+    if (declare_passive(w, e) == FRAME_LOST)
+        return FRAME_LOST;
+    *missing = e->missing;
+    return FRAME_OK;
+}
+
+/* ---- publishing ---- */
+
+/* Upper bound of the encoded content header, to keep it in one frame. */
+static size_t
+properties_size(const struct outbox_row *row, const amqp_table_entry_t *h,
+                size_t n)
+{
+    size_t size = 64 + strlen(row->event_id) +
+                  (row->event_type ? strlen(row->event_type) : 0);
+    for (size_t i = 0; i < n; i++)
+        size += 1 + h[i].key.len + 1 + 8 +
+                (h[i].value.kind == AMQP_FIELD_KIND_UTF8
+                     ? h[i].value.value.bytes.len
+                     : 0);
+    return size;
+}
+
+static bool
+too_long(const char *s)
+{
+    return s != NULL && strlen(s) > SHORTSTR_MAX;
+}
+
+/* Rows the broker could not take as they are; NULL when fine. */
+static const char *
+row_problem(const struct outbox_row *row)
+{
+    if (row->event_id == NULL)
+        return "event_id is NULL";
+    if (row->exchange == NULL || row->routing_key == NULL)
+        return "exchange or routing key not resolved";
+    if (too_long(row->event_id))
+        return "event_id longer than 255 bytes";
+    if (too_long(row->event_type))
+        return "event_type longer than 255 bytes";
+    if (too_long(row->exchange))
+        return "exchange longer than 255 bytes";
+    if (too_long(row->routing_key))
+        return "routing key longer than 255 bytes";
+    return NULL;
+}
+
+/* Rejects a row before publishing; false if it was rejected. */
+static bool
+check_row(struct wave *w, struct outbox_row *row, size_t *nheaders)
+{
+    char why[300];
+    const char *problem = row_problem(row);
+    if (problem == NULL &&
+        build_headers(w->p, row, nheaders, why, sizeof(why)) < 0)
+        problem = why;
+    if (problem == NULL) {
+        size_t size = properties_size(row, w->p->headers, *nheaders);
+        size_t limit = (size_t)amqp_get_frame_max(w->p->conn) - 8;
+        if (size > limit) {
+            snprintf(why, sizeof(why),
+                     "message properties too large: about %zu bytes, the "
+                     "frame limit is %zu",
+                     size, limit);
+            problem = why;
+        }
+    }
+    if (problem == NULL)
+        return true;
+    row_enter_state(w->b, row, ROW_REJECTED, problem);
+    return false;
+}
+
+static void
+fill_properties(amqp_basic_properties_t *props, const struct outbox_row *row,
+                amqp_table_entry_t *headers, size_t nheaders)
+{
+    memset(props, 0, sizeof(*props));
+    props->_flags = AMQP_BASIC_CONTENT_TYPE_FLAG |
+                    AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG |
+                    AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG |
+                    AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_APP_ID_FLAG;
+    props->content_type = amqp_cstring_bytes("application/json");
+    props->delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    props->headers.num_entries = (int)nheaders;
+    props->headers.entries = headers;
+    props->message_id = amqp_cstring_bytes(row->event_id);
+    props->timestamp =
+        row->created_us > 0 ? (uint64_t)(row->created_us / 1000000) : 0;
+    props->type = amqp_cstring_bytes(row->event_type ? row->event_type : "");
+    props->app_id = amqp_cstring_bytes("outboxd");
+}
+
+/* Publishes rows[w->next]; -1 (row untouched) when the connection fails. */
+static int
+publish_next(struct wave *w)
+{
+    struct outbox_row *row = w->rows[w->next];
+    size_t nheaders;
+    if (row->state != ROW_CLAIMED || !check_row(w, row, &nheaders)) {
+        w->next++;
+        return 0;
+    }
+    const char *missing;
+    if (check_exchange(w, row->exchange, &missing) == FRAME_LOST)
+        return -1;
+    if (missing != NULL) {
+        /* Settled as the publish would have been, without the channel
+         * taking the rows in flight down with it. */
+        row_enter_state(w->b, row, ROW_PUBLISHED, NULL);
+        row_enter_state(w->b, row, ROW_FAILED, missing);
+        w->next++;
+        return 0;
+    }
+    amqp_basic_properties_t props;
+    fill_properties(&props, row, w->p->headers, nheaders);
+    amqp_bytes_t body = {row->payload ? row->payload_len : 0,
+                         (void *)row->payload};
+    int rc = amqp_basic_publish(
+        w->p->conn, PUBLISH_CHANNEL, amqp_cstring_bytes(row->exchange),
+        amqp_cstring_bytes(row->routing_key), w->mandatory, 0, &props, body);
+    if (rc < 0) {
+        char reason[300];
+        snprintf(reason, sizeof(reason), "connection lost: %s",
+                 amqp_error_string2(rc));
+        lose_connection(w, reason);
+        return -1;
+    }
+    w->p->inflight[w->published++] = (struct inflight){row, NULL};
+    w->p->next_tag++;
+    w->unsettled++;
+    w->next++;
+    row_enter_state(w->b, row, ROW_PUBLISHED, NULL);
+    return 0;
+}
+
+/* Publishes up to READ_EVERY rows, then reads what the broker sent. */
+static enum frame_result
+publish_some(struct wave *w)
+{
+    for (int i = 0; i < READ_EVERY && w->next < w->n; i++)
+        if (publish_next(w) < 0)
+            return FRAME_LOST;
+    return read_available(w);
+}
+
+/*
+ * Past the deadline: unconfirmed rows fail; unpublished ones stay
+ * CLAIMED.  A blocked broker keeps the connection: the rows are stuck
+ * behind the alarm, and late acks are ignored because tags only grow on
+ * a channel.  Any other silence drops it, the broker may be gone.
+ */
+static int
+wave_timeout(struct wave *w)
+{
+    char reason[128];
+    timeout_reason(w, reason, sizeof(reason));
+    if (w->unsettled > 0 && !w->p->blocked) {
+        lose_connection(w, reason);
+        return -1;
+    }
+    if (w->unsettled > 0) {
+        size_t len = strlen(reason);
+        snprintf(reason + len, sizeof(reason) - len,
+                 " (broker blocked publishing)");
+        fail_unsettled(w, reason);
+    }
+    err_set(w->err, w->errlen, "%s: %zu rows not published%s",
+            publisher_url(w->p), w->n - w->next,
+            w->p->blocked ? " (broker blocked publishing)" : "");
+    return 0;
+}
+
+static void
+wave_init(struct wave *w, struct publisher *p, struct outbox_batch *b,
+          struct outbox_row **rows, size_t n)
+{
+    memset(w, 0, sizeof(*w));
+    w->p = p;
+    w->b = b;
+    w->rows = rows;
+    w->n = n;
+    w->first_tag = p->next_tag;
+    if (n > p->inflight_cap) {
+        p->inflight_cap = n;
+        p->inflight = xrealloc(p->inflight, n * sizeof(*p->inflight));
+    }
 }
 
 int
@@ -65,13 +1172,43 @@ publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
                        struct outbox_row **rows, size_t n, bool mandatory,
                        uint64_t deadline_ms, char *err, size_t errlen)
 {
-    (void)p;
-    (void)b;
-    (void)rows;
-    (void)n;
-    (void)mandatory;
-    (void)deadline_ms;
-    (void)err;
-    (void)errlen;
-    return -1;
+    if (p->conn == NULL) {
+        err_set(err, errlen, "%s: not connected", publisher_url(p));
+        return -1;
+    }
+    struct wave w;
+    wave_init(&w, p, b, rows, n);
+    w.mandatory = mandatory;
+    w.deadline_ms = deadline_ms;
+    w.err = err;
+    w.errlen = errlen;
+    while (w.next < w.n || w.unsettled > 0) {
+        uint64_t now = clock_ms();
+        if (now >= deadline_ms)
+            return wave_timeout(&w);
+        enum frame_result r;
+        if (w.next < w.n && !p->blocked) {
+            r = publish_some(&w);
+        } else {
+            bool got;
+            r = read_frame(&w, deadline_ms - now, &got);
+        }
+        if (r == FRAME_LOST)
+            return -1;
+    }
+    return 0;
+}
+
+int
+publisher_poll(struct publisher *p, char *err, size_t errlen)
+{
+    if (p->conn == NULL) {
+        err_set(err, errlen, "%s: not connected", publisher_url(p));
+        return -1;
+    }
+    struct wave w;
+    wave_init(&w, p, NULL, NULL, 0);
+    w.err = err;
+    w.errlen = errlen;
+    return read_available(&w) == FRAME_LOST ? -1 : 0;
 }

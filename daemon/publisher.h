@@ -38,11 +38,14 @@ int publisher_poll(struct publisher *p, char *err, size_t errlen);
 /*
  * Publishes rows[0..n) (state ROW_CLAIMED, exchange and routing_key
  * set) in order on the confirm channel, then waits until every one is
- * settled or deadline_ms (clock_ms) passes.  Each row ends ACKED, or
- * FAILED with the reason: nack, NO_ROUTE with exchange and key (a
- * basic.return is never success), channel closed with the broker's reply,
- * confirm timeout, connection lost.  Returns -1 when the connection or
- * channel had to be dropped (the caller reconnects), else 0.
+ * settled or deadline_ms (clock_ms) passes.  Each row ends ACKED; FAILED
+ * with the reason (nack, NO_ROUTE with exchange and key: a basic.return
+ * is never success; channel closed with the broker's reply; no confirm in
+ * time; connection lost); REJECTED when the row cannot be encoded (bad
+ * headers JSON, a field over 255 bytes); or still CLAIMED when it was
+ * never sent (connection lost first, or the broker blocked publishing
+ * until the deadline).  Returns -1 when the connection had to be dropped
+ * (the caller reconnects), else 0.
  */
 int publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
                            struct outbox_row **rows, size_t n,

@@ -9,6 +9,7 @@ Suite *template_suite(void);
 Suite *batch_suite(void);
 Suite *config_suite(void);
 Suite *relay_suite(void);
+Suite *json_suite(void);
 
 int
 main(void)
@@ -18,6 +19,7 @@ main(void)
     srunner_add_suite(sr, batch_suite());
     srunner_add_suite(sr, config_suite());
     srunner_add_suite(sr, relay_suite());
+    srunner_add_suite(sr, json_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -1,11 +1,1156 @@
-/* it_publisher: integration tests of publisher against the real servers (to come). */
+/*
+ * it_publisher: the publisher against the real RabbitMQ with a real
+ * consumer: properties and bodies, returns, channel and connection
+ * closes, cuts and deadlines, connect errors, bad header JSON.
+ */
+#define _GNU_SOURCE
 #include "itest.h"
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "config.h"
+#include "publisher.h"
+#include "util.h"
 
 Suite *it_publisher_suite(void);
 
-START_TEST(test_placeholder)
+/* ---- fixtures ---- */
+
+struct fx {
+    char name[64];
+    char *urls[4];
+    struct broker_config broker;
+    struct publisher *p;
+    struct outbox_batch b;
+    struct outbox_row **rows; /* pointers into b.rows, after building */
+    char err[1024];
+};
+
+static void
+fx_init_urls(struct fx *f, const char *const *urls, size_t n)
 {
-    ck_assert_int_eq(1, 1);
+    memset(f, 0, sizeof(*f));
+    it_unique_name(f->name, sizeof(f->name), "it_publisher");
+    for (size_t i = 0; i < n; i++)
+        f->urls[i] = (char *)urls[i];
+    f->broker.name = "main";
+    f->broker.urls = f->urls;
+    f->broker.nurls = n;
+    f->broker.heartbeat_ms = 10000;
+    f->broker.connect_timeout_ms = 5000;
+    f->broker.confirm_timeout_ms = 10000;
+    f->p = publisher_new(&f->broker, f->name);
+    batch_init(&f->b);
+}
+
+static void
+fx_init(struct fx *f)
+{
+    const char *url = IT_AMQP_URL;
+    fx_init_urls(f, &url, 1);
+    ck_assert_msg(publisher_connect(f->p, f->err, sizeof(f->err)) == 0,
+                  "connect: %s", f->err);
+    ck_assert(publisher_is_connected(f->p));
+}
+
+static void
+fx_free(struct fx *f)
+{
+    publisher_free(f->p);
+    batch_free(&f->b);
+    free(f->rows);
+}
+
+/* A row as store would claim it; strings in the batch's arena. */
+static struct outbox_row *
+add_row(struct fx *f, uint64_t id, const char *exchange, const char *key)
+{
+    struct outbox_batch *b = &f->b;
+    struct outbox_row *r = batch_add(b);
+    r->id = id;
+    r->event_id = batch_sprintf(b, "%s-%llu", f->name, (unsigned long long)id);
+    r->aggregate_type = "Order";
+    r->aggregate_id = batch_sprintf(b, "agg-%llu", (unsigned long long)id % 7);
+    r->event_type = "OrderCreated";
+    r->payload = batch_sprintf(b, "{\"seq\":%llu}", (unsigned long long)id);
+    r->payload_len = strlen(r->payload);
+    r->created_us = 1700000000000000LL + (int64_t)id * 1000001;
+    r->exchange = batch_strdup(b, exchange);
+    r->routing_key = batch_strdup(b, key);
+    return r;
+}
+
+/* The row pointer array, once every row is added (batch_add moves rows). */
+static struct outbox_row **
+fx_rows(struct fx *f)
+{
+    free(f->rows);
+    f->rows = xcalloc(f->b.n, sizeof(*f->rows));
+    for (size_t i = 0; i < f->b.n; i++)
+        f->rows[i] = &f->b.rows[i];
+    return f->rows;
+}
+
+static int
+fx_wave(struct fx *f, bool mandatory, uint64_t timeout_ms)
+{
+    return publisher_publish_wave(f->p, &f->b, fx_rows(f), f->b.n, mandatory,
+                                  clock_ms() + timeout_ms, f->err,
+                                  sizeof(f->err));
+}
+
+static void
+add_rows(struct fx *f, uint64_t first, size_t n, const char *exchange,
+         const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        add_row(f, first + i, exchange, key);
+}
+
+static void
+assert_all_state(struct fx *f, enum row_state s)
+{
+    for (size_t i = 0; i < f->b.n; i++)
+        ck_assert_msg(f->b.rows[i].state == s, "row %llu is %s (%s), not %s",
+                      (unsigned long long)f->b.rows[i].id,
+                      row_state_name(f->b.rows[i].state),
+                      f->b.rows[i].error ? f->b.rows[i].error : "",
+                      row_state_name(s));
+}
+
+/* ---- a raw AMQP client for what it_consumer does not show ---- */
+
+static void
+raw_check(amqp_rpc_reply_t r, const char *what)
+{
+    ck_assert_msg(r.reply_type == AMQP_RESPONSE_NORMAL,
+                  "%s failed (reply type %d, %s)", what, r.reply_type,
+                  amqp_error_string2(r.library_error));
+}
+
+static amqp_connection_state_t
+raw_open(void)
+{
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    struct timeval tv = {5, 0};
+    ck_assert_int_eq(amqp_socket_open_noblock(sock, "127.0.0.1", 5672, &tv),
+                     AMQP_STATUS_OK);
+    raw_check(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN,
+                         "guest", "guest"),
+              "login");
+    amqp_channel_open(conn, 1);
+    raw_check(amqp_get_rpc_reply(conn), "channel.open");
+    return conn;
+}
+
+static void
+raw_close(amqp_connection_state_t conn)
+{
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+}
+
+/* A durable queue bound to exchange, that outlives a broker restart. */
+static void
+raw_queue(const char *queue, const char *exchange, const char *key)
+{
+    amqp_connection_state_t conn = raw_open();
+    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 1, 0, 0,
+                       amqp_empty_table);
+    raw_check(amqp_get_rpc_reply(conn), "queue.declare");
+    amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
+                    amqp_cstring_bytes(exchange), amqp_cstring_bytes(key),
+                    amqp_empty_table);
+    raw_check(amqp_get_rpc_reply(conn), "queue.bind");
+    raw_close(conn);
+}
+
+static void
+raw_queue_delete(const char *queue)
+{
+    amqp_connection_state_t conn = raw_open();
+    amqp_queue_delete(conn, 1, amqp_cstring_bytes(queue), 0, 0);
+    raw_check(amqp_get_rpc_reply(conn), "queue.delete");
+    raw_close(conn);
+}
+
+/* Row id from a message_id "<name>-<id>", or -1. */
+static long
+message_row_id(amqp_bytes_t id)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%.*s", (int)id.len, (char *)id.bytes);
+    const char *dash = strrchr(buf, '-');
+    return dash ? strtol(dash + 1, NULL, 10) : -1;
+}
+
+/* Consumes the whole queue; seen[id] counts copies of each row id. */
+static size_t
+raw_collect(const char *queue, int *seen, size_t nseen)
+{
+    amqp_connection_state_t conn = raw_open();
+    amqp_basic_consume(conn, 1, amqp_cstring_bytes(queue), amqp_empty_bytes, 0,
+                       1, 0, amqp_empty_table);
+    raw_check(amqp_get_rpc_reply(conn), "basic.consume");
+    size_t n = 0;
+    for (;;) {
+        amqp_envelope_t env;
+        struct timeval tv = {1, 0};
+        amqp_maybe_release_buffers(conn);
+        amqp_rpc_reply_t r = amqp_consume_message(conn, &env, &tv, 0);
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            r.library_error == AMQP_STATUS_TIMEOUT)
+            break;
+        raw_check(r, "consume");
+        long id = message_row_id(env.message.properties.message_id);
+        if (id >= 0 && (size_t)id < nseen)
+            seen[id]++;
+        n++;
+        amqp_destroy_envelope(&env);
+    }
+    raw_close(conn);
+    return n;
+}
+
+/* One message by basic.get with its whole header table; 0 if empty. */
+static int
+raw_get(const char *queue, amqp_connection_state_t conn, amqp_message_t *msg)
+{
+    amqp_rpc_reply_t r = amqp_basic_get(conn, 1, amqp_cstring_bytes(queue), 1);
+    raw_check(r, "basic.get");
+    if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+        return 0;
+    raw_check(amqp_read_message(conn, 1, msg, 0), "read message");
+    return 1;
+}
+
+static const amqp_field_value_t *
+header(const amqp_message_t *msg, const char *key)
+{
+    const amqp_table_t *t = &msg->properties.headers;
+    for (int i = 0; i < t->num_entries; i++)
+        if (t->entries[i].key.len == strlen(key) &&
+            memcmp(t->entries[i].key.bytes, key, strlen(key)) == 0)
+            return &t->entries[i].value;
+    return NULL;
+}
+
+static void
+assert_header_str(const amqp_message_t *msg, const char *key, const char *want)
+{
+    const amqp_field_value_t *v = header(msg, key);
+    ck_assert_msg(v != NULL, "header %s missing", key);
+    ck_assert_int_eq(v->kind, AMQP_FIELD_KIND_UTF8);
+    ck_assert_msg(v->value.bytes.len == strlen(want) &&
+                      memcmp(v->value.bytes.bytes, want, strlen(want)) == 0,
+                  "header %s is \"%.*s\", not \"%s\"", key,
+                  (int)v->value.bytes.len, (char *)v->value.bytes.bytes, want);
+}
+
+/* ---- a TCP proxy in front of RabbitMQ that can cut or go silent ---- */
+
+enum proxy_mode { PROXY_FORWARD, PROXY_BLACKHOLE };
+
+struct proxy {
+    int lfd, port;
+    pthread_t thread;
+    atomic_int mode;
+    atomic_long up; /* bytes forwarded client -> broker */
+    long cut_after; /* reset both sides once up reaches it; 0: never */
+    atomic_bool stop, cut_done;
+};
+
+static void
+reset_close(int *fd)
+{
+    if (*fd < 0)
+        return;
+    struct linger lg = {1, 0}; /* close with RST, like a crashed peer */
+    setsockopt(*fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(*fd);
+    *fd = -1;
+}
+
+static int
+upstream_connect(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(5672)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool
+pump(int from, int to, atomic_long *count)
+{
+    char buf[65536];
+    ssize_t n = read(from, buf, sizeof(buf));
+    if (n <= 0)
+        return false;
+    for (ssize_t off = 0; off < n;) {
+        ssize_t w = write(to, buf + off, (size_t)(n - off));
+        if (w <= 0)
+            return false;
+        off += w;
+    }
+    if (count)
+        *count += n;
+    return true;
+}
+
+static void *
+proxy_main(void *arg)
+{
+    struct proxy *px = arg;
+    int c = -1, u = -1;
+    while (!px->stop) {
+        struct pollfd fds[3] = {
+            {px->lfd, POLLIN, 0}, {c, POLLIN, 0}, {u, POLLIN, 0}};
+        bool fwd = c >= 0 && px->mode == PROXY_FORWARD;
+        poll(fds, fwd ? 3 : 1, 20);
+        if (c >= 0 && px->cut_after > 0 && px->up >= px->cut_after) {
+            reset_close(&c);
+            reset_close(&u);
+            px->cut_after = 0;
+            px->cut_done = true;
+            continue;
+        }
+        if (fds[0].revents & POLLIN) {
+            reset_close(&c);
+            reset_close(&u);
+            c = accept(px->lfd, NULL, NULL);
+            u = upstream_connect();
+            if (u < 0)
+                reset_close(&c);
+            continue;
+        }
+        if (fwd && (((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                     !pump(c, u, &px->up)) ||
+                    ((fds[2].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                     !pump(u, c, NULL)))) {
+            reset_close(&c);
+            reset_close(&u);
+        }
+    }
+    reset_close(&c);
+    reset_close(&u);
+    return NULL;
+}
+
+static void
+proxy_start(struct proxy *px)
+{
+    memset(px, 0, sizeof(*px));
+    px->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(px->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(px->lfd, 4), 0);
+    socklen_t len = sizeof(sa);
+    getsockname(px->lfd, (struct sockaddr *)&sa, &len);
+    px->port = ntohs(sa.sin_port);
+    ck_assert_int_eq(pthread_create(&px->thread, NULL, proxy_main, px), 0);
+}
+
+static void
+proxy_stop(struct proxy *px)
+{
+    px->stop = true;
+    pthread_join(px->thread, NULL);
+    close(px->lfd);
+}
+
+/* ---- the broker, from outside ---- */
+
+/* Erlang pid of the connection that advertised connection_name name. */
+static bool
+broker_connection_pid(const char *name, char *pid, size_t size)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "rabbitmqctl -q list_connections pid client_properties "
+             "--no-table-headers 2>/dev/null | grep -F '\"%s\"' | "
+             "awk '{print $1}'",
+             name);
+    FILE *f = popen(cmd, "r");
+    bool ok = f && fgets(pid, (int)size, f) != NULL;
+    if (f)
+        pclose(f);
+    if (ok)
+        pid[strcspn(pid, "\n")] = '\0';
+    return ok && pid[0] == '<';
+}
+
+static bool
+rabbit_up(void)
+{
+    return it_sh("rabbitmqctl -q await_startup >/dev/null 2>&1") == 0;
+}
+
+/* ---- 1. a wave of 1000, everything a consumer sees ---- */
+
+static void
+check_message(const struct it_message *m, const struct outbox_row *r,
+              const char *exchange)
+{
+    ck_assert_str_eq(m->exchange, exchange);
+    ck_assert_str_eq(m->message_id, r->event_id);
+    ck_assert_str_eq(m->type, r->event_type);
+    ck_assert_str_eq(m->content_type, "application/json");
+    ck_assert_str_eq(m->app_id, "outboxd");
+    ck_assert_int_eq(m->delivery_mode, 2);
+    ck_assert_int_eq(m->timestamp, r->created_us / 1000000);
+    ck_assert_str_eq(m->h_aggregate_type, r->aggregate_type);
+    ck_assert_str_eq(m->h_aggregate_id, r->aggregate_id);
+    ck_assert_int_eq(m->h_outbox_id, (long long)r->id);
+    if (r->traceparent)
+        ck_assert_str_eq(m->h_traceparent, r->traceparent);
+    else
+        ck_assert_ptr_null(m->h_traceparent);
+    size_t len = r->payload ? r->payload_len : 0;
+    ck_assert_uint_eq(m->body_len, len);
+    ck_assert(memcmp(m->body, r->payload ? r->payload : "", len) == 0);
+}
+
+START_TEST(test_wave_properties_in_order)
+{
+    enum { N = 1000 };
+    struct fx f;
+    fx_init(&f);
+    char ex[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    struct it_consumer *c = it_consumer_new(ex, "order.#");
+    add_rows(&f, 1, N, ex, "order.created");
+    static const char binary[] = "not json \x00\x01\xff\xfe end";
+    f.b.rows[0].payload = batch_memdup(&f.b, binary, sizeof(binary) - 1);
+    f.b.rows[0].payload_len = sizeof(binary) - 1;
+    f.b.rows[1].payload = NULL; /* NULL column: empty body */
+    f.b.rows[2].payload = "";
+    f.b.rows[2].payload_len = 0;
+    for (size_t i = 0; i < N; i += 2)
+        f.b.rows[i].traceparent =
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    f.b.rows[3].headers = "{\"tenant\":\"acme\",\"n\":7}";
+    uint64_t t0 = clock_ms();
+    ck_assert_msg(fx_wave(&f, true, 30000) == 0, "wave: %s", f.err);
+    uint64_t ms = clock_ms() - t0;
+    assert_all_state(&f, ROW_ACKED);
+    struct it_message *msgs;
+    size_t got = it_consumer_drain(c, &msgs, N + 1, 2000, 30000);
+    ck_assert_uint_eq(got, N);
+    for (size_t i = 0; i < N; i++) {
+        check_message(&msgs[i], &f.b.rows[i], ex);
+        it_message_free(&msgs[i]);
+    }
+    free(msgs);
+    fprintf(stderr, "it_publisher: wave of %d confirmed in %llu ms\n", N,
+            (unsigned long long)ms);
+    it_consumer_free(c);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+END_TEST
+
+/* The headers column: typed values, nested JSON as text, nulls dropped,
+ * and the built-in headers win over the column's. */
+START_TEST(test_headers_column)
+{
+    struct fx f;
+    fx_init(&f);
+    char ex[96], q[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    snprintf(q, sizeof(q), "q_%s", f.name);
+    it_exchange_declare(ex, "topic");
+    raw_queue(q, ex, "#");
+    struct outbox_row *r = add_row(&f, 42, ex, "k");
+    r->headers = "{\"tenant\":\"acme \\u00e9\",\"count\":-12,\"ratio\":0.25,"
+                 "\"ok\":true,\"no\":false,\"gone\":null,"
+                 "\"obj\":{\"a\":[1,2]},\"list\":[\"x\"],"
+                 "\"outbox_id\":\"spoof\",\"aggregate_id\":\"spoof\","
+                 "\"dup\":1,\"dup\":2,\"traceparent\":\"from-column\"}";
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    amqp_connection_state_t conn = raw_open();
+    amqp_message_t msg;
+    ck_assert(IT_WAIT(5000, raw_get(q, conn, &msg) == 1));
+    assert_header_str(&msg, "tenant", "acme \xc3\xa9");
+    const amqp_field_value_t *v = header(&msg, "count");
+    ck_assert(v && v->kind == AMQP_FIELD_KIND_I64 && v->value.i64 == -12);
+    v = header(&msg, "ratio");
+    ck_assert(v && v->kind == AMQP_FIELD_KIND_F64 && v->value.f64 == 0.25);
+    v = header(&msg, "ok");
+    ck_assert(v && v->kind == AMQP_FIELD_KIND_BOOLEAN && v->value.boolean);
+    v = header(&msg, "no");
+    ck_assert(v && v->kind == AMQP_FIELD_KIND_BOOLEAN && !v->value.boolean);
+    ck_assert_ptr_null(header(&msg, "gone"));
+    assert_header_str(&msg, "obj", "{\"a\":[1,2]}");
+    assert_header_str(&msg, "list", "[\"x\"]");
+    v = header(&msg, "outbox_id");
+    ck_assert(v && v->kind == AMQP_FIELD_KIND_I64 && v->value.i64 == 42);
+    assert_header_str(&msg, "aggregate_id", r->aggregate_id);
+    v = header(&msg, "dup");
+    ck_assert(v && v->kind == AMQP_FIELD_KIND_I64 && v->value.i64 == 2);
+    /* no traceparent column value, so the headers column may set it */
+    assert_header_str(&msg, "traceparent", "from-column");
+    ck_assert_int_eq(msg.properties.headers.num_entries, 12);
+    amqp_destroy_message(&msg);
+    raw_close(conn);
+    raw_queue_delete(q);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+END_TEST
+
+/* A body spread over many frames arrives whole. */
+START_TEST(test_large_body)
+{
+    struct fx f;
+    fx_init(&f);
+    char ex[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    struct it_consumer *c = it_consumer_new(ex, "#");
+    struct outbox_row *r = add_row(&f, 1, ex, "big");
+    size_t len = 5 * 1024 * 1024;
+    char *body = xmalloc(len);
+    for (size_t i = 0; i < len; i++)
+        body[i] = (char)(i * 7 + i / 1000);
+    r->payload = body;
+    r->payload_len = len;
+    ck_assert_msg(fx_wave(&f, true, 30000) == 0, "wave: %s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(c, &m, 10000), 1);
+    ck_assert_uint_eq(m.body_len, len);
+    ck_assert(memcmp(m.body, body, len) == 0);
+    it_message_free(&m);
+    free(body);
+    it_consumer_free(c);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- 2. unroutable with mandatory ---- */
+
+START_TEST(test_unroutable_mandatory)
+{
+    struct fx f;
+    fx_init(&f);
+    char ex[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    struct it_consumer *c = it_consumer_new(ex, "routable.#");
+    for (uint64_t i = 1; i <= 10; i++)
+        add_row(&f, i, ex, i == 4 || i == 8 ? "nowhere.x" : "routable.x");
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "NO_ROUTE: exchange \"%s\" routing key \"nowhere.x\"", ex);
+    for (size_t i = 0; i < f.b.n; i++) {
+        struct outbox_row *r = &f.b.rows[i];
+        if (r->id == 4 || r->id == 8) {
+            ck_assert_int_eq(r->state, ROW_FAILED);
+            ck_assert_str_eq(r->error, want);
+        } else {
+            ck_assert_msg(r->state == ROW_ACKED, "row %llu: %s",
+                          (unsigned long long)r->id, row_state_name(r->state));
+        }
+    }
+    struct it_message *msgs;
+    ck_assert_uint_eq(it_consumer_drain(c, &msgs, 20, 1000, 10000), 8);
+    for (size_t i = 0; i < 8; i++)
+        it_message_free(&msgs[i]);
+    free(msgs);
+    /* without mandatory the broker drops it and confirms: ACKED */
+    batch_reset(&f.b);
+    add_row(&f, 11, ex, "nowhere.y");
+    ck_assert_msg(fx_wave(&f, false, 10000) == 0, "wave: %s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    it_consumer_free(c);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- 3. exchange missing ---- */
+
+START_TEST(test_exchange_missing)
+{
+    struct fx f;
+    fx_init(&f);
+    char ex[96], missing[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    snprintf(missing, sizeof(missing), "missing_%s", f.name);
+    struct it_consumer *c = it_consumer_new(ex, "#");
+    add_rows(&f, 1, 50, missing, "k");
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "channel closed by broker: 404 NOT_FOUND - no exchange '%s' in "
+             "vhost '/'",
+             missing);
+    assert_all_state(&f, ROW_FAILED);
+    ck_assert_str_eq(f.b.rows[0].error, want);
+    ck_assert(publisher_is_connected(f.p));
+    /* the channel was reopened: the next wave goes through */
+    batch_reset(&f.b);
+    add_rows(&f, 100, 20, ex, "k");
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    /*
+     * Mixed: every row settles.  Rows in flight when the channel closes
+     * fail with it even if their exchange exists (the broker may still
+     * have routed them: a retry duplicates, never loses); ACKED ones are
+     * all delivered.
+     */
+    batch_reset(&f.b);
+    for (uint64_t i = 200; i < 600; i++)
+        add_row(&f, i, i % 100 == 50 ? missing : ex, "k");
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
+    for (size_t i = 0; i < f.b.n; i++) {
+        struct outbox_row *r = &f.b.rows[i];
+        ck_assert(r->state == ROW_ACKED || r->state == ROW_FAILED);
+        if (r->state == ROW_FAILED)
+            ck_assert_msg(
+                !strncmp(r->error, "channel closed by broker: 404 ", 30), "%s",
+                r->error);
+        if (!strcmp(r->exchange, missing))
+            ck_assert_int_eq(r->state, ROW_FAILED);
+    }
+    size_t acked = batch_count_state(&f.b, ROW_ACKED);
+    struct it_message *msgs;
+    size_t got = it_consumer_drain(c, &msgs, 1000, 1000, 20000);
+    int seen[600] = {0};
+    for (size_t i = 0; i < got; i++) {
+        long id = message_row_id(amqp_cstring_bytes(msgs[i].message_id));
+        if (id >= 0 && id < 600)
+            seen[id]++;
+        it_message_free(&msgs[i]);
+    }
+    free(msgs);
+    for (size_t i = 0; i < f.b.n; i++)
+        if (f.b.rows[i].state == ROW_ACKED)
+            ck_assert_int_eq(seen[f.b.rows[i].id], 1);
+    fprintf(stderr, "it_publisher: mixed wave: %zu of %zu acked\n", acked,
+            f.b.n);
+    it_consumer_free(c);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- 4. connection lost mid-wave ---- */
+
+/* Every ACKED row is in queue q; returns how many rows were FAILED. */
+static size_t
+assert_acked_queued(struct fx *f, const char *q, size_t max_id)
+{
+    int *seen = xcalloc(max_id + 1, sizeof(*seen));
+    raw_collect(q, seen, max_id + 1);
+    size_t failed = 0;
+    for (size_t i = 0; i < f->b.n; i++) {
+        struct outbox_row *r = &f->b.rows[i];
+        if (r->state == ROW_ACKED)
+            ck_assert_msg(seen[r->id] > 0, "row %llu ACKED but not queued",
+                          (unsigned long long)r->id);
+        failed += r->state == ROW_FAILED;
+    }
+    free(seen);
+    return failed;
+}
+
+START_TEST(test_cut_mid_wave)
+{
+    enum { N = 20000 };
+    struct proxy px;
+    proxy_start(&px);
+    px.cut_after = 2 * 1024 * 1024;
+    char url[128];
+    snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%d/", px.port);
+    const char *urls[] = {url};
+    struct fx f;
+    fx_init_urls(&f, urls, 1);
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    char ex[96], q[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    snprintf(q, sizeof(q), "q_%s", f.name);
+    it_exchange_declare(ex, "topic");
+    raw_queue(q, ex, "#");
+    add_rows(&f, 1, N, ex, "k");
+    for (size_t i = 0; i < N; i++) /* about 300 bytes per message */
+        f.b.rows[i].payload =
+            batch_sprintf(&f.b, "{\"seq\":%zu,\"pad\":\"%0200d\"}", i, 0);
+    for (size_t i = 0; i < N; i++)
+        f.b.rows[i].payload_len = strlen(f.b.rows[i].payload);
+    ck_assert_int_eq(fx_wave(&f, true, 30000), -1);
+    ck_assert(px.cut_done);
+    ck_assert_msg(strstr(f.err, "connection lost") != NULL, "%s", f.err);
+    ck_assert_msg(strstr(f.err, "guest:***@") != NULL, "%s", f.err);
+    ck_assert(!publisher_is_connected(f.p));
+    size_t claimed = batch_count_state(&f.b, ROW_CLAIMED);
+    size_t acked = batch_count_state(&f.b, ROW_ACKED);
+    size_t failed = assert_acked_queued(&f, q, N);
+    ck_assert_uint_eq(claimed + acked + failed, N);
+    ck_assert_uint_gt(failed, 0);
+    for (size_t i = 0; i < f.b.n; i++)
+        if (f.b.rows[i].state == ROW_FAILED)
+            ck_assert_msg(!strncmp(f.b.rows[i].error, "connection lost: ", 17),
+                          "%s", f.b.rows[i].error);
+    fprintf(stderr, "it_publisher: cut: %zu acked, %zu failed, %zu unsent\n",
+            acked, failed, claimed);
+    /* the proxy forwards new connections again */
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    batch_reset(&f.b);
+    add_rows(&f, 1, 10, ex, "k");
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    raw_queue_delete(q);
+    it_exchange_delete(ex);
+    fx_free(&f);
+    proxy_stop(&px);
+}
+END_TEST
+
+struct closer {
+    pthread_t thread;
+    char name[64];
+    int delay_ms;
+    const char *action; /* "close" or "stop_app" */
+    int rc;
+};
+
+static void *
+closer_main(void *arg)
+{
+    struct closer *c = arg;
+    it_sleep_ms((unsigned)c->delay_ms);
+    if (strcmp(c->action, "stop_app") == 0) {
+        c->rc = it_sh("rabbitmqctl -q stop_app >/dev/null");
+        return NULL;
+    }
+    char pid[128];
+    c->rc = -1;
+    if (broker_connection_pid(c->name, pid, sizeof(pid)))
+        c->rc = it_sh("rabbitmqctl -q close_connection '%s' 'it_publisher "
+                      "test' >/dev/null",
+                      pid);
+    return NULL;
+}
+
+/*
+ * Publishes waves of rows until one fails, while another thread closes
+ * the connection from the broker's side.  Rows of all waves stay in f.
+ */
+static int
+waves_until_failure(struct fx *f, const char *ex, uint64_t budget_ms)
+{
+    uint64_t end = clock_ms() + budget_ms, id = 1;
+    int rc = 0;
+    while (rc == 0 && clock_ms() < end) {
+        add_rows(f, id, 2000, ex, "k");
+        id += 2000;
+        rc = publisher_publish_wave(f->p, &f->b, fx_rows(f) + f->b.n - 2000,
+                                    2000, true, clock_ms() + 20000, f->err,
+                                    sizeof(f->err));
+    }
+    return rc;
+}
+
+static void
+broker_close_test(const char *action, int delay_ms, const char *want_err)
+{
+    struct fx f;
+    fx_init(&f);
+    char ex[96], q[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    snprintf(q, sizeof(q), "q_%s", f.name);
+    it_exchange_declare(ex, "topic");
+    raw_queue(q, ex, "#");
+    struct closer cl = {.delay_ms = delay_ms, .action = action};
+    snprintf(cl.name, sizeof(cl.name), "%s", f.name);
+    pthread_create(&cl.thread, NULL, closer_main, &cl);
+    int rc = waves_until_failure(&f, ex, 60000);
+    pthread_join(cl.thread, NULL);
+    bool stopped = strcmp(action, "stop_app") == 0;
+    if (stopped) /* bring the broker back before any assertion can fail */
+        it_sh("rabbitmqctl -q start_app >/dev/null");
+    ck_assert(!stopped || IT_WAIT(60000, rabbit_up()));
+    ck_assert_int_eq(cl.rc, 0);
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(strstr(f.err, want_err) != NULL, "%s", f.err);
+    ck_assert(!publisher_is_connected(f.p));
+    size_t failed = assert_acked_queued(&f, q, f.b.n + 1);
+    ck_assert_uint_gt(failed, 0);
+    fprintf(stderr, "it_publisher: %s: %zu acked, %zu failed: %s\n", action,
+            batch_count_state(&f.b, ROW_ACKED), failed, f.err);
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    batch_reset(&f.b);
+    add_rows(&f, 1, 10, ex, "k");
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    raw_queue_delete(q);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+
+START_TEST(test_broker_closes_connection)
+{
+    broker_close_test("close", 0,
+                      "connection closed by broker: 320 CONNECTION_FORCED - "
+                      "it_publisher test");
+}
+END_TEST
+
+START_TEST(test_broker_stop_app)
+{
+    broker_close_test("stop_app", 500, "320 CONNECTION_FORCED");
+}
+END_TEST
+
+/* ---- connection.blocked ---- */
+
+static bool
+memory_alarm(void)
+{
+    return it_sh("rabbitmq-diagnostics -q alarms 2>/dev/null | "
+                 "grep -qi memory") == 0;
+}
+
+static bool
+poll_unblocked(struct fx *f)
+{
+    return publisher_poll(f->p, f->err, sizeof(f->err)) == 0 &&
+           !publisher_is_blocked(f->p);
+}
+
+/*
+ * A memory alarm: the rows caught in flight fail, later waves publish
+ * nothing and leave their rows CLAIMED, the connection stays, and
+ * publishing resumes when the alarm clears.
+ */
+START_TEST(test_broker_blocked)
+{
+    struct fx f;
+    fx_init(&f);
+    char ex[96], q[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    snprintf(q, sizeof(q), "q_%s", f.name);
+    it_exchange_declare(ex, "topic");
+    raw_queue(q, ex, "#");
+    add_rows(&f, 1, 1, ex, "k");
+    ck_assert_msg(fx_wave(&f, true, 5000) == 0, "%s", f.err);
+    /* record everything, restore the broker, then assert */
+    it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0.00001 >/dev/null");
+    bool alarmed = IT_WAIT(20000, memory_alarm());
+    batch_reset(&f.b);
+    add_rows(&f, 10, 50, ex, "k");
+    int rc1 = fx_wave(&f, true, 3000);
+    bool blocked1 = publisher_is_blocked(f.p);
+    bool connected1 = publisher_is_connected(f.p);
+    size_t acked1 = batch_count_state(&f.b, ROW_ACKED);
+    size_t failed1 = batch_count_state(&f.b, ROW_FAILED);
+    size_t claimed1 = batch_count_state(&f.b, ROW_CLAIMED);
+    char error1[256] = "";
+    for (size_t i = 0; i < f.b.n; i++)
+        if (f.b.rows[i].state == ROW_FAILED)
+            snprintf(error1, sizeof(error1), "%s", f.b.rows[i].error);
+    struct outbox_batch first = f.b;
+    batch_init(&f.b);
+    add_rows(&f, 100, 10, ex, "k");
+    uint64_t t0 = clock_ms();
+    int rc2 = fx_wave(&f, true, 1000);
+    uint64_t took2 = clock_ms() - t0;
+    size_t claimed2 = batch_count_state(&f.b, ROW_CLAIMED);
+    char err2[1024];
+    snprintf(err2, sizeof(err2), "%s", f.err);
+    it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0.4 >/dev/null");
+    ck_assert(IT_WAIT(20000, !memory_alarm()));
+    ck_assert(alarmed);
+    ck_assert_int_eq(rc1, 0);
+    ck_assert(blocked1 && connected1);
+    ck_assert_uint_eq(acked1 + failed1 + claimed1, 50);
+    ck_assert_uint_gt(failed1, 0);
+    ck_assert_str_eq(error1,
+                     "no confirm within 10s (broker blocked publishing)");
+    ck_assert_int_eq(rc2, 0);
+    ck_assert_uint_eq(claimed2, 10);
+    ck_assert_msg(took2 >= 1000 && took2 < 2500, "took %llu ms",
+                  (unsigned long long)took2);
+    ck_assert_msg(strstr(err2, "broker blocked publishing"), "%s", err2);
+    /* the alarm is gone: the same connection publishes again */
+    ck_assert_msg(IT_WAIT(10000, poll_unblocked(&f)), "%s", f.err);
+    batch_reset(&f.b);
+    add_rows(&f, 200, 10, ex, "k");
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "%s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    fprintf(stderr,
+            "it_publisher: blocked: %zu acked, %zu failed, %zu unsent\n",
+            acked1, failed1, claimed1);
+    batch_free(&first);
+    raw_queue_delete(q);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- 5. deadlines ---- */
+
+/* A deadline that comes mid-wave: nothing ACKED without its confirm. */
+START_TEST(test_deadline_large_wave)
+{
+    enum { N = 20000 };
+    struct fx f;
+    fx_init(&f);
+    char ex[96], q[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    snprintf(q, sizeof(q), "q_%s", f.name);
+    it_exchange_declare(ex, "topic");
+    raw_queue(q, ex, "#");
+    add_rows(&f, 1, N, ex, "k");
+    ck_assert_int_eq(fx_wave(&f, true, 100), -1);
+    ck_assert_msg(strstr(f.err, "no confirm within 10s") != NULL, "%s", f.err);
+    ck_assert(!publisher_is_connected(f.p));
+    size_t claimed = batch_count_state(&f.b, ROW_CLAIMED);
+    size_t failed = assert_acked_queued(&f, q, N);
+    ck_assert_uint_gt(failed, 0);
+    fprintf(stderr,
+            "it_publisher: 100 ms deadline: %zu acked, %zu failed, "
+            "%zu unsent\n",
+            batch_count_state(&f.b, ROW_ACKED), failed, claimed);
+    for (size_t i = 0; i < f.b.n; i++)
+        if (f.b.rows[i].state == ROW_FAILED)
+            ck_assert_str_eq(f.b.rows[i].error, "no confirm within 10s");
+    raw_queue_delete(q);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+END_TEST
+
+/* A broker that goes silent: every row of the wave times out. */
+START_TEST(test_deadline_silent_broker)
+{
+    struct proxy px;
+    proxy_start(&px);
+    char url[128];
+    snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%d/", px.port);
+    const char *urls[] = {url};
+    struct fx f;
+    fx_init_urls(&f, urls, 1);
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    add_rows(&f, 1, 1, "amq.topic", "k"); /* checks the exchange */
+    ck_assert_msg(fx_wave(&f, true, 5000) == 0, "%s", f.err);
+    px.mode = PROXY_BLACKHOLE;
+    batch_reset(&f.b);
+    add_rows(&f, 1, 100, "amq.topic", "k");
+    uint64_t t0 = clock_ms();
+    ck_assert_int_eq(fx_wave(&f, true, 1000), -1);
+    uint64_t took = clock_ms() - t0;
+    ck_assert_msg(took >= 1000 && took < 3000, "took %llu ms",
+                  (unsigned long long)took);
+    assert_all_state(&f, ROW_FAILED);
+    ck_assert_str_eq(f.b.rows[0].error, "no confirm within 10s");
+    ck_assert(!publisher_is_connected(f.p));
+    /* the exchange check of a new connection keeps the deadline too */
+    px.mode = PROXY_FORWARD;
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    px.mode = PROXY_BLACKHOLE;
+    batch_reset(&f.b);
+    add_rows(&f, 1, 100, "amq.topic", "k");
+    t0 = clock_ms();
+    ck_assert_int_eq(fx_wave(&f, true, 1000), -1);
+    took = clock_ms() - t0;
+    ck_assert_msg(took >= 1000 && took < 3000, "took %llu ms",
+                  (unsigned long long)took);
+    assert_all_state(&f, ROW_CLAIMED); /* never attempted */
+    ck_assert_msg(strstr(f.err, "no confirm within 10s"), "%s", f.err);
+    ck_assert(!publisher_is_connected(f.p));
+    fx_free(&f);
+    proxy_stop(&px);
+}
+END_TEST
+
+/* ---- 6. connect errors ---- */
+
+static void
+connect_fails(const char *url, const char *want1, const char *want2)
+{
+    const char *urls[] = {url};
+    struct fx f;
+    fx_init_urls(&f, urls, 1);
+    ck_assert_int_eq(publisher_connect(f.p, f.err, sizeof(f.err)), -1);
+    ck_assert(!publisher_is_connected(f.p));
+    ck_assert_msg(strcasestr(f.err, want1) != NULL, "%s", f.err);
+    ck_assert_msg(strcasestr(f.err, want2) != NULL, "%s", f.err);
+    ck_assert_msg(strstr(f.err, "guest:guest") == NULL &&
+                      strstr(f.err, "secret") == NULL,
+                  "password shown: %s", f.err);
+    fx_free(&f);
+}
+
+START_TEST(test_connect_errors)
+{
+    connect_fails("amqp://guest:guest@127.0.0.1:1/",
+                  "amqp://guest:***@127.0.0.1:1/: ", "connection refused");
+    connect_fails("amqp://guest:secret@127.0.0.1:5672/",
+                  "amqp://guest:***@127.0.0.1:5672/: ", "ACCESS_REFUSED");
+    connect_fails(
+        "amqp://guest:guest@no-such-host.invalid/",
+        "amqp://guest:***@no-such-host.invalid/: ", "no-such-host.invalid");
+    connect_fails("http://guest:guest@127.0.0.1/", "http://guest:***@",
+                  "not a valid amqp");
+    connect_fails(
+        "amqp://guest:guest@127.0.0.1:5672/no-such-vhost",
+        "amqp://guest:***@127.0.0.1:5672/no-such-vhost: ", "NOT_ALLOWED");
+    /* TLS against the plain port fails cleanly */
+    connect_fails("amqps://guest:guest@127.0.0.1:5672/",
+                  "amqps://guest:***@127.0.0.1:5672/: ", "SSL");
+}
+END_TEST
+
+START_TEST(test_connect_second_url)
+{
+    const char *urls[] = {"amqp://guest:guest@127.0.0.1:1/",
+                          "amqp://guest:guest@127.0.0.1:5672"};
+    struct fx f;
+    fx_init_urls(&f, urls, 2);
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    ck_assert_str_eq(publisher_url(f.p), "amqp://guest:***@127.0.0.1:5672");
+    /* the broker sees who we are and that we take connection.blocked */
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "rabbitmqctl -q list_connections client_properties "
+             "--no-table-headers | grep -F '\"%s\"' | grep -F '\"outboxd\"' | "
+             "grep -qF '{\"connection.blocked\",true}'",
+             f.name);
+    ck_assert_msg(it_sh("%s", cmd) == 0, "client properties not seen");
+    fx_free(&f);
+}
+END_TEST
+
+/* Heartbeats are answered while idle as long as poll is called. */
+START_TEST(test_poll_keeps_heartbeats)
+{
+    const char *urls[] = {IT_AMQP_URL};
+    struct fx f;
+    fx_init_urls(&f, urls, 1);
+    f.broker.heartbeat_ms = 1000;
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    for (int i = 0; i < 25; i++) {
+        ck_assert_msg(publisher_poll(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                      f.err);
+        it_sleep_ms(200);
+    }
+    add_rows(&f, 1, 5, "amq.topic", "k");
+    ck_assert_msg(fx_wave(&f, true, 5000) == 0, "%s", f.err);
+    /* idle without polling: the broker gives up on us */
+    it_sleep_ms(5000);
+    ck_assert_int_eq(publisher_poll(f.p, f.err, sizeof(f.err)), -1);
+    ck_assert(!publisher_is_connected(f.p));
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- 7. rows that cannot be published as they are ---- */
+
+START_TEST(test_bad_rows_rejected)
+{
+    struct fx f;
+    fx_init(&f);
+    char ex[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    struct it_consumer *c = it_consumer_new(ex, "#");
+    add_rows(&f, 1, 10, ex, "k");
+    f.b.rows[2].headers = "{\"a\":";
+    f.b.rows[5].headers = "[1,2]";
+    f.b.rows[6].event_id = NULL;
+    size_t huge = 200 * 1024;
+    char *big = xmalloc(huge + 16);
+    snprintf(big, huge + 16, "{\"x\":\"%0*d\"}", (int)huge, 0);
+    f.b.rows[8].headers = batch_strdup(&f.b, big);
+    free(big);
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
+    for (size_t i = 0; i < f.b.n; i++) {
+        struct outbox_row *r = &f.b.rows[i];
+        if (i == 2 || i == 5 || i == 6 || i == 8)
+            ck_assert_msg(r->state == ROW_REJECTED, "row %zu is %s", i,
+                          row_state_name(r->state));
+        else
+            ck_assert_int_eq(r->state, ROW_ACKED);
+    }
+    ck_assert_str_eq(f.b.rows[2].error,
+                     "invalid headers JSON: expected a value at offset 5");
+    ck_assert_str_eq(f.b.rows[5].error,
+                     "invalid headers JSON: expected a JSON object at offset "
+                     "0");
+    ck_assert_str_eq(f.b.rows[6].error, "event_id is NULL");
+    ck_assert_msg(strstr(f.b.rows[8].error, "too large") != NULL, "%s",
+                  f.b.rows[8].error);
+    struct it_message *msgs;
+    size_t got = it_consumer_drain(c, &msgs, 20, 1000, 10000);
+    ck_assert_uint_eq(got, 6);
+    for (size_t i = 0; i < got; i++)
+        it_message_free(&msgs[i]);
+    free(msgs);
+    it_consumer_free(c);
+    it_exchange_delete(ex);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- throughput ---- */
+
+START_TEST(test_throughput_20k)
+{
+    enum { N = 20000 };
+    struct fx f;
+    fx_init(&f);
+    char ex[96], q[96];
+    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    snprintf(q, sizeof(q), "q_%s", f.name);
+    it_exchange_declare(ex, "topic");
+    raw_queue(q, ex, "#");
+    add_rows(&f, 1, N, ex, "k");
+    char pad[257];
+    memset(pad, 'x', 256);
+    pad[256] = '\0';
+    for (size_t i = 0; i < N; i++) {
+        f.b.rows[i].payload = pad;
+        f.b.rows[i].payload_len = 256;
+    }
+    uint64_t t0 = clock_ms();
+    ck_assert_msg(fx_wave(&f, true, 60000) == 0, "wave: %s", f.err);
+    uint64_t ms = clock_ms() - t0;
+    assert_all_state(&f, ROW_ACKED);
+    fprintf(stderr,
+            "it_publisher: 20000 persistent 256-byte messages confirmed in "
+            "%llu ms: %.0f msg/s\n",
+            (unsigned long long)ms, N * 1000.0 / (double)(ms ? ms : 1));
+    raw_queue_delete(q);
+    it_exchange_delete(ex);
+    fx_free(&f);
 }
 END_TEST
 
@@ -14,7 +1159,28 @@ it_publisher_suite(void)
 {
     Suite *s = suite_create("it_publisher");
     TCase *tc = tcase_create("main");
-    tcase_add_test(tc, test_placeholder);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_wave_properties_in_order);
+    tcase_add_test(tc, test_headers_column);
+    tcase_add_test(tc, test_large_body);
+    tcase_add_test(tc, test_unroutable_mandatory);
+    tcase_add_test(tc, test_exchange_missing);
+    tcase_add_test(tc, test_cut_mid_wave);
+    tcase_add_test(tc, test_broker_closes_connection);
+    tcase_add_test(tc, test_deadline_large_wave);
+    tcase_add_test(tc, test_deadline_silent_broker);
+    tcase_add_test(tc, test_connect_errors);
+    tcase_add_test(tc, test_connect_second_url);
+    tcase_add_test(tc, test_poll_keeps_heartbeats);
+    tcase_add_test(tc, test_bad_rows_rejected);
+    tcase_add_test(tc, test_throughput_20k);
     suite_add_tcase(s, tc);
+    /* Its own case, last: these block or stop the broker for every
+     * client, so CK_RUN_CASE=main skips them while others test. */
+    TCase *global = tcase_create("broker_wide");
+    tcase_set_timeout(global, 180);
+    tcase_add_test(global, test_broker_blocked);
+    tcase_add_test(global, test_broker_stop_app);
+    suite_add_tcase(s, global);
     return s;
 }

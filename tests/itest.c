@@ -300,7 +300,8 @@ static char *
 bytes_dup(amqp_bytes_t b)
 {
     char *s = malloc(b.len + 1);
-    memcpy(s, b.bytes, b.len);
+    if (b.len > 0)
+        memcpy(s, b.bytes, b.len);
     s[b.len] = '\0';
     return s;
 }
