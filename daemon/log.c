@@ -145,8 +145,10 @@ log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
     line_put_field(&l, "ts", ts, true);
     line_put_field(&l, "level", level_names[level], false);
     line_put_field(&l, "msg", msg, false);
+    /* A NULL value leaves its key out: no empty trace_id="" noise. */
     for (; kv != NULL && kv[0] != NULL; kv += 2)
-        line_put_field(&l, kv[0], kv[1] ? kv[1] : "", false);
+        if (kv[1] != NULL)
+            line_put_field(&l, kv[0], kv[1], false);
     if (log_fmt == LOG_FORMAT_JSON)
         line_putc(&l, '}');
     l.buf[l.len++] = '\n';

@@ -11,7 +11,8 @@
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 
-/* A NULL-terminated list of key, value pairs: LOG_KV("outbox", name). */
+/* A NULL-terminated list of key, value pairs: LOG_KV("outbox", name).
+ * A pair whose value is NULL is left out of the line. */
 #define LOG_KV(...) ((const char *[]){__VA_ARGS__, NULL})
 
 void log_init(enum log_level level, enum log_format format);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -442,6 +443,8 @@ it_write_file(const char *path, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(f, fmt, ap);
     va_end(ap);
+    /* configs hold a password: keep them private, as operators should */
+    fchmod(fileno(f), 0600);
     fclose(f);
 }
 
