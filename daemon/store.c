@@ -1,68 +1,1378 @@
-/* store: stub until the MySQL store lands. */
+/*
+ * store: one MySQL/MariaDB connection serving one outbox table.  Claims
+ * batches with FOR UPDATE SKIP LOCKED under a fenced lease token and
+ * finalizes their outcomes, one statement per outcome, each conditioned
+ * on that token.  Only the blocking client API is used, so this builds
+ * against MariaDB Connector/C and MySQL's libmysqlclient alike.
+ */
 #include "store.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <mysql.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define STORE_ATTEMPTS 3 /* a claim or finalize retried on deadlock */
+/* Lock waits fail well before the read timeout would drop the session. */
+#define STORE_LOCK_WAIT_S "10"
+#define STORE_IO_TIMEOUT_MIN_MS 30000
+#define STORE_ERROR_CHARS 1024 /* last_error cap, the column's size */
+#define TOKEN_MIN_CHARS 24     /* room for some relay id, '/', 16 hex */
+#define TOKEN_MAX_CHARS (sizeof(((struct outbox_batch *)0)->token) - 1)
+
+/* Error numbers shared by MySQL and MariaDB (MariaDB-only ones marked). */
+enum {
+    ERRNO_SERVER_SHUTDOWN = 1053,
+    ERRNO_BAD_FIELD = 1054,
+    ERRNO_TABLE_ACCESS_DENIED = 1142,
+    ERRNO_COLUMN_ACCESS_DENIED = 1143,
+    ERRNO_NO_SUCH_TABLE = 1146,
+    ERRNO_LOCK_WAIT_TIMEOUT = 1205,
+    ERRNO_DEADLOCK = 1213,
+    ERRNO_CONNECTION_KILLED = 1927, /* MariaDB */
+    ERRNO_CLIENT_FIRST = 2000,      /* CR_*: the client library's own */
+    ERRNO_CLIENT_LAST = 2999,
+    ERRNO_INTERACTION_TIMEOUT = 4031, /* MySQL 8.0.24+ */
+};
+
+/* Where claim candidates come from, in the order they are taken. */
+enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
+
+static const enum outbox_status source_status[SRC_COUNT] = {
+    OUTBOX_PROCESSING, OUTBOX_RETRY, OUTBOX_PENDING};
+
+/* Columns of the claim's select list, in order; optional ones follow. */
+enum {
+    COL_ID,
+    COL_EVENT_ID,
+    COL_AGGREGATE_TYPE,
+    COL_AGGREGATE_ID,
+    COL_EVENT_TYPE,
+    COL_PAYLOAD,
+    COL_CREATED,
+    COL_RETRY_COUNT,
+    COL_FIXED
+};
+
+static const char *const required_columns[] = {
+    "id",           "event_id",     "aggregate_type",
+    "aggregate_id", "event_type",   "payload",
+    "status",       "retry_count",  "next_retry_at",
+    "locked_by",    "locked_until", "created_at",
+    "sent_at",      "last_error"};
+#define NREQUIRED (sizeof(required_columns) / sizeof(required_columns[0]))
+
+enum { OPT_HEADERS, OPT_TRACE_ID, OPT_TRACEPARENT, NOPTIONAL };
+static const char *const optional_columns[NOPTIONAL] = {"headers", "trace_id",
+                                                        "traceparent"};
+
+/* What last_error can hold: invalid or unstorable characters become '?'. */
+enum text_charset { TEXT_UTF8MB4, TEXT_UTF8MB3, TEXT_ASCII };
+
+/* What finalize does with a row. */
+enum fin_kind { FIN_SENT, FIN_RETRY, FIN_DEAD, FIN_RELEASE };
+
+struct fin_item {
+    enum fin_kind kind;
+    const char *error; /* NULL for SENT and RELEASE */
+    uint64_t id;
+};
+
+struct sqlbuf {
+    char *p;
+    size_t len, cap;
+};
+
+/* The table as found by the schema check. */
+struct schema {
+    bool required[NREQUIRED];
+    bool optional[NOPTIONAL];
+    bool *extra; /* outbox_config.columns found */
+    unsigned locked_by_len, last_error_len;
+    enum text_charset last_error_charset;
+    unsigned ncolumns;
+};
+
+struct store {
+    const struct outbox_config *ob;
+    MYSQL *db;         /* open, version checked, session set up */
+    bool ready;        /* table checked, claim statements built */
+    bool schema_error; /* last failure: schema, version or privilege */
+    unsigned last_errno;
+    char *where;     /* "schema.table" for messages */
+    char *table;     /* quoted identifier */
+    char *count_sql; /* ordering: unfinished earlier events, "IN (" */
+    char *claim_sql[SRC_COUNT];  /* candidates, without the LIMIT */
+    int pos_optional[NOPTIONAL]; /* select list positions, -1 if absent */
+    int pos_columns;
+    unsigned token_chars, error_chars;
+    enum text_charset error_charset;
+    struct sqlbuf sql; /* the statement being built, reused */
+    char *text;        /* sanitized error text */
+    size_t text_cap;
+    unsigned char *drop; /* claim: candidates dropped by ordering */
+    size_t drop_cap;
+    struct outbox_row **byagg;
+    size_t byagg_cap;
+    struct fin_item *items;
+    size_t items_cap;
+    uint64_t statements;
+};
+
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
+
+/* mysql_init() would do this too, but not safely from several threads. */
+static void
+library_init(void)
+{
+    mysql_library_init(0, NULL, NULL);
+}
+
+/* Scratch arrays grow to the largest batch seen and stay. */
+static void *
+grow(void *p, size_t *cap, size_t n, size_t size)
+{
+    if (n <= *cap)
+        return p;
+    size_t c = *cap ? *cap : 64;
+    while (c < n)
+        c *= 2;
+    *cap = c;
+    return xrealloc(p, c * size);
+}
+
+/* ---- building statements ---- */
+
+static void
+sql_reserve(struct sqlbuf *q, size_t more)
+{
+    if (q->cap - q->len > more)
+        return;
+    size_t cap = q->cap ? q->cap : 4096;
+    while (cap - q->len <= more)
+        cap *= 2;
+    q->p = xrealloc(q->p, cap);
+    q->cap = cap;
+}
+
+static void
+sql_reset(struct sqlbuf *q)
+{
+    q->len = 0;
+    sql_reserve(q, 0);
+    q->p[0] = '\0';
+}
+
+static void sql_addf(struct sqlbuf *q, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+sql_addf(struct sqlbuf *q, const char *fmt, ...)
+{
+    sql_reserve(q, strlen(fmt));
+    for (;;) {
+        size_t room = q->cap - q->len;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(q->p + q->len, room, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            abort(); /* only on a bad format: a bug */
+        if ((size_t)n < room) {
+            q->len += (size_t)n;
+            return;
+        }
+        sql_reserve(q, (size_t)n);
+    }
+}
+
+/* `name`, with backticks doubled. */
+static void
+sql_add_ident(struct sqlbuf *q, const char *name)
+{
+    sql_reserve(q, 2 * strlen(name) + 2);
+    q->p[q->len++] = '`';
+    for (const char *s = name; *s != '\0'; s++) {
+        if (*s == '`')
+            q->p[q->len++] = '`';
+        q->p[q->len++] = *s;
+    }
+    q->p[q->len++] = '`';
+    q->p[q->len] = '\0';
+}
+
+/* 'text', escaped for the connection's character set. */
+static void
+sql_add_string(struct store *st, const char *s)
+{
+    struct sqlbuf *q = &st->sql;
+    size_t n = strlen(s);
+    sql_reserve(q, 2 * n + 2);
+    q->p[q->len++] = '\'';
+    q->len += mysql_real_escape_string(st->db, q->p + q->len, s, n);
+    q->p[q->len++] = '\'';
+    q->p[q->len] = '\0';
+}
+
+static void
+sql_add_id(struct sqlbuf *q, uint64_t id, bool first)
+{
+    sql_addf(q, first ? "%" PRIu64 : ",%" PRIu64, id);
+}
+
+/* ---- running statements ---- */
+
+static bool
+is_connection_errno(unsigned code)
+{
+    return (code >= ERRNO_CLIENT_FIRST && code <= ERRNO_CLIENT_LAST) ||
+           code == ERRNO_SERVER_SHUTDOWN || code == ERRNO_CONNECTION_KILLED ||
+           code == ERRNO_INTERACTION_TIMEOUT;
+}
+
+static bool
+is_schema_errno(unsigned code)
+{
+    return code == ERRNO_BAD_FIELD || code == ERRNO_NO_SUCH_TABLE ||
+           code == ERRNO_TABLE_ACCESS_DENIED ||
+           code == ERRNO_COLUMN_ACCESS_DENIED;
+}
+
+static bool
+is_lock_errno(unsigned code)
+{
+    return code == ERRNO_DEADLOCK || code == ERRNO_LOCK_WAIT_TIMEOUT;
+}
+
+static void
+close_db(struct store *st)
+{
+    if (st->db != NULL)
+        mysql_close(st->db);
+    st->db = NULL;
+    st->ready = false;
+}
+
+/*
+ * Fills err from the connection's last error and classifies it.  Never
+ * reconnects: a new session would have lost the transaction and the
+ * session settings, so the caller reconnects through store_connect.
+ */
+static int
+db_fail(struct store *st, const char *what, char *err, size_t errlen)
+{
+    unsigned code = mysql_errno(st->db);
+    err_set(err, errlen, "%s %s: %s (error %u)", what, st->where,
+            mysql_error(st->db), code);
+    st->last_errno = code;
+    if (is_schema_errno(code)) {
+        st->schema_error = true;
+        st->ready = false;
+    }
+    if (is_connection_errno(code))
+        close_db(st);
+    return -1;
+}
+
+static int
+run_query(struct store *st, const char *sql, size_t len, const char *what,
+          char *err, size_t errlen)
+{
+    st->statements++;
+    if (mysql_real_query(st->db, sql, len) != 0)
+        return db_fail(st, what, err, errlen);
+    return 0;
+}
+
+static int
+run_text(struct store *st, const char *sql, const char *what, char *err,
+         size_t errlen)
+{
+    return run_query(st, sql, strlen(sql), what, err, errlen);
+}
+
+static MYSQL_RES *
+run_select(struct store *st, const char *what, char *err, size_t errlen)
+{
+    if (run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
+        return NULL;
+    MYSQL_RES *res = mysql_store_result(st->db);
+    if (res == NULL)
+        db_fail(st, what, err, errlen);
+    return res;
+}
+
+static int
+run_update(struct store *st, const char *what, uint64_t *affected, char *err,
+           size_t errlen)
+{
+    if (run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
+        return -1;
+    uint64_t n = (uint64_t)mysql_affected_rows(st->db);
+    *affected = n == UINT64_MAX ? 0 : n;
+    return 0;
+}
+
+static int
+db_commit(struct store *st, const char *what, char *err, size_t errlen)
+{
+    st->statements++;
+    if (mysql_commit(st->db) != 0)
+        return db_fail(st, what, err, errlen);
+    return 0;
+}
+
+/* Best effort: a dead session has rolled back on its own. */
+static void
+db_rollback(struct store *st)
+{
+    if (st->db == NULL)
+        return;
+    st->statements++;
+    if (mysql_rollback(st->db) != 0 && is_connection_errno(mysql_errno(st->db)))
+        close_db(st);
+}
+
+/* ---- connecting ---- */
+
+static unsigned
+ms_to_s(uint64_t ms)
+{
+    uint64_t s = (ms + 999) / 1000;
+    return s == 0 ? 1 : s > UINT_MAX ? UINT_MAX : (unsigned)s;
+}
+
+static void
+set_tls_options(MYSQL *db, const struct tls_config *tls)
+{
+    if (!tls->enabled)
+        return;
+    if (tls->ca_file != NULL)
+        mysql_options(db, MYSQL_OPT_SSL_CA, tls->ca_file);
+    if (tls->cert_file != NULL)
+        mysql_options(db, MYSQL_OPT_SSL_CERT, tls->cert_file);
+    if (tls->key_file != NULL)
+        mysql_options(db, MYSQL_OPT_SSL_KEY, tls->key_file);
+#ifdef MARIADB_PACKAGE_VERSION
+    my_bool on = 1, verify = tls->verify_peer;
+    mysql_options(db, MYSQL_OPT_SSL_ENFORCE, &on);
+    mysql_options(db, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+#else
+    unsigned mode = !tls->verify_peer      ? SSL_MODE_REQUIRED
+                    : tls->verify_hostname ? SSL_MODE_VERIFY_IDENTITY
+                                           : SSL_MODE_VERIFY_CA;
+    mysql_options(db, MYSQL_OPT_SSL_MODE, &mode);
+#endif
+}
+
+/* Bounded waits everywhere, so a hung server cannot hang the worker. */
+static void
+set_options(const struct store *st, MYSQL *db)
+{
+    const struct database_config *dc = st->ob->database;
+    unsigned connect_s =
+        ms_to_s(dc->connect_timeout_ms ? dc->connect_timeout_ms : 5000);
+    uint64_t io_ms = st->ob->lease_ms > STORE_IO_TIMEOUT_MIN_MS
+                         ? st->ob->lease_ms
+                         : STORE_IO_TIMEOUT_MIN_MS;
+    unsigned io_s = ms_to_s(io_ms);
+    mysql_options(db, MYSQL_OPT_CONNECT_TIMEOUT, &connect_s);
+    mysql_options(db, MYSQL_OPT_READ_TIMEOUT, &io_s);
+    mysql_options(db, MYSQL_OPT_WRITE_TIMEOUT, &io_s);
+    /* Row strings arrive as stored, not squeezed into latin1. */
+    mysql_options(db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+#if defined(MARIADB_PACKAGE_VERSION)
+    my_bool reconnect = 0;
+    mysql_options(db, MYSQL_OPT_RECONNECT, &reconnect);
+#elif MYSQL_VERSION_ID < 80034
+    bool reconnect = false; /* off by default; 8.0.34+ warns on the option */
+    mysql_options(db, MYSQL_OPT_RECONNECT, &reconnect);
+#endif
+    set_tls_options(db, &dc->tls);
+}
+
+static int
+db_open(struct store *st, char *err, size_t errlen)
+{
+    const struct database_config *dc = st->ob->database;
+    bool sock = dc->socket != NULL && dc->socket[0] != '\0';
+    const char *host = sock ? "localhost" : dc->host ? dc->host : "127.0.0.1";
+    MYSQL *db = mysql_init(NULL);
+    if (db == NULL) {
+        err_set(err, errlen, "connect %s: out of memory", st->where);
+        return -1;
+    }
+    set_options(st, db);
+    if (mysql_real_connect(db, host, dc->user, dc->password, dc->database,
+                           dc->port ? dc->port : 3306, sock ? dc->socket : NULL,
+                           0) == NULL) {
+        err_set(err, errlen, "connect %s at %s: %s (error %u)", st->where,
+                sock ? dc->socket : host, mysql_error(db), mysql_errno(db));
+        st->last_errno = mysql_errno(db);
+        mysql_close(db);
+        return -1;
+    }
+    st->db = db;
+    return 0;
+}
+
+/* "5.5.5-10.11.6-MariaDB": the prefix MySQL's client library keeps. */
+static unsigned long
+parse_version(const char *s)
+{
+    unsigned major = 0, minor = 0, patch = 0;
+    sscanf(s, "%u.%u.%u", &major, &minor, &patch);
+    return major * 10000UL + minor * 100UL + patch;
+}
+
+static int
+check_version(struct store *st, char *err, size_t errlen)
+{
+    const char *info = mysql_get_server_info(st->db);
+    bool mariadb = info != NULL && strstr(info, "MariaDB") != NULL;
+    unsigned long v = mysql_get_server_version(st->db);
+    if (mariadb && strncmp(info, "5.5.5-", 6) == 0)
+        v = parse_version(info + 6);
+    unsigned long min = mariadb ? STORE_MIN_MARIADB : STORE_MIN_MYSQL;
+    if (v >= min)
+        return 0;
+    err_set(err, errlen,
+            "%s: server %s is too old: outboxd needs %s %lu.%lu.%lu or "
+            "later (for SKIP LOCKED)",
+            st->where, info ? info : "?", mariadb ? "MariaDB" : "MySQL",
+            min / 10000, min / 100 % 100, min % 100);
+    st->schema_error = true;
+    return -1;
+}
+
+/*
+ * READ COMMITTED: no gap locks against the application's inserts, and
+ * the ordering check sees what other relays committed.  UTC so that
+ * UNIX_TIMESTAMP() and NOW() mean the same on every relay.
+ */
+static int
+setup_session(struct store *st, char *err, size_t errlen)
+{
+    if (run_text(st, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                 "session", err, errlen) < 0 ||
+        run_text(st,
+                 "SET SESSION time_zone = '+00:00', "
+                 "innodb_lock_wait_timeout = " STORE_LOCK_WAIT_S ", "
+                 "lock_wait_timeout = " STORE_LOCK_WAIT_S,
+                 "session", err, errlen) < 0)
+        return -1;
+    st->statements++;
+    if (mysql_autocommit(st->db, 0) != 0)
+        return db_fail(st, "session", err, errlen);
+    return 0;
+}
+
+/* ---- the schema check ---- */
+
+static enum text_charset
+parse_charset(const char *name)
+{
+    if (name == NULL)
+        return TEXT_ASCII;
+    if (strcasecmp(name, "utf8mb4") == 0)
+        return TEXT_UTF8MB4;
+    if (strcasecmp(name, "utf8mb3") == 0 || strcasecmp(name, "utf8") == 0)
+        return TEXT_UTF8MB3;
+    return TEXT_ASCII;
+}
+
+static void
+note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
+{
+    const char *name = r[0] ? r[0] : "";
+    unsigned len = r[1] ? (unsigned)strtoul(r[1], NULL, 10) : 0;
+    sc->ncolumns++;
+    for (size_t i = 0; i < NREQUIRED; i++)
+        if (strcasecmp(name, required_columns[i]) == 0)
+            sc->required[i] = true;
+    for (size_t i = 0; i < NOPTIONAL; i++)
+        if (strcasecmp(name, optional_columns[i]) == 0)
+            sc->optional[i] = true;
+    for (size_t i = 0; i < st->ob->ncolumns; i++)
+        if (strcasecmp(name, st->ob->columns[i]) == 0)
+            sc->extra[i] = true;
+    if (strcasecmp(name, "locked_by") == 0)
+        sc->locked_by_len = len;
+    if (strcasecmp(name, "last_error") == 0) {
+        sc->last_error_len = len;
+        sc->last_error_charset = parse_charset(r[2]);
+    }
+}
+
+static int
+load_columns(struct store *st, struct schema *sc, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, "
+                "CHARACTER_SET_NAME FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
+    sql_add_string(st, st->ob->table);
+    MYSQL_RES *res = run_select(st, "schema check", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL)
+        note_column(st, sc, r);
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Names every missing column in one message. */
+static int
+report_missing(struct store *st, const struct schema *sc, char *err,
+               size_t errlen)
+{
+    struct sqlbuf msg = {0};
+    sql_reset(&msg);
+    for (size_t i = 0; i < NREQUIRED; i++)
+        if (!sc->required[i])
+            sql_addf(&msg, "%s%s", msg.len ? ", " : "", required_columns[i]);
+    for (size_t i = 0; i < st->ob->ncolumns; i++)
+        if (!sc->extra[i])
+            sql_addf(&msg, "%s%s (named in the config)", msg.len ? ", " : "",
+                     st->ob->columns[i]);
+    int rc = 0;
+    if (msg.len > 0) {
+        err_set(err, errlen, "table %s has no column %s", st->where, msg.p);
+        rc = -1;
+    } else if (sc->locked_by_len < TOKEN_MIN_CHARS) {
+        err_set(err, errlen,
+                "column locked_by of %s holds %u characters; the claim token "
+                "needs at least %d",
+                st->where, sc->locked_by_len, TOKEN_MIN_CHARS);
+        rc = -1;
+    }
+    free(msg.p);
+    return rc;
+}
+
+static bool
+ident_eq(const char *a, const char *b)
+{
+    return a != NULL && strcasecmp(a, b) == 0;
+}
+
+/* Rows i..j-1 are one index: is it led by a whole status column? */
+static bool
+led_by_status(MYSQL_ROW *rows, size_t i)
+{
+    return ident_eq(rows[i][1], "status") && rows[i][2] == NULL;
+}
+
+/* An index on (status) or (status, id) walks each status in id order. */
+static bool
+orders_by_id(MYSQL_ROW *rows, size_t i, size_t j)
+{
+    return j == i + 1 || ident_eq(rows[i + 1][1], "id");
+}
+
+/* "`c1`, `c2`, `id`": the index's order after status; NULL if unusable. */
+static char *
+index_order(MYSQL_ROW *rows, size_t i, size_t j)
+{
+    struct sqlbuf order = {0};
+    sql_reset(&order);
+    for (size_t k = i + 1; k < j && !ident_eq(rows[k][1], "id"); k++) {
+        if (rows[k][1] == NULL || rows[k][2] != NULL) {
+            free(order.p); /* an expression or a prefix: no order */
+            return NULL;
+        }
+        sql_add_ident(&order, rows[k][1]);
+        sql_addf(&order, ", ");
+    }
+    sql_add_ident(&order, "id");
+    return order.p;
+}
+
+/*
+ * The claim must walk an index in its ORDER BY or InnoDB locks every
+ * candidate before sorting them, and LIMIT no longer bounds the locks:
+ * on the seed's (status, next_retry_at, created_at) index, ORDER BY id
+ * would lock the whole PENDING backlog.  So the order is id when an
+ * index on (status) or (status, id) exists, else that of the first
+ * index led by status.  Ordering per aggregate stays exact either way:
+ * it is checked on ids, not on claim order.
+ */
+static char *
+pick_claim_order(MYSQL_ROW *rows, size_t n)
+{
+    char *best = NULL;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && strcmp(rows[j][0], rows[i][0]) == 0; j++)
+            ;
+        if (!led_by_status(rows, i))
+            continue;
+        if (orders_by_id(rows, i, j)) {
+            free(best);
+            return xstrdup("`id`");
+        }
+        if (best == NULL)
+            best = index_order(rows, i, j);
+    }
+    return best != NULL ? best : xstrdup("`id`");
+}
+
+static char *
+load_claim_order(struct store *st, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q, "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART "
+                "FROM information_schema.STATISTICS "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
+    sql_add_string(st, st->ob->table);
+    sql_addf(q, " ORDER BY INDEX_NAME, SEQ_IN_INDEX");
+    MYSQL_RES *res = run_select(st, "schema check", err, errlen);
+    if (res == NULL)
+        return NULL;
+    size_t n = (size_t)mysql_num_rows(res);
+    MYSQL_ROW *rows = xcalloc(n, sizeof(*rows));
+    for (size_t i = 0; i < n; i++)
+        rows[i] = mysql_fetch_row(res);
+    char *order = pick_claim_order(rows, n);
+    free(rows);
+    mysql_free_result(res);
+    return order;
+}
+
+/* The select list: fixed columns, optional ones present, config's. */
+static void
+add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
+{
+    sql_addf(q, "SELECT `id`, `event_id`, `aggregate_type`, "
+                "`aggregate_id`, `event_type`, `payload`, "
+                "UNIX_TIMESTAMP(`created_at`), `retry_count`");
+    int pos = COL_FIXED;
+    for (size_t i = 0; i < NOPTIONAL; i++) {
+        st->pos_optional[i] = sc->optional[i] ? pos++ : -1;
+        if (sc->optional[i]) {
+            sql_addf(q, ", ");
+            sql_add_ident(q, optional_columns[i]);
+        }
+    }
+    st->pos_columns = pos;
+    for (size_t i = 0; i < st->ob->ncolumns; i++) {
+        sql_addf(q, ", ");
+        sql_add_ident(q, st->ob->columns[i]);
+    }
+    sql_addf(q, " FROM %s WHERE ", st->table);
+}
+
+static void
+build_claim_sql(struct store *st, const struct schema *sc, const char *order)
+{
+    static const char *const cond[SRC_COUNT] = {
+        [SRC_EXPIRED] = "`status` = 'PROCESSING' AND `locked_until` <= NOW(6)",
+        [SRC_RETRY] = "`status` = 'RETRY' AND `next_retry_at` <= NOW(6)",
+        [SRC_PENDING] = "`status` = 'PENDING'",
+    };
+    for (int s = 0; s < SRC_COUNT; s++) {
+        struct sqlbuf q = {0};
+        sql_reset(&q);
+        add_select_list(st, sc, &q);
+        sql_addf(&q, "%s ORDER BY %s", cond[s],
+                 s == SRC_RETRY ? "`next_retry_at`" : order);
+        free(st->claim_sql[s]);
+        st->claim_sql[s] = q.p;
+    }
+}
+
+static void
+apply_schema(struct store *st, const struct schema *sc, const char *order)
+{
+    build_claim_sql(st, sc, order);
+    unsigned tok = sc->locked_by_len;
+    st->token_chars = tok < TOKEN_MAX_CHARS ? tok : (unsigned)TOKEN_MAX_CHARS;
+    unsigned ec = sc->last_error_len;
+    st->error_chars = ec > 0 && ec < STORE_ERROR_CHARS ? ec : STORE_ERROR_CHARS;
+    st->error_charset = sc->last_error_charset;
+}
+
+static int
+check_schema(struct store *st, char *err, size_t errlen)
+{
+    struct schema sc = {0};
+    sc.extra = xcalloc(st->ob->ncolumns + 1, sizeof(bool));
+    char *order = NULL;
+    int rc = -1;
+    if (load_columns(st, &sc, err, errlen) < 0)
+        goto out;
+    if (sc.ncolumns == 0) {
+        err_set(
+            err, errlen, "table %s does not exist (or user %s may not read it)",
+            st->where, st->ob->database->user ? st->ob->database->user : "?");
+        st->schema_error = true;
+        goto out;
+    }
+    if (report_missing(st, &sc, err, errlen) < 0) {
+        st->schema_error = true;
+        goto out;
+    }
+    if ((order = load_claim_order(st, err, errlen)) == NULL)
+        goto out;
+    apply_schema(st, &sc, order);
+    /* End the transaction the information_schema reads opened. */
+    rc = db_commit(st, "schema check", err, errlen);
+out:
+    free(order);
+    free(sc.extra);
+    return rc;
+}
+
+/* ---- life cycle ---- */
 
 struct store *
 store_new(const struct outbox_config *ob)
 {
-    (void)ob;
-    return NULL;
+    pthread_once(&library_once, library_init);
+    struct store *st = xcalloc(1, sizeof(*st));
+    st->ob = ob;
+    const char *schema = ob->database->database;
+    st->where = xasprintf("%s.%s", schema ? schema : "?", ob->table);
+    struct sqlbuf q = {0};
+    sql_reset(&q);
+    sql_add_ident(&q, ob->table);
+    st->table = xstrdup(q.p);
+    /* Committed state, read without locks: see ordering_filter. */
+    sql_reset(&q);
+    sql_addf(&q,
+             "SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
+             "WHERE p.`aggregate_type` = c.`aggregate_type` "
+             "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
+             "AND p.`status` IN ('PENDING', 'RETRY', 'PROCESSING')) "
+             "FROM %s c WHERE c.`id` IN (",
+             st->table, st->table);
+    st->count_sql = q.p;
+    return st;
 }
 
 void
 store_free(struct store *st)
 {
-    (void)st;
+    if (st == NULL)
+        return;
+    close_db(st);
+    for (int s = 0; s < SRC_COUNT; s++)
+        free(st->claim_sql[s]);
+    free(st->where);
+    free(st->table);
+    free(st->count_sql);
+    free(st->sql.p);
+    free(st->text);
+    free(st->drop);
+    free(st->byagg);
+    free(st->items);
+    free(st);
 }
 
+/* A fresh session: open, version, session settings. */
+static int
+open_session(struct store *st, char *err, size_t errlen)
+{
+    if (db_open(st, err, errlen) < 0)
+        return -1;
+    if (check_version(st, err, errlen) < 0 ||
+        setup_session(st, err, errlen) < 0) {
+        close_db(st);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * After a schema failure the session stays open and idle: the next call
+ * only checks the table again, so a missing table costs no reconnects.
+ */
 int
 store_connect(struct store *st, char *err, size_t errlen)
 {
-    (void)st;
-    (void)err;
-    (void)errlen;
-    return -1;
+    st->schema_error = false;
+    st->last_errno = 0;
+    if (st->db != NULL && st->ready)
+        return 0;
+    if (st->db == NULL && open_session(st, err, errlen) < 0)
+        return -1;
+    if (check_schema(st, err, errlen) == 0) {
+        st->ready = true;
+        return 0;
+    }
+    if (st->db == NULL || st->schema_error)
+        return -1;
+    /* The kept session died meanwhile: start a fresh one, once. */
+    db_rollback(st);
+    close_db(st);
+    if (open_session(st, err, errlen) < 0 || check_schema(st, err, errlen) < 0)
+        return -1;
+    st->ready = true;
+    return 0;
 }
 
 void
 store_disconnect(struct store *st)
 {
-    (void)st;
+    close_db(st);
 }
 
 bool
 store_is_connected(const struct store *st)
 {
-    (void)st;
-    return false;
+    return st->db != NULL && st->ready;
 }
 
 bool
 store_last_error_is_schema(const struct store *st)
 {
-    (void)st;
-    return false;
+    return st->schema_error;
+}
+
+uint64_t
+store_statement_count(const struct store *st)
+{
+    return st->statements;
+}
+
+static int
+require_ready(struct store *st, const char *what, char *err, size_t errlen)
+{
+    if (store_is_connected(st))
+        return 0;
+    err_set(err, errlen, "%s %s: not connected", what, st->where);
+    st->last_errno = 0;
+    return -1;
+}
+
+/* ---- claim ---- */
+
+/* "<relay_id>/<16 hex>": unique per claim, readable in locked_by. */
+static void
+make_token(const struct store *st, char *token, const char *relay_id)
+{
+    uint64_t rnd;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (uint64_t)wall_us() * 6364136223846793005ULL ^
+              (uint64_t)getpid() ^ (uint64_t)clock_ms();
+    size_t room = st->token_chars - 17, n = 0;
+    for (const char *s = relay_id ? relay_id : ""; *s && n < room; s++)
+        token[n++] = *s >= 0x20 && *s < 0x7f ? *s : '?';
+    snprintf(token + n, 18, "/%016" PRIx64, rnd);
+}
+
+static const char *
+field_dup(struct outbox_batch *b, MYSQL_ROW r, const unsigned long *len, int i)
+{
+    return r[i] != NULL ? batch_memdup(b, r[i], len[i]) : NULL;
+}
+
+/* "1718000000.123456" or "1718000000" to microseconds. */
+static int64_t
+parse_us(const char *s)
+{
+    if (s == NULL)
+        return 0;
+    char *end;
+    int64_t us = (int64_t)strtoll(s, &end, 10) * 1000000;
+    int64_t frac = 0, scale = 100000;
+    if (*end == '.')
+        for (const char *p = end + 1; *p >= '0' && *p <= '9' && scale; p++) {
+            frac += (*p - '0') * scale;
+            scale /= 10;
+        }
+    return us + frac;
+}
+
+/* Copies one candidate into the batch's arena: no malloc per row. */
+static void
+add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
+              const unsigned long *len, enum outbox_status from)
+{
+    struct outbox_row *row = batch_add(b);
+    row->id = strtoull(r[COL_ID], NULL, 10);
+    row->event_id = field_dup(b, r, len, COL_EVENT_ID);
+    row->aggregate_type = field_dup(b, r, len, COL_AGGREGATE_TYPE);
+    row->aggregate_id = field_dup(b, r, len, COL_AGGREGATE_ID);
+    row->event_type = field_dup(b, r, len, COL_EVENT_TYPE);
+    row->payload = field_dup(b, r, len, COL_PAYLOAD);
+    row->payload_len = r[COL_PAYLOAD] ? len[COL_PAYLOAD] : 0;
+    row->created_us = parse_us(r[COL_CREATED]);
+    long rc = r[COL_RETRY_COUNT] ? strtol(r[COL_RETRY_COUNT], NULL, 10) : 0;
+    row->retry_count = rc > 0 ? (unsigned)rc : 0;
+    /* A lease that expired counts as an attempt. */
+    row->retry_count += from == OUTBOX_PROCESSING;
+    row->claimed_from = from;
+    const char **opt[NOPTIONAL] = {&row->headers, &row->trace_id,
+                                   &row->traceparent};
+    for (int i = 0; i < NOPTIONAL; i++)
+        if (st->pos_optional[i] >= 0)
+            *opt[i] = field_dup(b, r, len, st->pos_optional[i]);
+    size_t nc = st->ob->ncolumns;
+    if (nc == 0)
+        return;
+    /* The pointer array comes from the arena too: copy, then repoint. */
+    const char **cols = (const char **)(void *)batch_memdup(
+        b, &r[st->pos_columns], nc * sizeof(*cols));
+    for (size_t i = 0; i < nc; i++)
+        cols[i] = field_dup(b, r, len, st->pos_columns + (int)i);
+    row->columns = cols;
+}
+
+static int
+fetch_candidates(struct store *st, struct outbox_batch *b,
+                 enum claim_source src, size_t limit, char *err, size_t errlen)
+{
+    sql_reset(&st->sql);
+    sql_addf(&st->sql, "%s LIMIT %zu FOR UPDATE SKIP LOCKED",
+             st->claim_sql[src], limit);
+    MYSQL_RES *res = run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL)
+        add_candidate(st, b, r, mysql_fetch_lengths(res), source_status[src]);
+    mysql_free_result(res);
+    return 0;
+}
+
+static int
+row_cmp_id(const void *a, const void *b)
+{
+    const struct outbox_row *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int
+str_cmp_null(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "");
+}
+
+static int
+row_cmp_aggregate(const void *a, const void *b)
+{
+    const struct outbox_row *x = *(struct outbox_row *const *)a;
+    const struct outbox_row *y = *(struct outbox_row *const *)b;
+    int c = str_cmp_null(x->aggregate_type, y->aggregate_type);
+    if (c == 0)
+        c = str_cmp_null(x->aggregate_id, y->aggregate_id);
+    return c != 0 ? c : row_cmp_id(x, y);
+}
+
+static bool
+same_aggregate(const struct outbox_row *x, const struct outbox_row *y)
+{
+    return str_cmp_null(x->aggregate_type, y->aggregate_type) == 0 &&
+           str_cmp_null(x->aggregate_id, y->aggregate_id) == 0;
+}
+
+static struct outbox_row *
+find_row(struct outbox_batch *b, uint64_t id)
+{
+    size_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->rows[mid].id == id)
+            return &b->rows[mid];
+        if (b->rows[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* Reclaimed from an expired lease once too often: goes DEAD, not out. */
+static bool
+is_dying(const struct store *st, const struct outbox_row *row)
+{
+    return row->claimed_from == OUTBOX_PROCESSING &&
+           row->retry_count > st->ob->max_retries;
+}
+
+static int
+load_earlier_counts(struct store *st, struct outbox_batch *b, char *err,
+                    size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q, "%s", st->count_sql);
+    for (size_t i = 0; i < b->n; i++) {
+        sql_add_id(q, b->rows[i].id, i == 0);
+        b->rows[i].earlier_unfinished = UINT_MAX; /* unanswered: dropped */
+    }
+    sql_addf(q, ")");
+    MYSQL_RES *res = run_select(st, "claim ordering check", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL) {
+        struct outbox_row *row = find_row(b, strtoull(r[0], NULL, 10));
+        if (row != NULL && r[1] != NULL)
+            row->earlier_unfinished = (unsigned)strtoul(r[1], NULL, 10);
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/*
+ * Keeps a candidate only when every unfinished earlier event of its
+ * aggregate is in the batch: the k-th candidate of an aggregate (by id)
+ * must have exactly k unfinished events before it.  The counts come
+ * from a non-locking read of committed state: a locking read would skip
+ * the rows another relay is claiming right now and undercount.  Rows
+ * going DEAD here hold their place like the others: DEAD finishes them
+ * in this same transaction.  Comparing aggregates byte-wise is at most
+ * stricter than the column's collation: that can delay a row, never
+ * reorder one.
+ */
+static int
+ordering_filter(struct store *st, struct outbox_batch *b, char *err,
+                size_t errlen)
+{
+    if (load_earlier_counts(st, b, err, errlen) < 0)
+        return -1;
+    st->byagg = grow(st->byagg, &st->byagg_cap, b->n, sizeof(*st->byagg));
+    for (size_t i = 0; i < b->n; i++)
+        st->byagg[i] = &b->rows[i];
+    qsort(st->byagg, b->n, sizeof(*st->byagg), row_cmp_aggregate);
+    unsigned k = 0;
+    bool broken = false;
+    for (size_t i = 0; i < b->n; i++, k++) {
+        struct outbox_row *row = st->byagg[i];
+        if (i == 0 || !same_aggregate(st->byagg[i - 1], row)) {
+            k = 0;
+            broken = false;
+        }
+        if (broken || row->earlier_unfinished != k) {
+            broken = true;
+            st->drop[row - b->rows] = 1;
+        }
+    }
+    return 0;
+}
+
+static int
+kill_expired(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q,
+             "UPDATE %s SET `status` = 'DEAD', `last_error` = CONCAT("
+             "'lease expired after ', `retry_count` + 1, ' attempts without "
+             "a confirm (relay crashed or hung while publishing)'), "
+             "`retry_count` = `retry_count` + 1, `locked_by` = NULL, "
+             "`locked_until` = NULL WHERE `id` IN (",
+             st->table);
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (is_dying(st, &b->rows[i]))
+            sql_add_id(q, b->rows[i].id, n++ == 0);
+    if (n == 0)
+        return 0;
+    sql_addf(q, ")");
+    uint64_t affected;
+    return run_update(st, "claim", &affected, err, errlen);
+}
+
+/* Drops the dying and the out-of-order rows, keeping id order. */
+static void
+compact_batch(const struct store *st, struct outbox_batch *b)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (!st->drop[i] && !is_dying(st, &b->rows[i]))
+            b->rows[k++] = b->rows[i];
+    b->n = k;
+}
+
+/*
+ * retry_count is assigned before status: MySQL assigns left to right
+ * with the new values, MariaDB may assign simultaneously; this order
+ * reads the old status under both.
+ */
+static int
+mark_claimed(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q,
+             "UPDATE %s SET `retry_count` = `retry_count` + "
+             "(`status` = 'PROCESSING'), `status` = 'PROCESSING', "
+             "`locked_by` = ",
+             st->table);
+    sql_add_string(st, b->token);
+    sql_addf(q,
+             ", `locked_until` = NOW(6) + INTERVAL %" PRIu64
+             " MICROSECOND WHERE `id` IN (",
+             st->ob->lease_ms * 1000);
+    for (size_t i = 0; i < b->n; i++)
+        sql_add_id(q, b->rows[i].id, i == 0);
+    sql_addf(q, ")");
+    uint64_t affected;
+    if (run_update(st, "claim", &affected, err, errlen) < 0)
+        return -1;
+    if (affected != b->n) {
+        /* Cannot happen while we hold the row locks; refuse if it does. */
+        err_set(err, errlen, "claim %s: marked %" PRIu64 " of %zu locked rows",
+                st->where, affected, b->n);
+        st->last_errno = 0;
+        return -1;
+    }
+    return 0;
+}
+
+static int
+claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
+           char *err, size_t errlen)
+{
+    make_token(st, b->token, relay_id);
+    size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
+    for (int s = 0; s < SRC_COUNT && b->n < cap; s++)
+        if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
+            return -1;
+    if (b->n > 0) {
+        qsort(b->rows, b->n, sizeof(*b->rows), row_cmp_id);
+        st->drop = grow(st->drop, &st->drop_cap, b->n, 1);
+        memset(st->drop, 0, b->n);
+        if (st->ob->ordering == ORDERING_AGGREGATE &&
+            ordering_filter(st, b, err, errlen) < 0)
+            return -1;
+        if (kill_expired(st, b, err, errlen) < 0)
+            return -1;
+        compact_batch(st, b);
+        if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
+            return -1;
+    }
+    /* Even an empty claim commits: it ends the read and frees the MDL. */
+    return db_commit(st, "claim", err, errlen);
 }
 
 int
 store_claim_batch(struct store *st, const char *relay_id,
                   struct outbox_batch *b, char *err, size_t errlen)
 {
-    (void)st;
-    (void)relay_id;
-    (void)b;
-    (void)err;
-    (void)errlen;
-    return -1;
+    for (int attempt = 1;; attempt++) {
+        batch_reset(b);
+        if (require_ready(st, "claim", err, errlen) < 0)
+            return -1;
+        st->last_errno = 0;
+        if (claim_once(st, relay_id, b, err, errlen) == 0)
+            return 0;
+        db_rollback(st);
+        batch_reset(b);
+        if (attempt == STORE_ATTEMPTS || !is_lock_errno(st->last_errno))
+            return -1;
+    }
+}
+
+/* ---- finalize ---- */
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
+static size_t
+utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0) ||
+        (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90))
+        return 0; /* overlong, surrogate or past U+10FFFF */
+    return len;
+}
+
+/*
+ * Error text as last_error can store it: at most error_chars characters,
+ * anything invalid or outside the column's character set as '?'.  A
+ * strict sql_mode would otherwise fail the whole finalize on one byte.
+ */
+static const char *
+clean_text(struct store *st, const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = strlen(text), max = (size_t)st->error_chars * 4;
+    st->text = grow(st->text, &st->text_cap, (n < max ? n : max) + 1, 1);
+    size_t out = 0, i = 0;
+    for (unsigned chars = 0; i < n && chars < st->error_chars; chars++) {
+        size_t len = utf8_len(s + i, n - i);
+        bool fits =
+            len == 1 || (len > 1 && st->error_charset != TEXT_ASCII &&
+                         (len < 4 || st->error_charset == TEXT_UTF8MB4));
+        if (fits)
+            memcpy(st->text + out, s + i, len);
+        else
+            st->text[out] = '?';
+        out += fits ? len : 1;
+        i += len ? len : 1;
+    }
+    st->text[out] = '\0';
+    return st->text;
+}
+
+static enum fin_kind
+classify(const struct store *st, const struct outbox_row *row,
+         const char **error)
+{
+    *error = NULL;
+    switch (row->state) {
+    case ROW_ACKED:
+        return FIN_SENT;
+    case ROW_FAILED:
+    case ROW_REJECTED:
+        *error = row->error ? row->error : "failed (no reason given)";
+        return row->dead ? FIN_DEAD : FIN_RETRY;
+    case ROW_PUBLISHED:
+        /* Outcome unknown: it may have landed; at-least-once retries it. */
+        *error = "no publisher confirm received";
+        return row->retry_count + 1 > st->ob->max_retries ? FIN_DEAD
+                                                          : FIN_RETRY;
+    default: /* CLAIMED or RELEASED: never attempted */
+        return FIN_RELEASE;
+    }
+}
+
+static int
+item_cmp(const void *a, const void *b)
+{
+    const struct fin_item *x = a, *y = b;
+    if (x->kind != y->kind)
+        return x->kind < y->kind ? -1 : 1;
+    int c = str_cmp_null(x->error, y->error);
+    return c != 0 ? c : (x->id < y->id ? -1 : x->id > y->id);
+}
+
+static bool
+same_group(const struct fin_item *x, const struct fin_item *y)
+{
+    return x->kind == y->kind && str_cmp_null(x->error, y->error) == 0;
+}
+
+/* The statement's head, up to "WHERE `id` IN (". */
+static void
+add_outcome_head(struct store *st, const struct fin_item *it)
+{
+    struct sqlbuf *q = &st->sql;
+    const struct outbox_config *ob = st->ob;
+    if (it->kind == FIN_SENT && ob->on_sent == ON_SENT_DELETE) {
+        sql_addf(q, "DELETE FROM %s WHERE `id` IN (", st->table);
+        return;
+    }
+    sql_addf(q, "UPDATE %s SET ", st->table);
+    switch (it->kind) {
+    case FIN_SENT:
+        sql_addf(q, "`status` = 'SENT', `sent_at` = NOW(6), "
+                    "`last_error` = NULL");
+        break;
+    case FIN_RETRY:
+        /* Doubling per attempt, capped, with jitter in [half, full] so
+         * that relays do not retry in step; next_retry_at is assigned
+         * before retry_count changes (see mark_claimed). */
+        sql_addf(q,
+                 "`status` = 'RETRY', `next_retry_at` = NOW(6) + INTERVAL "
+                 "FLOOR(LEAST(%" PRIu64 " * POW(2, LEAST(`retry_count`, 40)), "
+                 "%" PRIu64 ") * (0.5 + RAND() * 0.5)) MICROSECOND, "
+                 "`last_error` = ",
+                 ob->backoff_initial_ms * 1000, ob->backoff_max_ms * 1000);
+        sql_add_string(st, clean_text(st, it->error));
+        sql_addf(q, ", `retry_count` = `retry_count` + 1");
+        break;
+    case FIN_DEAD:
+        sql_addf(q, "`status` = 'DEAD', `last_error` = ");
+        sql_add_string(st, clean_text(st, it->error));
+        sql_addf(q, ", `retry_count` = `retry_count` + 1");
+        break;
+    case FIN_RELEASE:
+        /* No attempt counted; a row that has failed before goes back to
+         * RETRY, due now (a reclaimed one may never have had a time). */
+        sql_addf(q, "`next_retry_at` = IF(`retry_count` > 0, "
+                    "COALESCE(`next_retry_at`, NOW(6)), `next_retry_at`), "
+                    "`status` = IF(`retry_count` > 0, 'RETRY', 'PENDING')");
+        break;
+    }
+    sql_addf(q, ", `locked_by` = NULL, `locked_until` = NULL "
+                "WHERE `id` IN (");
+}
+
+/* One statement for a run of items with the same outcome and error. */
+static int
+finalize_group(struct store *st, const char *token, const struct fin_item *it,
+               size_t n, size_t *lost, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    add_outcome_head(st, it);
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(q, it[i].id, i == 0);
+    /* The fence: only rows still under this claim's lease. */
+    sql_addf(q, ") AND `status` = 'PROCESSING' AND `locked_by` = ");
+    sql_add_string(st, token);
+    uint64_t affected;
+    if (run_update(st, "finalize", &affected, err, errlen) < 0)
+        return -1;
+    *lost += affected < n ? n - (size_t)affected : 0;
+    return 0;
+}
+
+static int
+finalize_once(struct store *st, struct outbox_batch *b, size_t *lost, char *err,
+              size_t errlen)
+{
+    *lost = 0;
+    for (size_t i = 0, j; i < b->n; i = j) {
+        for (j = i + 1; j < b->n && same_group(&st->items[i], &st->items[j]);
+             j++)
+            ;
+        if (finalize_group(st, b->token, &st->items[i], j - i, lost, err,
+                           errlen) < 0)
+            return -1;
+    }
+    return db_commit(st, "finalize", err, errlen);
 }
 
 int
 store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
                      char *err, size_t errlen)
 {
-    (void)st;
-    (void)b;
-    (void)lost;
-    (void)err;
-    (void)errlen;
-    return -1;
+    *lost = 0;
+    if (b->n == 0)
+        return 0;
+    st->items = grow(st->items, &st->items_cap, b->n, sizeof(*st->items));
+    for (size_t i = 0; i < b->n; i++) {
+        st->items[i].kind = classify(st, &b->rows[i], &st->items[i].error);
+        st->items[i].id = b->rows[i].id;
+    }
+    qsort(st->items, b->n, sizeof(*st->items), item_cmp);
+    for (int attempt = 1;; attempt++) {
+        if (require_ready(st, "finalize", err, errlen) < 0)
+            return -1;
+        st->last_errno = 0;
+        if (finalize_once(st, b, lost, err, errlen) == 0)
+            return 0;
+        db_rollback(st);
+        *lost = 0;
+        if (attempt == STORE_ATTEMPTS || !is_lock_errno(st->last_errno))
+            return -1;
+    }
 }

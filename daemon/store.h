@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "batch.h"
 #include "config.h"
@@ -31,8 +32,15 @@ int store_connect(struct store *st, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 void store_disconnect(struct store *st);
 bool store_is_connected(const struct store *st);
-/* True when the last failure was about the schema, not the connection. */
+/*
+ * True when the last failure was about the table, its columns, a
+ * privilege or the server version, not the connection: retry slowly.
+ * After a table or column error the session stays open and idle, and
+ * the next store_connect only checks the table again.
+ */
 bool store_last_error_is_schema(const struct store *st);
+/* Statements sent since store_new (the claim's cost, for tests). */
+uint64_t store_statement_count(const struct store *st);
 
 /*
  * Claims up to batch_size rows in one short transaction: due PENDING and
@@ -53,8 +61,8 @@ int store_claim_batch(struct store *st, const char *relay_id,
  * claimable again with no attempt counted.  *lost counts rows whose
  * lease another relay had taken.  On -1 nothing was committed.
  */
-int store_finalize_batch(struct store *st, struct outbox_batch *b,
-                         size_t *lost, char *err, size_t errlen)
+int store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
+                         char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 #endif

@@ -1,20 +1,1193 @@
-/* it_store: integration tests of store against the real servers (to come). */
+/*
+ * it_store: the store against a real MariaDB, on the recommended table
+ * (sql/outbox.sql) and on the seed's exact DDL: claims, fencing, ordering
+ * per aggregate, outcomes, schema errors, index use and a lost server.
+ */
+#define _GNU_SOURCE /* asprintf */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
 #include "itest.h"
+#include "store.h"
 
 Suite *it_store_suite(void);
 
-START_TEST(test_placeholder)
+#define RELAY "relay-test"
+
+/* Loop tests run once per schema: _i indexes this table. */
+static const char *const schema_files[] = {"sql/outbox.sql",
+                                           "tests/data/seed_outbox.sql"};
+#define NSCHEMAS 2
+
+/* The runner's pid, in every database name, so cleanup is this run's. */
+static pid_t runner_pid;
+
+struct fx {
+    char db[64];
+    struct database_config dbc;
+    struct outbox_config ob;
+    MYSQL *sql;
+    bool seed;
+};
+
+/* schema: index into schema_files, or -1 for a database with no table. */
+static void
+fx_init(struct fx *fx, int schema)
 {
-    ck_assert_int_eq(1, 1);
+    char prefix[32];
+    memset(fx, 0, sizeof(*fx));
+    snprintf(prefix, sizeof(prefix), "it_store_%d", (int)runner_pid);
+    it_unique_name(fx->db, sizeof(fx->db), prefix);
+    it_db_create(fx->db,
+                 schema >= 0 ? it_src_path(schema_files[schema]) : NULL);
+    fx->sql = it_db_connect(fx->db);
+    fx->seed = schema == 1;
+    fx->dbc.name = "test";
+    fx->dbc.host = "127.0.0.1";
+    fx->dbc.port = 3306;
+    fx->dbc.user = IT_DB_USER;
+    fx->dbc.password = IT_DB_PASSWORD;
+    fx->dbc.database = fx->db;
+    fx->dbc.connect_timeout_ms = 5000;
+    fx->ob.name = "test.outbox_event";
+    fx->ob.table = "outbox_event";
+    fx->ob.database = &fx->dbc;
+    fx->ob.ordering = ORDERING_AGGREGATE;
+    fx->ob.batch_size = 10;
+    fx->ob.lease_ms = 30000;
+    fx->ob.max_retries = 3;
+    fx->ob.backoff_initial_ms = 20000;
+    fx->ob.backoff_max_ms = 300000;
+    fx->ob.on_sent = ON_SENT_MARK;
+}
+
+static void
+fx_fini(struct fx *fx)
+{
+    mysql_close(fx->sql);
+    it_db_drop(fx->db);
+}
+
+static struct store *
+store_open(struct fx *fx)
+{
+    char err[512] = "";
+    struct store *st = store_new(&fx->ob);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "connect: %s", err);
+    ck_assert(store_is_connected(st));
+    return st;
+}
+
+static void
+claim_ok(struct store *st, struct outbox_batch *b)
+{
+    char err[512] = "";
+    int rc = store_claim_batch(st, RELAY, b, err, sizeof(err));
+    ck_assert_msg(rc == 0, "claim: %s", err);
+}
+
+static size_t
+finalize_ok(struct store *st, struct outbox_batch *b)
+{
+    char err[512] = "";
+    size_t lost = 99;
+    int rc = store_finalize_batch(st, b, &lost, err, sizeof(err));
+    ck_assert_msg(rc == 0, "finalize: %s", err);
+    return lost;
+}
+
+static void
+set_outcome(struct outbox_batch *b, struct outbox_row *row, enum row_state to,
+            const char *error)
+{
+    if (to == ROW_ACKED || to == ROW_FAILED || to == ROW_PUBLISHED)
+        ck_assert_int_eq(row_enter_state(b, row, ROW_PUBLISHED, NULL), 0);
+    if (to != ROW_PUBLISHED)
+        ck_assert_int_eq(row_enter_state(b, row, to, error), 0);
+}
+
+static void
+ack_all(struct outbox_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        set_outcome(b, &b->rows[i], ROW_ACKED, NULL);
+}
+
+static void
+insert_event(struct fx *fx, const char *event_id, const char *aggregate)
+{
+    it_db_exec(fx->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status) VALUES "
+               "('%s', 'Order', '%s', 'OrderCreated', '{}', 'PENDING')",
+               event_id, aggregate);
+}
+
+static uint64_t
+event_row_id(struct fx *fx, const char *event_id)
+{
+    return (uint64_t)it_db_int(
+        fx->sql, "SELECT id FROM outbox_event WHERE event_id = '%s'", event_id);
+}
+
+static bool
+has_id(const struct outbox_batch *b, uint64_t id)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->rows[i].id == id)
+            return true;
+    return false;
+}
+
+static long long
+count_where(struct fx *fx, const char *cond)
+{
+    return it_db_int(fx->sql, "SELECT COUNT(*) FROM outbox_event WHERE %s",
+                     cond);
+}
+
+static void
+assert_sorted_claimed(const struct outbox_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        ck_assert_int_eq(b->rows[i].state, ROW_CLAIMED);
+        if (i > 0)
+            ck_assert(b->rows[i - 1].id < b->rows[i].id);
+    }
+}
+
+/* Gives every claimed row back and checks nothing was lost. */
+static void
+release_all(struct store *st, struct outbox_batch *b)
+{
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    batch_reset(b);
+}
+
+/* 1. PENDING up to batch_size -> PROCESSING under a lease -> SENT. */
+START_TEST(test_claim_and_ack)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "ca", 25, 25, 100);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+
+    uint64_t s0 = store_statement_count(st);
+    claim_ok(st, &b);
+    uint64_t claim_cost = store_statement_count(st) - s0;
+    ck_assert_uint_eq(b.n, 10);
+    assert_sorted_claimed(&b);
+    ck_assert_msg(strncmp(b.token, RELAY "/", strlen(RELAY) + 1) == 0,
+                  "token %s", b.token);
+    for (size_t i = 0; i < b.n; i++) {
+        ck_assert_int_eq(b.rows[i].claimed_from, OUTBOX_PENDING);
+        ck_assert_uint_eq(b.rows[i].retry_count, 0);
+        ck_assert_uint_eq(b.rows[i].id, i + 1); /* the oldest first */
+    }
+    ck_assert_int_eq(count_where(&fx, "status = 'PROCESSING'"), 10);
+    char *cond = NULL;
+    ck_assert_int_ge(asprintf(&cond,
+                              "status = 'PROCESSING' AND locked_by = '%s' AND "
+                              "locked_until > NOW() + INTERVAL 25 SECOND AND "
+                              "locked_until <= NOW() + INTERVAL 31 SECOND",
+                              b.token),
+                     0);
+    ck_assert_int_eq(count_where(&fx, cond), 10);
+    free(cond);
+
+    ack_all(&b);
+    s0 = store_statement_count(st);
+    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    ck_assert_uint_eq(store_statement_count(st) - s0, 2);
+    ck_assert_uint_le(claim_cost, 6);
+    ck_assert_int_eq(count_where(&fx, "status = 'SENT' AND sent_at IS NOT "
+                                      "NULL AND locked_by IS NULL AND "
+                                      "locked_until IS NULL"),
+                     10);
+
+    /* The next claim takes the next ten. */
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 10);
+    ck_assert_uint_eq(b.rows[0].id, 11);
+    release_all(st, &b);
+    ck_assert_int_eq(count_where(&fx, "status = 'PENDING' AND locked_by IS "
+                                      "NULL AND retry_count = 0"),
+                     15);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
 }
 END_TEST
+
+/* 1b. on_sent: delete removes acked rows, and only those. */
+START_TEST(test_ack_deletes)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    fx.ob.on_sent = ON_SENT_DELETE;
+    it_db_insert_events(fx.sql, "outbox_event", "del", 15, 15, 50);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 10);
+    for (size_t i = 0; i < 8; i++)
+        set_outcome(&b, &b.rows[i], ROW_ACKED, NULL);
+    set_outcome(&b, &b.rows[8], ROW_RELEASED, NULL);
+    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    ck_assert_int_eq(count_where(&fx, "1"), 7);
+    ck_assert_int_eq(count_where(&fx, "status = 'PENDING'"), 7);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* 2. Two relays never get the same row. */
+START_TEST(test_two_stores_disjoint)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "two", 45, 45, 50);
+    struct store *a = store_open(&fx), *bs = store_open(&fx);
+    struct outbox_batch ba, bb;
+    batch_init(&ba);
+    batch_init(&bb);
+    claim_ok(a, &ba);
+    claim_ok(bs, &bb);
+    ck_assert_uint_eq(ba.n, 10);
+    ck_assert_uint_eq(bb.n, 10);
+    ck_assert_str_ne(ba.token, bb.token);
+    for (size_t i = 0; i < bb.n; i++)
+        ck_assert_msg(!has_id(&ba, bb.rows[i].id), "row %llu claimed twice",
+                      (unsigned long long)bb.rows[i].id);
+    /* Alternating until empty: every row exactly once. */
+    int seen[46] = {0}, total = 0;
+    for (int round = 0; round < 10; round++) {
+        struct store *st = round % 2 ? bs : a;
+        struct outbox_batch *b = round % 2 ? &bb : &ba;
+        for (size_t i = 0; i < b->n; i++)
+            seen[b->rows[i].id]++, total++;
+        ack_all(b);
+        ck_assert_uint_eq(finalize_ok(st, b), 0);
+        claim_ok(st, b);
+    }
+    ck_assert_int_eq(total, 45);
+    for (int id = 1; id <= 45; id++)
+        ck_assert_int_eq(seen[id], 1);
+    batch_free(&ba);
+    batch_free(&bb);
+    store_free(a);
+    store_free(bs);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* 2b. A claim in flight elsewhere is skipped, not waited for. */
+START_TEST(test_skip_locked_rows)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "sk", 30, 30, 50);
+    MYSQL *other = it_db_connect(fx.db);
+    it_db_exec(other, "SET SESSION TRANSACTION ISOLATION LEVEL READ "
+                      "COMMITTED");
+    it_db_exec(other, "START TRANSACTION");
+    it_db_exec(other, "SELECT id FROM outbox_event WHERE id <= 10 FOR UPDATE");
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    uint64_t t0 = it_now_ms();
+    claim_ok(st, &b);
+    ck_assert_uint_lt(it_now_ms() - t0, 3000);
+    ck_assert_uint_eq(b.n, 10);
+    ck_assert_uint_eq(b.rows[0].id, 11);
+    ck_assert_uint_eq(b.rows[9].id, 20);
+    release_all(st, &b);
+    it_db_exec(other, "ROLLBACK");
+    mysql_close(other);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* 2c. Three relays draining one table at once, ordering per aggregate. */
+#define DRAIN_EVENTS 3000
+#define DRAIN_AGGREGATES 50
+#define DRAIN_RELAYS 3
+
+struct drain {
+    struct outbox_config *ob;
+    pthread_mutex_t mu;
+    uint64_t log[DRAIN_EVENTS * 2]; /* ids in the order relays got them */
+    size_t nlog;
+    _Atomic size_t done;
+    _Atomic int failures;
+    char error[512];
+};
+
+struct drain_relay {
+    struct drain *d;
+    char id[32];
+};
+
+static void
+drain_fail(struct drain *d, const char *msg)
+{
+    pthread_mutex_lock(&d->mu);
+    if (d->error[0] == '\0')
+        snprintf(d->error, sizeof(d->error), "%s", msg);
+    pthread_mutex_unlock(&d->mu);
+    d->failures++;
+}
+
+/* Logs the batch as if published: in id order, all at once. */
+static void
+drain_log(struct drain *d, const struct outbox_batch *b)
+{
+    pthread_mutex_lock(&d->mu);
+    for (size_t i = 0; i < b->n && d->nlog < DRAIN_EVENTS * 2; i++)
+        d->log[d->nlog++] = b->rows[i].id;
+    pthread_mutex_unlock(&d->mu);
+}
+
+static void
+drain_loop(struct drain *d, struct store *st, const char *relay_id)
+{
+    char err[512];
+    struct outbox_batch b;
+    batch_init(&b);
+    uint64_t deadline = it_now_ms() + 40000;
+    while (d->done < DRAIN_EVENTS && it_now_ms() < deadline) {
+        if (store_claim_batch(st, relay_id, &b, err, sizeof(err)) < 0) {
+            drain_fail(d, err);
+            break;
+        }
+        if (b.n == 0) {
+            it_sleep_ms(2);
+            continue;
+        }
+        drain_log(d, &b);
+        for (size_t i = 0; i < b.n; i++) {
+            row_enter_state(&b, &b.rows[i], ROW_PUBLISHED, NULL);
+            row_enter_state(&b, &b.rows[i], ROW_ACKED, NULL);
+        }
+        size_t lost = 0;
+        if (store_finalize_batch(st, &b, &lost, err, sizeof(err)) < 0 ||
+            lost != 0) {
+            drain_fail(d, lost ? "rows lost without a fault" : err);
+            break;
+        }
+        d->done += b.n;
+    }
+    batch_free(&b);
+}
+
+static void *
+drain_thread(void *arg)
+{
+    struct drain_relay *r = arg;
+    char err[512];
+    struct store *st = store_new(r->d->ob);
+    if (store_connect(st, err, sizeof(err)) < 0)
+        drain_fail(r->d, err);
+    else
+        drain_loop(r->d, st, r->id);
+    store_free(st);
+    return NULL;
+}
+
+static void
+check_drain_log(struct fx *fx, const struct drain *d)
+{
+    static unsigned char seen[DRAIN_EVENTS + 1];
+    uint64_t last[DRAIN_AGGREGATES] = {0};
+    memset(seen, 0, sizeof(seen));
+    /* it_db_insert_events: row i (id i+1) is in aggregate i % 50. */
+    ck_assert_int_eq(count_where(fx, "aggregate_id <> CONCAT('dr-', "
+                                     "(id - 1) % 50)"),
+                     0);
+    ck_assert_uint_eq(d->nlog, DRAIN_EVENTS);
+    for (size_t i = 0; i < d->nlog; i++) {
+        uint64_t id = d->log[i];
+        ck_assert(id >= 1 && id <= DRAIN_EVENTS);
+        ck_assert_msg(seen[id]++ == 0, "row %llu claimed twice",
+                      (unsigned long long)id);
+        unsigned agg = (unsigned)((id - 1) % DRAIN_AGGREGATES);
+        ck_assert_msg(id > last[agg], "aggregate %u: %llu after %llu", agg,
+                      (unsigned long long)id, (unsigned long long)last[agg]);
+        last[agg] = id;
+    }
+}
+
+START_TEST(test_concurrent_relays)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    fx.ob.batch_size = 100;
+    it_db_insert_events(fx.sql, "outbox_event", "dr", DRAIN_EVENTS,
+                        DRAIN_AGGREGATES, 64);
+    struct drain *d = calloc(1, sizeof(*d));
+    d->ob = &fx.ob;
+    pthread_mutex_init(&d->mu, NULL);
+    struct drain_relay relays[DRAIN_RELAYS];
+    pthread_t th[DRAIN_RELAYS];
+    for (int i = 0; i < DRAIN_RELAYS; i++) {
+        relays[i].d = d;
+        snprintf(relays[i].id, sizeof(relays[i].id), "relay-%d", i);
+        pthread_create(&th[i], NULL, drain_thread, &relays[i]);
+    }
+    for (int i = 0; i < DRAIN_RELAYS; i++)
+        pthread_join(th[i], NULL);
+    ck_assert_msg(d->failures == 0, "relay failed: %s", d->error);
+    check_drain_log(&fx, d);
+    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), DRAIN_EVENTS);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* 3. An expired lease is reclaimed; the old holder's marks are fenced. */
+START_TEST(test_fencing)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "fe", 5, 5, 50);
+    struct store *a = store_open(&fx), *bs = store_open(&fx);
+    struct outbox_batch ba, bb;
+    batch_init(&ba);
+    batch_init(&bb);
+    claim_ok(a, &ba);
+    ck_assert_uint_eq(ba.n, 5);
+    claim_ok(bs, &bb);
+    ck_assert_uint_eq(bb.n, 0); /* lease still valid */
+    it_db_exec(fx.sql, "UPDATE outbox_event SET locked_until = NOW() - "
+                       "INTERVAL 1 SECOND");
+    claim_ok(bs, &bb);
+    ck_assert_uint_eq(bb.n, 5);
+    ck_assert_str_ne(ba.token, bb.token);
+    for (size_t i = 0; i < bb.n; i++) {
+        ck_assert_int_eq(bb.rows[i].claimed_from, OUTBOX_PROCESSING);
+        ck_assert_uint_eq(bb.rows[i].retry_count, 1);
+    }
+    char *cond = NULL;
+    ck_assert_int_ge(
+        asprintf(&cond, "locked_by = '%s' AND retry_count = 1", bb.token), 0);
+    ck_assert_int_eq(count_where(&fx, cond), 5);
+
+    ack_all(&ba);
+    ck_assert_uint_eq(finalize_ok(a, &ba), 5); /* all lost to B */
+    ck_assert_int_eq(count_where(&fx, cond), 5);
+    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), 0);
+    free(cond);
+    ack_all(&bb);
+    ck_assert_uint_eq(finalize_ok(bs, &bb), 0);
+    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), 5);
+    batch_free(&ba);
+    batch_free(&bb);
+    store_free(a);
+    store_free(bs);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* X has events 1, 2, 3; Y has 4, 5. */
+static void
+insert_xy(struct fx *fx, uint64_t id[6])
+{
+    const char *ev[] = {NULL, "x1", "x2", "x3", "y1", "y2"};
+    for (int i = 1; i <= 5; i++)
+        insert_event(fx, ev[i], i <= 3 ? "X" : "Y");
+    for (int i = 1; i <= 5; i++)
+        id[i] = event_row_id(fx, ev[i]);
+}
+
+static void
+assert_batch_is(const struct outbox_batch *b, const uint64_t *id,
+                const char *which)
+{
+    size_t n = 0;
+    for (const char *w = which; *w; w++, n++)
+        ck_assert_msg(has_id(b, id[*w - '0']), "event %c not claimed", *w);
+    ck_assert_uint_eq(b->n, n);
+}
+
+/* 4. Ordering: a prefix of each aggregate, and nothing past a gap. */
+START_TEST(test_ordering_prefix)
+{
+    struct fx fx;
+    uint64_t id[6];
+    fx_init(&fx, _i);
+    insert_xy(&fx, id);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    assert_batch_is(&b, id, "12345");
+    for (unsigned i = 0; i < 3; i++)
+        ck_assert_uint_eq(b.rows[i].earlier_unfinished, i);
+    release_all(st, &b);
+    ck_assert_int_eq(count_where(&fx, "status = 'PENDING' AND retry_count = 0 "
+                                      "AND locked_by IS NULL"),
+                     5);
+    fx.ob.batch_size = 2;
+    claim_ok(st, &b);
+    assert_batch_is(&b, id, "12");
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+START_TEST(test_ordering_waits_for_retry)
+{
+    struct fx fx;
+    uint64_t id[6];
+    fx_init(&fx, _i);
+    insert_xy(&fx, id);
+    it_db_exec(fx.sql,
+               "UPDATE outbox_event SET status = 'RETRY', retry_count = 1, "
+               "next_retry_at = NOW() + INTERVAL 1 HOUR WHERE id = %llu",
+               (unsigned long long)id[1]);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    assert_batch_is(&b, id, "45");
+    release_all(st, &b);
+    /* Due now: the retry leads its aggregate again. */
+    it_db_exec(fx.sql,
+               "UPDATE outbox_event SET next_retry_at = NOW() - INTERVAL 1 "
+               "SECOND WHERE id = %llu",
+               (unsigned long long)id[1]);
+    claim_ok(st, &b);
+    assert_batch_is(&b, id, "12345");
+    ck_assert_int_eq(b.rows[0].claimed_from, OUTBOX_RETRY);
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+START_TEST(test_ordering_waits_for_other_relay)
+{
+    struct fx fx;
+    uint64_t id[6];
+    fx_init(&fx, _i);
+    insert_xy(&fx, id);
+    it_db_exec(fx.sql,
+               "UPDATE outbox_event SET status = 'PROCESSING', locked_by = "
+               "'other/1', locked_until = NOW() + INTERVAL 1 HOUR "
+               "WHERE id = %llu",
+               (unsigned long long)id[1]);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    assert_batch_is(&b, id, "45");
+    release_all(st, &b);
+    fx.ob.ordering = ORDERING_NONE;
+    claim_ok(st, &b);
+    assert_batch_is(&b, id, "2345");
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* An earlier event being claimed right now by another relay (locked,
+ * still PENDING) must hold its aggregate back, not be skipped past. */
+START_TEST(test_ordering_sees_claim_in_flight)
+{
+    struct fx fx;
+    uint64_t id[6];
+    fx_init(&fx, _i);
+    insert_xy(&fx, id);
+    MYSQL *other = it_db_connect(fx.db);
+    it_db_exec(other, "START TRANSACTION");
+    it_db_exec(other, "SELECT id FROM outbox_event WHERE id = %llu FOR UPDATE",
+               (unsigned long long)id[1]);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    assert_batch_is(&b, id, "45");
+    release_all(st, &b);
+    it_db_exec(other, "ROLLBACK");
+    mysql_close(other);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* Seconds from now to next_retry_at of a row, as the database sees it. */
+static double
+retry_delay_s(struct fx *fx, uint64_t id)
+{
+    return (double)it_db_int(fx->sql,
+                             "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), "
+                             "next_retry_at) FROM outbox_event WHERE id = %llu",
+                             (unsigned long long)id) /
+           1e6;
+}
+
+static void
+assert_row(struct fx *fx, uint64_t id, const char *status, int retry_count,
+           const char *last_error)
+{
+    char *s = it_db_str(fx->sql,
+                        "SELECT CONCAT_WS('|', status, retry_count, "
+                        "IFNULL(last_error, '-'), IFNULL(locked_by, '-'), "
+                        "IFNULL(locked_until, '-')) FROM outbox_event "
+                        "WHERE id = %llu",
+                        (unsigned long long)id);
+    char want[256];
+    snprintf(want, sizeof(want), "%s|%d|%s|-|-", status, retry_count,
+             last_error ? last_error : "-");
+    ck_assert_msg(s && strcmp(s, want) == 0, "row %llu: %s, want %s",
+                  (unsigned long long)id, s ? s : "none", want);
+    free(s);
+}
+
+/* 5. Outcomes: RETRY with backoff, DEAD, released, unconfirmed. */
+START_TEST(test_outcomes)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "oc", 5, 5, 50);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 5);
+    set_outcome(&b, &b.rows[0], ROW_FAILED, "nack: boom");
+    set_outcome(&b, &b.rows[1], ROW_REJECTED, "nack: boom");
+    set_outcome(&b, &b.rows[2], ROW_FAILED, "NO_ROUTE");
+    b.rows[2].dead = true;
+    set_outcome(&b, &b.rows[3], ROW_RELEASED, NULL);
+    set_outcome(&b, &b.rows[4], ROW_PUBLISHED, NULL);
+    uint64_t s0 = store_statement_count(st);
+    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    /* retry x2 + unconfirmed (two errors), dead, release, commit */
+    ck_assert_uint_eq(store_statement_count(st) - s0, 5);
+    for (int i = 0; i < 2; i++) {
+        assert_row(&fx, b.rows[i].id, "RETRY", 1, "nack: boom");
+        double d = retry_delay_s(&fx, b.rows[i].id);
+        ck_assert_msg(d >= 10 - 1.1 && d <= 20 + 0.1, "delay %.3f s", d);
+    }
+    assert_row(&fx, b.rows[2].id, "DEAD", 1, "NO_ROUTE");
+    assert_row(&fx, b.rows[3].id, "PENDING", 0, NULL);
+    assert_row(&fx, b.rows[4].id, "RETRY", 1, "no publisher confirm received");
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* 5b. A due RETRY row comes back; the backoff doubles per attempt. */
+START_TEST(test_retry_backoff_doubles)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "rb", 1, 1, 50);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    set_outcome(&b, &b.rows[0], ROW_FAILED, "timeout");
+    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 0); /* not due yet */
+    it_db_exec(fx.sql, "UPDATE outbox_event SET next_retry_at = NOW() - "
+                       "INTERVAL 1 SECOND");
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_int_eq(b.rows[0].claimed_from, OUTBOX_RETRY);
+    ck_assert_uint_eq(b.rows[0].retry_count, 1);
+    set_outcome(&b, &b.rows[0], ROW_FAILED, "timeout");
+    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    assert_row(&fx, 1, "RETRY", 2, "timeout");
+    double d = retry_delay_s(&fx, 1);
+    ck_assert_msg(d >= 20 - 1.1 && d <= 40 + 0.1, "delay %.3f s", d);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* 5c. A reclaimed row given back unattempted is RETRY and due at once. */
+START_TEST(test_release_after_reclaim)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "rr", 1, 1, 50);
+    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'PROCESSING', "
+                       "locked_by = 'gone/1', locked_until = NOW() - "
+                       "INTERVAL 1 SECOND");
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_uint_eq(b.rows[0].retry_count, 1);
+    release_all(st, &b);
+    assert_row(&fx, 1, "RETRY", 1, NULL);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_int_eq(b.rows[0].claimed_from, OUTBOX_RETRY);
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* 5d. Error text is cut to the column and made storable, never refused. */
+START_TEST(test_error_text_sanitized)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "et", 2, 2, 50);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    size_t n = 3000;
+    char *e = malloc(2 * n + 8);
+    strcpy(e, "\xff\xfe'\\");
+    for (size_t i = 0; i < n; i++)
+        memcpy(e + 4 + 2 * i, "\xc3\xa9", 2); /* é */
+    e[4 + 2 * n] = '\0';
+    set_outcome(&b, &b.rows[0], ROW_FAILED, e);
+    set_outcome(&b, &b.rows[1], ROW_FAILED, "emoji \xf0\x9f\x98\x80 ok");
+    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    ck_assert_int_eq(it_db_int(fx.sql, "SELECT CHAR_LENGTH(last_error) FROM "
+                                       "outbox_event WHERE id = 1"),
+                     1024);
+    char *s = it_db_str(fx.sql, "SELECT LEFT(last_error, 5) FROM "
+                                "outbox_event WHERE id = 1");
+    ck_assert_str_eq(s, "?"
+                        "?'\\\xc3\xa9"); /* split: no trigraph */
+    free(s);
+    s = it_db_str(fx.sql, "SELECT last_error FROM outbox_event WHERE id = 2");
+    ck_assert_str_eq(s, "emoji \xf0\x9f\x98\x80 ok");
+    free(s);
+    free(e);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* 6. A lease that expired once too often ends DEAD during the claim. */
+START_TEST(test_lease_expiry_dead)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    fx.ob.max_retries = 2;
+    insert_event(&fx, "ld1", "A");
+    insert_event(&fx, "ld2", "A");
+    insert_event(&fx, "ld3", "A");
+    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'PROCESSING', "
+                       "locked_by = 'gone/1', locked_until = NOW() - "
+                       "INTERVAL 1 SECOND, retry_count = 3 - id WHERE id < 3");
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    /* 1 goes DEAD; 2 (one more attempt left) and 3 follow in order. */
+    ck_assert_uint_eq(b.n, 2);
+    ck_assert_uint_eq(b.rows[0].id, 2);
+    ck_assert_uint_eq(b.rows[0].retry_count, 2);
+    ck_assert_int_eq(b.rows[0].claimed_from, OUTBOX_PROCESSING);
+    ck_assert_uint_eq(b.rows[1].id, 3);
+    ck_assert_int_eq(count_where(&fx, "id = 1 AND status = 'DEAD' AND "
+                                      "retry_count = 3 AND locked_by IS NULL "
+                                      "AND last_error LIKE 'lease expired%'"),
+                     1);
+    ck_assert_int_eq(count_where(&fx, "id = 2 AND retry_count = 2 AND "
+                                      "status = 'PROCESSING'"),
+                     1);
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+static void
+connect_fails(struct store *st, char *err, size_t errlen,
+              const char *const *names)
+{
+    err[0] = '\0';
+    ck_assert_int_eq(store_connect(st, err, errlen), -1);
+    ck_assert(store_last_error_is_schema(st));
+    ck_assert(!store_is_connected(st));
+    for (; *names; names++)
+        ck_assert_msg(strstr(err, *names) != NULL, "'%s' not in: %s", *names,
+                      err);
+}
+
+/* 7. Missing table or columns: named, schema error, session kept. */
+START_TEST(test_missing_table)
+{
+    struct fx fx;
+    fx_init(&fx, -1);
+    struct store *st = store_new(&fx.ob);
+    char where[128], err[512];
+    snprintf(where, sizeof(where), "%s.outbox_event", fx.db);
+    connect_fails(st, err, sizeof(err),
+                  (const char *[]){where, "does not exist", NULL});
+    ck_assert_int_eq(it_sh("mariadb -h127.0.0.1 -u%s -p%s %s < '%s'",
+                           IT_DB_USER, IT_DB_PASSWORD, fx.db,
+                           it_src_path(schema_files[0])),
+                     0);
+    /* The idle session is reused: only the table is checked again. */
+    uint64_t s0 = store_statement_count(st);
+    ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(store_statement_count(st) - s0, 3);
+    ck_assert(!store_last_error_is_schema(st));
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+START_TEST(test_missing_columns)
+{
+    struct fx fx;
+    fx_init(&fx, 1);
+    it_db_exec(fx.sql, "ALTER TABLE outbox_event DROP COLUMN locked_by, "
+                       "DROP COLUMN last_error");
+    struct store *st = store_new(&fx.ob);
+    char err[512];
+    connect_fails(st, err, sizeof(err),
+                  (const char *[]){"locked_by", "last_error", NULL});
+    store_free(st);
+
+    char *cols[] = {"event_type", "region"};
+    fx.ob.columns = cols;
+    fx.ob.ncolumns = 2;
+    it_db_exec(fx.sql, "ALTER TABLE outbox_event ADD COLUMN locked_by "
+                       "VARCHAR(128) NULL, ADD COLUMN last_error "
+                       "VARCHAR(1024) NULL");
+    st = store_new(&fx.ob);
+    connect_fails(st, err, sizeof(err), (const char *[]){"region", NULL});
+    ck_assert_msg(strstr(err, "event_type") == NULL, "%s", err);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* Row contents: bytes unchanged, optional and config columns, time. */
+START_TEST(test_row_fields)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    char *cols[] = {"event_type", "aggregate_id"};
+    fx.ob.columns = cols;
+    fx.ob.ncolumns = 2;
+    const char *payload = "{\"name\": \"Zo\xc3\xab \xe2\x9c\x93 "
+                          "\xf0\x9d\x84\x9e\", \"n\":  1}";
+    it_db_exec(fx.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status) VALUES "
+               "('rf1', 'Order', 'o-\xc3\xa9', 'OrderPaid', '%s', 'PENDING')",
+               payload);
+    if (!fx.seed)
+        it_db_exec(fx.sql, "UPDATE outbox_event SET headers = '{\"k\": "
+                           "\"v\"}', trace_id = 't1', traceparent = "
+                           "'00-0af7651916cd43dd8448eb211c80319c-"
+                           "b7ad6b7169203331-01'");
+    long long now = it_db_int(fx.sql, "SELECT UNIX_TIMESTAMP()");
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 1);
+    const struct outbox_row *r = &b.rows[0];
+    ck_assert_str_eq(r->event_id, "rf1");
+    ck_assert_str_eq(r->aggregate_type, "Order");
+    ck_assert_str_eq(r->aggregate_id, "o-\xc3\xa9");
+    ck_assert_str_eq(r->event_type, "OrderPaid");
+    ck_assert_uint_eq(r->payload_len, strlen(payload));
+    ck_assert_mem_eq(r->payload, payload, r->payload_len);
+    ck_assert_str_eq(r->columns[0], "OrderPaid");
+    ck_assert_str_eq(r->columns[1], "o-\xc3\xa9");
+    ck_assert_int_le(llabs(r->created_us / 1000000 - now), 5);
+    if (fx.seed) {
+        ck_assert_ptr_null(r->headers);
+        ck_assert_ptr_null(r->trace_id);
+    } else {
+        ck_assert_str_eq(r->headers, "{\"k\": \"v\"}");
+        ck_assert_str_eq(r->trace_id, "t1");
+        ck_assert_uint_eq(strlen(r->traceparent), 55);
+    }
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/*
+ * 8. The claim walks an index: no filesort, so LIMIT bounds the locks.
+ * The statements mirror store.c's claim (select list abridged: it does
+ * not change the plan's order); the seed's table is claimed in the
+ * order of its (status, next_retry_at, created_at) index.
+ */
+static void
+assert_no_filesort(struct fx *fx, const char *sql)
+{
+    it_db_exec(fx->sql, "SET SESSION TRANSACTION ISOLATION LEVEL READ "
+                        "COMMITTED");
+    char *q = NULL;
+    ck_assert_int_ge(asprintf(&q, "EXPLAIN %s", sql), 0);
+    ck_assert_int_eq(mysql_query(fx->sql, q), 0);
+    MYSQL_RES *res = mysql_store_result(fx->sql);
+    ck_assert_ptr_nonnull(res);
+    int extra = -1;
+    MYSQL_FIELD *f = mysql_fetch_fields(res);
+    for (unsigned i = 0; i < mysql_num_fields(res); i++)
+        if (strcasecmp(f[i].name, "Extra") == 0)
+            extra = (int)i;
+    ck_assert_int_ge(extra, 0);
+    MYSQL_ROW row;
+    while ((row = mysql_fetch_row(res)) != NULL)
+        ck_assert_msg(row[extra] == NULL ||
+                          strstr(row[extra], "filesort") == NULL,
+                      "%s: %s", sql, row[extra]);
+    mysql_free_result(res);
+    free(q);
+}
+
+START_TEST(test_claim_uses_index)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_insert_events(fx.sql, "outbox_event", "ix", 6000, 600, 64);
+    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'SENT' WHERE "
+                       "id %% 4 <> 0");
+    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'RETRY', "
+                       "next_retry_at = NOW() - INTERVAL id SECOND "
+                       "WHERE id %% 40 = 0");
+    it_db_exec(fx.sql, "ANALYZE TABLE outbox_event");
+    const char *order =
+        fx.seed ? "`next_retry_at`, `created_at`, `id`" : "`id`";
+    const char *cols = "SELECT `id`, `event_id`, `aggregate_type`, "
+                       "`aggregate_id`, `event_type`, `payload`, "
+                       "UNIX_TIMESTAMP(`created_at`), `retry_count` "
+                       "FROM `outbox_event` WHERE ";
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "%s`status` = 'PENDING' ORDER BY %s LIMIT 500 FOR UPDATE "
+             "SKIP LOCKED",
+             cols, order);
+    assert_no_filesort(&fx, sql);
+    snprintf(sql, sizeof(sql),
+             "%s`status` = 'RETRY' AND `next_retry_at` <= NOW(6) ORDER BY "
+             "`next_retry_at` LIMIT 500 FOR UPDATE SKIP LOCKED",
+             cols);
+    assert_no_filesort(&fx, sql);
+    snprintf(sql, sizeof(sql),
+             "%s`status` = 'PROCESSING' AND `locked_until` <= NOW(6) ORDER "
+             "BY %s LIMIT 500 FOR UPDATE SKIP LOCKED",
+             cols, order);
+    assert_no_filesort(&fx, sql);
+    /* And the store claims a full batch over that table. */
+    fx.ob.batch_size = 500;
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 500);
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/*
+ * 8b. The claim order is that of the table's index: id on the
+ * recommended table, (next_retry_at, created_at, id) on the seed's, so
+ * with created_at running against id the two claim different rows.
+ */
+START_TEST(test_claim_order_follows_index)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    fx.ob.batch_size = 2;
+    fx.ob.ordering = ORDERING_NONE;
+    it_db_insert_events(fx.sql, "outbox_event", "co", 4, 4, 50);
+    it_db_exec(fx.sql, "UPDATE outbox_event SET created_at = NOW() - "
+                       "INTERVAL id HOUR");
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 2);
+    ck_assert_uint_eq(b.rows[0].id, (fx.seed ? 3 : 1));
+    ck_assert_uint_eq(b.rows[1].id, (fx.seed ? 4 : 2));
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+static unsigned long
+store_connection_id(struct fx *fx)
+{
+    return (unsigned long)it_db_int(
+        fx->sql,
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '%s' "
+        "AND ID <> CONNECTION_ID()",
+        fx->db);
+}
+
+/* 9. Server gone: the claim fails, the store says so, reconnects. */
+START_TEST(test_server_gone)
+{
+    struct fx fx;
+    fx_init(&fx, 0);
+    it_db_insert_events(fx.sql, "outbox_event", "sg", 4, 4, 50);
+    fx.ob.batch_size = 2;
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 2);
+    it_db_exec(fx.sql, "KILL %lu", store_connection_id(&fx));
+    /* The finalize fails with the session; the lease keeps the rows. */
+    char err[512] = "";
+    size_t lost = 0;
+    ack_all(&b);
+    ck_assert_int_eq(store_finalize_batch(st, &b, &lost, err, sizeof(err)), -1);
+    ck_assert(!store_is_connected(st));
+    ck_assert(!store_last_error_is_schema(st));
+    ck_assert_msg(strstr(err, fx.db) != NULL, "%s", err);
+    ck_assert_int_eq(count_where(&fx, "status = 'PROCESSING'"), 2);
+    ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(finalize_ok(st, &b), 0); /* same token, still ours */
+    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), 2);
+
+    it_db_exec(fx.sql, "KILL %lu", store_connection_id(&fx));
+    ck_assert_int_eq(store_claim_batch(st, RELAY, &b, err, sizeof(err)), -1);
+    ck_assert(!store_is_connected(st));
+    ck_assert_int_eq(store_claim_batch(st, RELAY, &b, err, sizeof(err)), -1);
+    ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "%s", err);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 2);
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/* The issue's budget: under 20 statements per 1000 events at 500. */
+START_TEST(test_statement_budget)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    fx.ob.batch_size = 500;
+    it_db_insert_events(fx.sql, "outbox_event", "sb", 1000, 100, 256);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    uint64_t s0 = store_statement_count(st), t0 = it_now_ms();
+    size_t sent = 0;
+    for (int i = 0; i < 2; i++) {
+        claim_ok(st, &b);
+        sent += b.n;
+        ack_all(&b);
+        ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    }
+    uint64_t used = store_statement_count(st) - s0;
+    ck_assert_uint_eq(sent, 1000);
+    ck_assert_msg(used < 20, "%llu statements for 1000 events",
+                  (unsigned long long)used);
+    if (getenv("IT_STORE_VERBOSE"))
+        fprintf(stderr, "%s: 1000 events, %llu statements, %llu ms\n",
+                schema_files[_i], (unsigned long long)used,
+                (unsigned long long)(it_now_ms() - t0));
+    /* An empty claim. */
+    s0 = store_statement_count(st);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 0);
+    ck_assert_uint_le(store_statement_count(st) - s0, 4);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+static void
+runner_setup(void)
+{
+    runner_pid = getpid();
+}
+
+/* A failed check ends its test before fx_fini: drop what it left. */
+static void
+runner_teardown(void)
+{
+    MYSQL *db = it_db_connect(NULL);
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SHOW DATABASES LIKE 'it\\_store\\_%d\\_%%'",
+             (int)runner_pid);
+    ck_assert_int_eq(mysql_query(db, sql), 0);
+    MYSQL_RES *res = mysql_store_result(db);
+    MYSQL_ROW row;
+    while (res != NULL && (row = mysql_fetch_row(res)) != NULL)
+        it_db_exec(db, "DROP DATABASE IF EXISTS `%s`", row[0]);
+    mysql_free_result(res);
+    mysql_close(db);
+}
 
 Suite *
 it_store_suite(void)
 {
     Suite *s = suite_create("it_store");
-    TCase *tc = tcase_create("main");
-    tcase_add_test(tc, test_placeholder);
+    TCase *tc = tcase_create("store");
+    tcase_set_timeout(tc, 60);
+    tcase_add_unchecked_fixture(tc, runner_setup, runner_teardown);
+    tcase_add_loop_test(tc, test_claim_and_ack, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_ack_deletes, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_two_stores_disjoint, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_skip_locked_rows, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_concurrent_relays, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_fencing, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_ordering_prefix, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_ordering_waits_for_retry, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_ordering_waits_for_other_relay, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_ordering_sees_claim_in_flight, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_outcomes, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_retry_backoff_doubles, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_release_after_reclaim, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_error_text_sanitized, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_lease_expiry_dead, 0, NSCHEMAS);
+    tcase_add_test(tc, test_missing_table);
+    tcase_add_test(tc, test_missing_columns);
+    tcase_add_loop_test(tc, test_row_fields, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_claim_uses_index, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_claim_order_follows_index, 0, NSCHEMAS);
+    tcase_add_test(tc, test_server_gone);
+    tcase_add_loop_test(tc, test_statement_budget, 0, NSCHEMAS);
     suite_add_tcase(s, tc);
     return s;
 }
