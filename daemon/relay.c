@@ -275,12 +275,28 @@ release(struct relay *r, struct outbox_row *row, const char *why)
     row_enter_state(&r->batch, row, ROW_RELEASED, why);
 }
 
+/*
+ * Publishing must end well inside the lease: past it another relay may
+ * claim the same rows and a late publish of ours could overtake its
+ * newer events of the aggregate.  A fifth of the lease (at least 100 ms)
+ * is kept for recording the outcomes.
+ */
+static uint64_t
+lease_deadline(const struct relay *r)
+{
+    uint64_t lease = r->outbox->lease_ms;
+    uint64_t margin = lease / 5 > 100 ? lease / 5 : 100;
+    return r->claim_ms + (lease > margin ? lease - margin : 0);
+}
+
 static uint64_t
 wave_deadline(struct relay *r)
 {
     uint64_t deadline = clock_ms() + r->outbox->broker->confirm_timeout_ms;
-    uint64_t stop = r->stop_deadline_ms;
-    return stop != 0 && stop < deadline ? stop : deadline;
+    uint64_t stop = r->stop_deadline_ms, lease = lease_deadline(r);
+    if (stop != 0 && stop < deadline)
+        deadline = stop;
+    return lease < deadline ? lease : deadline;
 }
 
 /*
@@ -317,11 +333,20 @@ block_failed_groups(struct relay *r)
     }
 }
 
+/* No new wave after a stop request's deadline or near the lease's end. */
 static bool
 stop_due(struct relay *r)
 {
-    uint64_t stop = r->stop_deadline_ms;
-    return stop != 0 && clock_ms() >= stop;
+    uint64_t stop = r->stop_deadline_ms, now = clock_ms();
+    if (now >= lease_deadline(r)) {
+        log_warn(LOG_KV("outbox", r->outbox->name),
+                 "batch of %zu events ran out of its lease while publishing; "
+                 "the rest go back unattempted (raise lease or lower "
+                 "batch_size)",
+                 r->batch.n);
+        return true;
+    }
+    return stop != 0 && now >= stop;
 }
 
 /* Publishes every wave; returns false when the broker connection died. */
@@ -443,6 +468,7 @@ relay_cycle(struct relay *r)
 {
     char err[512];
     batch_reset(&r->batch);
+    r->claim_ms = clock_ms();
     if (r->backend.claim(r->backend.store, r->relay_id, &r->batch, err,
                          sizeof(err)) < 0) {
         str_copy(r->last_error, err, sizeof(r->last_error));

@@ -55,6 +55,7 @@ struct relay {
     struct relay_stats stats;
     /* Set by another thread: stop waiting for confirms by this time. */
     _Atomic uint64_t stop_deadline_ms;
+    uint64_t claim_ms; /* clock_ms when this cycle's claim began */
     char last_error[512];
     struct relay_scratch *scratch;
 };

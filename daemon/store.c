@@ -138,6 +138,13 @@ library_init(void)
     mysql_library_init(0, NULL, NULL);
 }
 
+void
+store_thread_end(void)
+{
+    /* A no-op on MariaDB Connector/C; MySQL's library leaks without it. */
+    mysql_thread_end();
+}
+
 /* Scratch arrays grow to the largest batch seen and stay. */
 static void *
 grow(void *p, size_t *cap, size_t n, size_t size)
@@ -833,6 +840,12 @@ bool
 store_is_connected(const struct store *st)
 {
     return st->db != NULL && st->ready;
+}
+
+MYSQL *
+store_session(struct store *st)
+{
+    return store_is_connected(st) ? st->db : NULL;
 }
 
 bool

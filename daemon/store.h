@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <mysql.h>
 
 #include "batch.h"
 #include "config.h"
@@ -21,6 +22,8 @@ struct store;
 
 struct store *store_new(const struct outbox_config *ob);
 void store_free(struct store *st);
+/* Frees the client library's per-thread state; call as a thread ends. */
+void store_thread_end(void);
 
 /*
  * Connects with the database's timeouts, checks the server version, sets
@@ -41,6 +44,12 @@ bool store_is_connected(const struct store *st);
 bool store_last_error_is_schema(const struct store *st);
 /* Statements sent since store_new (the claim's cost, for tests). */
 uint64_t store_statement_count(const struct store *st);
+/*
+ * The open session while connected, else NULL: for the read-only counts
+ * of stats_sql.c, run on the worker's thread between cycles.  Whoever
+ * uses it must end the transaction its statements open.
+ */
+MYSQL *store_session(struct store *st);
 
 /*
  * Claims up to batch_size rows in one short transaction: due PENDING and

@@ -239,6 +239,7 @@ worker_main(void *arg)
     schedule(w, 0);
     event_base_dispatch(w->base);
     store_disconnect(w->store);
+    store_thread_end();
     publisher_disconnect(w->pub);
     w->db_up = false;
     w->broker_up = false;

@@ -135,6 +135,7 @@ setup(void)
     ob.name = "db.outbox_event";
     ob.broker = &broker;
     ob.batch_size = 10;
+    ob.lease_ms = 30000;
     ob.max_retries = 3;
     ob.mandatory = true;
     ob.ordering = ORDERING_AGGREGATE;
@@ -340,6 +341,19 @@ START_TEST(test_stop_deadline_releases)
 }
 END_TEST
 
+/* A batch never publishes past its lease: another relay may own it. */
+START_TEST(test_lease_bounds_publishing)
+{
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    ob.lease_ms = 100; /* the margin eats the whole lease */
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.waves, 0);
+    ck_assert_int_eq(fake.final_state[0], ROW_RELEASED);
+    ck_assert_int_eq(fake.final_state[1], ROW_RELEASED);
+}
+END_TEST
+
 static const char *override_cols[] = {"rk"};
 
 START_TEST(test_routing_key_override_and_too_long)
@@ -382,6 +396,7 @@ relay_suite(void)
     tcase_add_test(tc, test_store_failures);
     tcase_add_test(tc, test_full_and_idle);
     tcase_add_test(tc, test_stop_deadline_releases);
+    tcase_add_test(tc, test_lease_bounds_publishing);
     tcase_add_test(tc, test_routing_key_override_and_too_long);
     suite_add_tcase(s, tc);
     return s;
