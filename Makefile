@@ -34,7 +34,7 @@ UNIT_OBJS = $(UNIT_SRCS:%.c=$(BUILD)/%.o)
 IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: all check check-unit check-integration setup demo install clean \
-	format valgrind
+	format valgrind bench
 
 all: $(BUILD)/outboxd $(BUILD)/outboxctl
 
@@ -67,6 +67,18 @@ check-integration: all $(BUILD)/check_integration
 	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd \
 	OUTBOXCTL_BIN=$(CURDIR)/$(BUILD)/outboxctl \
 	OUTBOXD_SRC=$(CURDIR) $(BUILD)/check_integration
+
+$(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o
+	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS)
+
+# SPEC section 10: throughput as a ratio to the ceiling measured in the
+# same run; BENCH_SENT_ROWS=1000000 adds the drain beside old SENT rows.
+bench:
+	bash tests/servers.sh deps
+	bash tests/servers.sh start
+	$(MAKE) all $(BUILD)/outboxd-bench
+	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd OUTBOXD_SRC=$(CURDIR) \
+		$(BUILD)/outboxd-bench
 
 setup:
 	bash tests/servers.sh deps

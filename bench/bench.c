@@ -1,0 +1,519 @@
+/*
+ * bench: `make bench`.  Measures, in one run on the local servers, the
+ * broker's own ceiling for persistent publishes with confirms on one
+ * channel, then outboxd's drain of a backlog, its commit-to-consumer
+ * latency at a steady rate, its peak RSS and its database statements
+ * per 1,000 events, and prints the drain as a ratio to the ceiling.
+ */
+#define _GNU_SOURCE
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <mysql.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DB_NAME "outboxd_bench"
+#define EXCHANGE "outboxd.bench"
+#define QUEUE "outboxd.bench"
+#define PAYLOAD_BYTES 256
+#define RELAY_USER "outboxd_bench"
+
+struct settings {
+    const char *outboxd;
+    const char *src;
+    long backlog;
+    long aggregates;
+    long ceiling_messages;
+    long latency_rate;
+    long latency_seconds;
+};
+
+static void
+die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "bench: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int64_t
+wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void
+sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+/* ---- database ---- */
+
+static MYSQL *
+db_connect(const char *db)
+{
+    MYSQL *m = mysql_init(NULL);
+    if (!mysql_real_connect(m, "127.0.0.1", "outboxd", "outboxd", db, 3306,
+                            NULL, 0))
+        die("MariaDB: %s", mysql_error(m));
+    return m;
+}
+
+static void
+db_exec(MYSQL *m, const char *fmt, ...)
+{
+    char *sql;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&sql, fmt, ap) < 0)
+        die("out of memory");
+    va_end(ap);
+    if (mysql_query(m, sql) != 0)
+        die("SQL: %s: %.200s", mysql_error(m), sql);
+    MYSQL_RES *r = mysql_store_result(m);
+    if (r)
+        mysql_free_result(r);
+    free(sql);
+}
+
+static long long
+db_int(MYSQL *m, const char *sql)
+{
+    if (mysql_query(m, sql) != 0)
+        die("SQL: %s: %s", mysql_error(m), sql);
+    MYSQL_RES *r = mysql_store_result(m);
+    MYSQL_ROW row = r ? mysql_fetch_row(r) : NULL;
+    long long v = row && row[0] ? atoll(row[0]) : 0;
+    if (r)
+        mysql_free_result(r);
+    return v;
+}
+
+/*
+ * Statements the relay's own user sent so far: MariaDB's user statistics
+ * count per user, so tests or other clients on the server do not blur it.
+ */
+static long long
+db_relay_statements(MYSQL *m)
+{
+    return db_int(m, "SELECT COALESCE(SUM(SELECT_COMMANDS + UPDATE_COMMANDS "
+                     "+ OTHER_COMMANDS), 0) FROM "
+                     "information_schema.USER_STATISTICS WHERE USER = "
+                     "'" RELAY_USER "'");
+}
+
+static void
+db_recreate(const struct settings *s)
+{
+    MYSQL *m = db_connect(NULL);
+    db_exec(m, "DROP DATABASE IF EXISTS " DB_NAME);
+    db_exec(m, "CREATE DATABASE " DB_NAME);
+    db_exec(m, "CREATE USER IF NOT EXISTS '" RELAY_USER "'@'%%' IDENTIFIED BY "
+               "'" RELAY_USER "'");
+    db_exec(m, "GRANT SELECT, UPDATE, DELETE ON " DB_NAME ".* TO '" RELAY_USER
+               "'@'%%'");
+    db_exec(m, "SET GLOBAL userstat = 1");
+    mysql_close(m);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "mariadb -h127.0.0.1 -uoutboxd -poutboxd " DB_NAME
+             " < '%s/sql/outbox.sql'",
+             s->src);
+    if (system(cmd) != 0)
+        die("loading sql/outbox.sql failed");
+}
+
+/* Inserts n events over the given aggregates in 1,000-row statements. */
+static void
+db_fill(MYSQL *m, const char *status, long first, long n, long aggregates)
+{
+    size_t cap = 1000 * (PAYLOAD_BYTES + 200);
+    char *sql = malloc(cap), pad[PAYLOAD_BYTES];
+    memset(pad, 'x', sizeof(pad));
+    pad[PAYLOAD_BYTES - 40] = '\0'; /* the JSON around it makes 256 */
+    for (long start = first; start < first + n; start += 1000) {
+        long end = start + 1000 < first + n ? start + 1000 : first + n;
+        size_t len = (size_t)snprintf(
+            sql, cap,
+            "INSERT INTO outbox_event (event_id, aggregate_type, "
+            "aggregate_id, event_type, payload, status, sent_at) VALUES ");
+        for (long i = start; i < end; i++)
+            len += (size_t)snprintf(
+                sql + len, cap - len,
+                "%s('b-%ld','Order','%ld','OrderCreated','{\"seq\":%ld,"
+                "\"pad\":\"%s\"}','%s',%s)",
+                i > start ? "," : "", i, i % aggregates, i, pad, status,
+                strcmp(status, "SENT") == 0 ? "NOW(6) - INTERVAL 1 HOUR"
+                                            : "NULL");
+        db_exec(m, "%s", sql);
+        db_exec(m, "COMMIT");
+    }
+    free(sql);
+}
+
+/* ---- broker ---- */
+
+static amqp_connection_state_t
+amqp_open(void)
+{
+    amqp_connection_state_t c = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(c);
+    if (amqp_socket_open(sock, "127.0.0.1", 5672) != AMQP_STATUS_OK)
+        die("cannot connect to RabbitMQ");
+    amqp_rpc_reply_t r = amqp_login(c, "/", 0, 131072, 0,
+                                    AMQP_SASL_METHOD_PLAIN, "guest", "guest");
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        die("RabbitMQ login failed");
+    amqp_channel_open(c, 1);
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
+        die("channel.open failed");
+    return c;
+}
+
+static void
+amqp_done(amqp_connection_state_t c)
+{
+    amqp_channel_close(c, 1, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(c);
+}
+
+/* A durable queue bound to the bench exchange, emptied. */
+static void
+queue_reset(void)
+{
+    amqp_connection_state_t c = amqp_open();
+    amqp_exchange_declare(c, 1, amqp_cstring_bytes(EXCHANGE),
+                          amqp_cstring_bytes("topic"), 0, 1, 0, 0,
+                          amqp_empty_table);
+    amqp_queue_declare(c, 1, amqp_cstring_bytes(QUEUE), 0, 1, 0, 0,
+                       amqp_empty_table);
+    amqp_queue_bind(c, 1, amqp_cstring_bytes(QUEUE),
+                    amqp_cstring_bytes(EXCHANGE), amqp_cstring_bytes("#"),
+                    amqp_empty_table);
+    amqp_queue_purge(c, 1, amqp_cstring_bytes(QUEUE));
+    if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
+        die("declaring the bench queue failed");
+    amqp_done(c);
+}
+
+static long
+wait_acks(amqp_connection_state_t c)
+{
+    amqp_frame_t f;
+    if (amqp_simple_wait_frame(c, &f) != AMQP_STATUS_OK)
+        die("lost the broker while measuring the ceiling");
+    if (f.frame_type != AMQP_FRAME_METHOD ||
+        f.payload.method.id != AMQP_BASIC_ACK_METHOD)
+        die("unexpected frame while measuring the ceiling");
+    amqp_basic_ack_t *ack = f.payload.method.decoded;
+    return (long)ack->delivery_tag * (ack->multiple ? 1 : -1);
+}
+
+/*
+ * The broker's ceiling: persistent 256-byte messages with confirms on one
+ * channel, 1,000 unconfirmed at most, the way a good relay publishes.
+ */
+static double
+measure_ceiling(long n)
+{
+    queue_reset();
+    amqp_connection_state_t c = amqp_open();
+    amqp_confirm_select(c, 1);
+    amqp_get_rpc_reply(c);
+    char body[PAYLOAD_BYTES];
+    memset(body, 'x', sizeof(body));
+    amqp_basic_properties_t p = {
+        ._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG,
+        .delivery_mode = 2,
+        .content_type = amqp_cstring_bytes("application/json")};
+    amqp_bytes_t b = {sizeof(body), body};
+    long sent = 0, acked = 0;
+    double t0 = now_s();
+    while (acked < n) {
+        while (sent < n && sent - acked < 1000) {
+            amqp_basic_publish(c, 1, amqp_cstring_bytes(EXCHANGE),
+                               amqp_cstring_bytes("bench.ceiling"), 0, 0, &p,
+                               b);
+            sent++;
+        }
+        long tag = wait_acks(c);
+        acked = tag > 0 ? tag : (-tag > acked ? -tag : acked);
+    }
+    double rate = (double)n / (now_s() - t0);
+    amqp_done(c);
+    queue_reset();
+    return rate;
+}
+
+/* ---- the daemon ---- */
+
+static void
+write_config(const char *path, const char *ordering, const char *extra)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die("cannot write %s", path);
+    fprintf(f,
+            "relay:\n  id: bench\n  log_level: warn\n  listen: \"\"\n"
+            "brokers:\n  main:\n    url: amqp://guest:guest@127.0.0.1:5672/\n"
+            "databases:\n  " DB_NAME ":\n    user: " RELAY_USER "\n"
+            "    password: " RELAY_USER "\n    database: " DB_NAME "\n"
+            "    outboxes:\n      - table: outbox_event\n"
+            "        exchange: " EXCHANGE "\n        ordering: %s\n%s",
+            ordering, extra ? extra : "");
+    fchmod(fileno(f), 0600);
+    fclose(f);
+}
+
+static pid_t
+start_daemon(const struct settings *s, const char *conf)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd =
+            open("/tmp/outboxd-bench.log", O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0)
+            dup2(fd, STDERR_FILENO);
+        execl(s->outboxd, s->outboxd, "-c", conf, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Peak resident set of a live process, in KiB (VmHWM). */
+static long
+peak_rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    long kib = -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+static void
+stop_daemon(pid_t pid)
+{
+    int status;
+    kill(pid, SIGTERM);
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        die("outboxd did not exit 0 (see /tmp/outboxd-bench.log)");
+}
+
+struct drain_result {
+    double rate;
+    long rss_kib;
+    double statements_per_1000;
+};
+
+/* Drains a backlog of n PENDING rows (after `sent` old SENT rows). */
+static struct drain_result
+measure_drain(const struct settings *s, const char *ordering, long sent)
+{
+    struct drain_result res;
+    const char *conf = "/tmp/outboxd-bench.yaml";
+    db_recreate(s);
+    queue_reset();
+    MYSQL *m = db_connect(DB_NAME);
+    if (sent > 0)
+        db_fill(m, "SENT", 0, sent, s->aggregates);
+    db_fill(m, "PENDING", sent, s->backlog, s->aggregates);
+    db_exec(m, "ANALYZE TABLE outbox_event");
+    write_config(conf, ordering, NULL);
+    long long q0 = db_relay_statements(m);
+    double t0 = now_s();
+    pid_t pid = start_daemon(s, conf);
+    while (db_int(m, "SELECT COUNT(*) FROM outbox_event WHERE status IN "
+                     "('PENDING','PROCESSING','RETRY')") > 0) {
+        if (now_s() - t0 > 600)
+            die("the drain took more than 10 minutes");
+        sleep_s(0.05);
+    }
+    res.rate = (double)s->backlog / (now_s() - t0);
+    res.statements_per_1000 =
+        (double)(db_relay_statements(m) - q0) * 1000.0 / (double)s->backlog;
+    res.rss_kib = peak_rss_kib(pid);
+    stop_daemon(pid);
+    mysql_close(m);
+    queue_reset();
+    return res;
+}
+
+/* ---- latency at a steady rate ---- */
+
+struct consumer {
+    long expected;
+    int64_t *latency_us;
+    long received;
+};
+
+static void *
+consume_latencies(void *arg)
+{
+    struct consumer *c = arg;
+    amqp_connection_state_t conn = amqp_open();
+    amqp_basic_consume(conn, 1, amqp_cstring_bytes(QUEUE), amqp_empty_bytes, 0,
+                       1, 0, amqp_empty_table);
+    amqp_get_rpc_reply(conn);
+    while (c->received < c->expected) {
+        amqp_envelope_t env;
+        struct timeval tv = {30, 0};
+        amqp_maybe_release_buffers(conn);
+        amqp_rpc_reply_t r = amqp_consume_message(conn, &env, &tv, 0);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL)
+            break;
+        int64_t t = 0;
+        const char *body = env.message.body.bytes;
+        const char *at = memmem(body, env.message.body.len, "\"t\":", 4);
+        if (at)
+            t = strtoll(at + 4, NULL, 10);
+        c->latency_us[c->received++] = wall_us() - t;
+        amqp_destroy_envelope(&env);
+    }
+    amqp_done(conn);
+    return NULL;
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void
+insert_steadily(MYSQL *m, long rate, long seconds)
+{
+    double t0 = now_s();
+    long n = rate * seconds;
+    for (long i = 0; i < n; i++) {
+        double due = t0 + (double)i / (double)rate;
+        double wait = due - now_s();
+        if (wait > 0)
+            sleep_s(wait);
+        db_exec(m,
+                "INSERT INTO outbox_event (event_id, aggregate_type, "
+                "aggregate_id, event_type, payload) VALUES ('l-%ld', "
+                "'Order', '%ld', 'OrderCreated', '{\"t\":%lld}')",
+                i, i % 1000, (long long)wall_us());
+        db_exec(m, "COMMIT");
+    }
+}
+
+static void
+measure_latency(const struct settings *s)
+{
+    const char *conf = "/tmp/outboxd-bench.yaml";
+    db_recreate(s);
+    queue_reset();
+    write_config(conf, "aggregate", NULL);
+    pid_t pid = start_daemon(s, conf);
+    struct consumer c = {.expected = s->latency_rate * s->latency_seconds};
+    c.latency_us = calloc((size_t)c.expected, sizeof(*c.latency_us));
+    pthread_t th;
+    pthread_create(&th, NULL, consume_latencies, &c);
+    sleep_s(1); /* let outboxd connect before the clock starts */
+    MYSQL *m = db_connect(DB_NAME);
+    insert_steadily(m, s->latency_rate, s->latency_seconds);
+    pthread_join(th, NULL);
+    stop_daemon(pid);
+    mysql_close(m);
+    if (c.received < c.expected)
+        die("latency: received %ld of %ld events", c.received, c.expected);
+    qsort(c.latency_us, (size_t)c.received, sizeof(int64_t), cmp_i64);
+    printf("latency at %ld events/s (poll_interval 100ms): p50 %.1f ms, "
+           "p99 %.1f ms, max %.1f ms\n",
+           s->latency_rate, c.latency_us[c.received / 2] / 1000.0,
+           c.latency_us[c.received * 99 / 100] / 1000.0,
+           c.latency_us[c.received - 1] / 1000.0);
+    free(c.latency_us);
+    queue_reset();
+}
+
+static long
+env_long(const char *name, long def)
+{
+    const char *v = getenv(name);
+    return v && *v ? atol(v) : def;
+}
+
+int
+main(void)
+{
+    struct settings s = {
+        .outboxd = getenv("OUTBOXD_BIN"),
+        .src = getenv("OUTBOXD_SRC"),
+        .backlog = env_long("BENCH_BACKLOG", 100000),
+        .aggregates = 1000,
+        .ceiling_messages = env_long("BENCH_CEILING_MESSAGES", 100000),
+        .latency_rate = 1000,
+        .latency_seconds = env_long("BENCH_LATENCY_SECONDS", 10),
+    };
+    if (!s.outboxd || !s.src)
+        die("run me through `make bench` (OUTBOXD_BIN, OUTBOXD_SRC)");
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    double ceiling = measure_ceiling(s.ceiling_messages);
+    printf("broker ceiling (persistent %d B, confirms, one channel): %.0f "
+           "msg/s\n",
+           PAYLOAD_BYTES, ceiling);
+    struct drain_result agg = measure_drain(&s, "aggregate", 0);
+    printf("drain %ld events, %ld aggregates, ordering aggregate: %.0f "
+           "events/s = %.2f of ceiling\n",
+           s.backlog, s.aggregates, agg.rate, agg.rate / ceiling);
+    printf("database statements per 1000 events: %.1f\n",
+           agg.statements_per_1000);
+    printf("peak RSS of outboxd (%ld-row backlog): %.1f MiB\n", s.backlog,
+           agg.rss_kib / 1024.0);
+    struct drain_result none = measure_drain(&s, "none", 0);
+    printf("drain %ld events, ordering none: %.0f events/s = %.2f of "
+           "ceiling\n",
+           s.backlog, none.rate, none.rate / ceiling);
+    long sent_rows = env_long("BENCH_SENT_ROWS", 0);
+    if (sent_rows > 0) {
+        struct drain_result big = measure_drain(&s, "aggregate", sent_rows);
+        printf("drain with %ld old SENT rows in the table: %.0f events/s = "
+               "%.2f of the drain without them\n",
+               sent_rows, big.rate, big.rate / agg.rate);
+    }
+    measure_latency(&s);
+    return 0;
+}
