@@ -33,8 +33,8 @@ IT_SRCS := $(wildcard tests/it_*.c) tests/itest.c
 UNIT_OBJS = $(UNIT_SRCS:%.c=$(BUILD)/%.o)
 IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all check check-unit check-integration setup demo install clean \
-	format valgrind bench
+.PHONY: all check check-unit check-integration check-packaging setup demo \
+	install clean format valgrind bench fuzz fuzz-build
 
 all: $(BUILD)/outboxd $(BUILD)/outboxctl
 
@@ -80,6 +80,11 @@ bench:
 	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd OUTBOXD_SRC=$(CURDIR) \
 		$(BUILD)/outboxd-bench
 
+# The unit file and the Dockerfile, checked without systemd or Docker.
+check-packaging: all
+	bash scripts/systemd-check.sh $(BUILD)/outboxd
+	bash scripts/docker-check.sh $(BUILD)/outboxd
+
 setup:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start
@@ -95,7 +100,65 @@ install: all
 	install -m 640 conf/outboxd.yaml $(DESTDIR)$(SYSCONFDIR)/outboxd/outboxd.yaml.example
 
 format:
-	clang-format -i daemon/*.c daemon/*.h tests/*.c tests/*.h
+	clang-format -i daemon/*.c daemon/*.h tests/*.c tests/*.h tests/fuzz/*.c \
+		tests/fuzz/*.h
+
+# valgrind: the unit tests, then one integration drain with the daemon
+# under valgrind (tests/it_leaks.c: a few thousand events, SIGTERM, exit
+# 0); any error or definite/indirect leak exits 99 and fails the run.
+VALGRIND = valgrind --error-exitcode=99 --leak-check=full \
+	--errors-for-leak-kinds=definite,indirect \
+	--show-leak-kinds=definite,indirect --num-callers=30 \
+	--suppressions=$(CURDIR)/tests/valgrind.supp
+
+valgrind: all $(BUILD)/check_unit $(BUILD)/check_integration
+ifneq ($(SANITIZER),)
+	$(error valgrind cannot run sanitizer builds: drop SANITIZER)
+endif
+	cd tests && CK_FORK=no $(VALGRIND) -q ../$(BUILD)/check_unit
+	OUTBOXD_WRAPPER="$(VALGRIND)" CK_RUN_SUITE=it_leaks \
+	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd \
+	OUTBOXCTL_BIN=$(CURDIR)/$(BUILD)/outboxctl \
+	OUTBOXD_SRC=$(CURDIR) $(BUILD)/check_integration
+
+# fuzz: libFuzzer targets (clang with libclang-rt-14-dev) for everything
+# that parses outside input, built with ASan and UBSan into build/fuzz/.
+# Each runs FUZZ_SECONDS from its seeds in tests/fuzz/corpus/<target>/
+# (new finds go to build/fuzz/corpus/); a crash stops the run and leaves
+# its input in build/fuzz/<target>-crash-*.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 30
+FUZZ_BUILD := build/fuzz
+FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+FUZZ_CFLAGS = -std=c11 -D_DEFAULT_SOURCE $(WARN) -O1 -g $(FUZZ_SAN) \
+	-fsanitize=fuzzer-no-link -pthread -MMD -MP \
+	$(shell pkg-config --cflags $(PKGS)) -Idaemon -Itests/fuzz
+FUZZ_TARGETS := $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_OBJS = $(DAEMON_SRCS:%.c=$(FUZZ_BUILD)/%.o)
+
+$(FUZZ_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_OBJS)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -pthread -o $@ $^ $(LIBS)
+
+fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
+
+fuzz: fuzz-build
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+		dict=; [ ! -f tests/fuzz/$$t.dict ] || dict=-dict=tests/fuzz/$$t.dict; \
+		echo "==> $$t for $(FUZZ_SECONDS)s"; \
+		$(FUZZ_BUILD)/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+			-print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/$$t- \
+			$$dict $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t \
+			2>$(FUZZ_BUILD)/$$t.log || { tail -n 60 $(FUZZ_BUILD)/$$t.log; \
+			exit 1; }; \
+		grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^#[0-9]+ +DONE' \
+			$(FUZZ_BUILD)/$$t.log; \
+	done
 
 clean:
 	rm -rf build

@@ -30,7 +30,9 @@ static const char *const row_state_names[ROW_STATE_COUNT] = {
 #define BIT(s) (1u << (s))
 static const unsigned allowed[ROW_STATE_COUNT] = {
     [ROW_CLAIMED] = BIT(ROW_PUBLISHED) | BIT(ROW_REJECTED) | BIT(ROW_RELEASED),
-    [ROW_PUBLISHED] = BIT(ROW_ACKED) | BIT(ROW_FAILED),
+    /* RELEASED: the outcome is unknown but says nothing against the row
+     * (broker blocked, or it closed the channel for another message). */
+    [ROW_PUBLISHED] = BIT(ROW_ACKED) | BIT(ROW_FAILED) | BIT(ROW_RELEASED),
 };
 
 const char *
@@ -74,6 +76,7 @@ batch_reset(struct outbox_batch *b)
 {
     release_owner(b);
     b->n = 0;
+    b->candidates = 0;
     b->token[0] = '\0';
     /* Keep the oldest chunk: a steady stream of batches reuses it. */
     struct arena_chunk *c = b->arena;

@@ -26,7 +26,10 @@ int outbox_status_parse(const char *name); /* -1 if unknown */
 /*
  * In-memory life of a claimed row.  CLAIMED -> PUBLISHED -> ACKED |
  * FAILED; CLAIMED -> REJECTED (bad row, never published) | RELEASED
- * (not attempted: an earlier event of its aggregate failed, or shutdown).
+ * (not attempted: an earlier event of its aggregate failed, or shutdown);
+ * PUBLISHED -> RELEASED when the outcome is unknown through no fault of
+ * the row (the broker blocked publishing, or closed the channel for
+ * another message): back to the table with no attempt counted.
  */
 enum row_state {
     ROW_CLAIMED,
@@ -60,6 +63,7 @@ struct outbox_row {
     enum row_state state;
     const char *error; /* why FAILED or REJECTED */
     bool dead;         /* FAILED/REJECTED past max_retries: goes DEAD */
+    bool recorded;     /* ACKED and already marked SENT (store_mark_sent) */
     const char *exchange;    /* resolved at publish time */
     const char *routing_key;
 };
@@ -70,6 +74,9 @@ struct outbox_batch {
     struct outbox_row *rows; /* sorted by id */
     size_t n, cap;
     char token[96]; /* claim token written to locked_by */
+    /* Candidates the claim read before the ordering check dropped any:
+     * as many as batch_size means more rows were waiting. */
+    size_t candidates;
     struct arena_chunk *arena;
     void *owner_data; /* the store's result set, freed on reset */
     void (*owner_free)(void *);

@@ -104,8 +104,32 @@ struct config_errors {
 
 /* NULL when errs->n > 0 after the load; errs must start zeroed. */
 struct config *config_load(const char *path, struct config_errors *errs);
+/*
+ * The same for text[0..len) in memory (tests, fuzzing): path names it in
+ * errors and locates relative secret and TLS files; no mode warning.
+ */
+struct config *config_load_buffer(const char *path, const char *text,
+                                  size_t len, struct config_errors *errs);
 void config_free(struct config *cfg);
 void config_errors_free(struct config_errors *errs);
+
+/*
+ * SIGHUP: compares next, a fresh load of the file, with the running cur.
+ * Each key that differs and may change live is added to changed as
+ * "key: old -> new"; each that may not (also a broker, database or outbox
+ * added or removed) to refused, naming the key.  Either list may be
+ * NULL.  Returns the number refused: those keep their running values.
+ */
+size_t config_reload_check(const struct config *cur, const struct config *next,
+                           struct config_errors *refused,
+                           struct config_errors *changed);
+/* Copies every live-changeable value of next into cur, matched by name. */
+void config_reload_apply(struct config *cur, const struct config *next);
+/* The same for one outbox or broker: what a worker adopts between cycles. */
+void config_outbox_adopt(struct outbox_config *dst,
+                         const struct outbox_config *src);
+void config_broker_adopt(struct broker_config *dst,
+                         const struct broker_config *src);
 
 /* Iteration helper: all outboxes of all databases, in file order. */
 size_t config_outbox_count(const struct config *cfg);

@@ -17,9 +17,14 @@ static _Atomic int log_fmt = LOG_FORMAT_TEXT;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
+/* A long line is cut rather than overflowing, and these bytes stay free
+ * for what closes it (a quote, a brace, the newline). */
+#define LINE_RESERVE 8
+
 struct line {
     char buf[4096];
     size_t len;
+    bool full; /* a value was cut: the fields after it are left out */
 };
 
 void
@@ -44,73 +49,134 @@ log_level_parse(const char *name)
     return -1;
 }
 
-static void
-line_putc(struct line *l, char c)
+/* Appends s[0..n) whole, or nothing once the line is full: a cut never
+ * splits an escape or a UTF-8 sequence. */
+static bool
+line_put(struct line *l, const char *s, size_t n)
 {
-    if (l->len < sizeof(l->buf) - 2)
-        l->buf[l->len++] = c;
+    if (l->full || l->len + n > sizeof(l->buf) - LINE_RESERVE) {
+        l->full = true;
+        return false;
+    }
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
+    return true;
 }
 
-static void
+static bool
 line_puts(struct line *l, const char *s)
 {
-    while (*s)
-        line_putc(l, *s++);
+    return line_put(l, s, strlen(s));
 }
 
-/* Quotes a value for logfmt when it holds spaces, quotes or '='. */
+/* Closing quotes, braces and the newline use the reserve. */
+static void
+line_close(struct line *l, char c)
+{
+    l->buf[l->len++] = c;
+}
+
+/* Length of the well-formed UTF-8 sequence at s (RFC 3629), 0 if none. */
+static size_t
+utf8_len(const unsigned char *s)
+{
+    size_t n = s[0] < 0x80                    ? 1
+               : s[0] >= 0xc2 && s[0] <= 0xdf ? 2
+               : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+               : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                              : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0; /* also stops at the terminating NUL */
+    if ((s[0] == 0xe0 && n == 3 && s[1] < 0xa0) ||
+        (s[0] == 0xed && s[1] > 0x9f) || (s[0] == 0xf0 && s[1] < 0x90) ||
+        (s[0] == 0xf4 && s[1] > 0x8f))
+        return 0; /* overlong, a UTF-16 surrogate, or past U+10FFFF */
+    return n;
+}
+
+/*
+ * Outside text (row values, server messages) may hold any byte: a line
+ * stays one line of valid UTF-8.  In logfmt a value is quoted when it
+ * holds spaces, quotes, '=' or control bytes, which are escaped.
+ */
+static bool
+text_needs_quotes(const char *v)
+{
+    if (*v == '\0')
+        return true;
+    for (; *v; v++)
+        if ((unsigned char)*v <= ' ' || *v == '"' || *v == '=' || *v == '\\' ||
+            *v == 0x7f)
+            return true;
+    return false;
+}
+
 static void
 line_put_text_value(struct line *l, const char *v)
 {
-    bool quote = *v == '\0' || strpbrk(v, " \"=\t\n\\") != NULL;
-    if (quote)
-        line_putc(l, '"');
-    for (; *v; v++) {
-        if (*v == '"' || *v == '\\')
-            line_putc(l, '\\');
-        if (*v == '\n')
-            line_puts(l, "\\n");
+    bool quote = text_needs_quotes(v);
+    if (quote && !line_put(l, "\"", 1))
+        return;
+    while (*v && !l->full) {
+        unsigned char c = (unsigned char)*v;
+        char esc[8];
+        size_t n = utf8_len((const unsigned char *)v);
+        if (c == '"' || c == '\\')
+            line_put(l, (char[]){'\\', (char)c}, 2);
+        else if (c == '\n' || c == '\r' || c == '\t')
+            line_puts(l, c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t");
+        else if (c < 0x20 || c == 0x7f || n == 0)
+            line_put(l, esc, (size_t)snprintf(esc, sizeof(esc), "\\x%02x", c));
         else
-            line_putc(l, *v);
+            line_put(l, v, n);
+        v += n ? n : 1;
     }
     if (quote)
-        line_putc(l, '"');
+        line_close(l, '"');
 }
 
 static void
 line_put_json_string(struct line *l, const char *v)
 {
-    line_putc(l, '"');
-    for (; *v; v++) {
+    if (!line_put(l, "\"", 1))
+        return;
+    while (*v && !l->full) {
         unsigned char c = (unsigned char)*v;
-        if (c == '"' || c == '\\') {
-            line_putc(l, '\\');
-            line_putc(l, (char)c);
-        } else if (c < 0x20) {
-            char esc[8];
-            snprintf(esc, sizeof(esc), "\\u%04x", c);
-            line_puts(l, esc);
-        } else {
-            line_putc(l, (char)c);
-        }
+        char esc[8];
+        size_t n = utf8_len((const unsigned char *)v);
+        if (c == '"' || c == '\\')
+            line_put(l, (char[]){'\\', (char)c}, 2);
+        else if (c < 0x20)
+            line_put(l, esc, (size_t)snprintf(esc, sizeof(esc), "\\u%04x", c));
+        else if (n == 0)
+            line_puts(l, "\\ufffd"); /* not UTF-8: the replacement char */
+        else
+            line_put(l, v, n);
+        v += n ? n : 1;
     }
-    line_putc(l, '"');
+    line_close(l, '"');
 }
 
+/* A field whose key does not fit whole is left out, with the rest. */
 static void
 line_put_field(struct line *l, const char *key, const char *value, bool first)
 {
+    if (l->len + 6 * strlen(key) + 8 > sizeof(l->buf) - LINE_RESERVE)
+        l->full = true;
+    if (l->full)
+        return;
     if (log_fmt == LOG_FORMAT_JSON) {
         if (!first)
-            line_putc(l, ',');
+            line_put(l, ",", 1);
         line_put_json_string(l, key);
-        line_putc(l, ':');
+        line_put(l, ":", 1);
         line_put_json_string(l, value);
     } else {
         if (!first)
-            line_putc(l, ' ');
+            line_put(l, " ", 1);
         line_puts(l, key);
-        line_putc(l, '=');
+        line_put(l, "=", 1);
         line_put_text_value(l, value);
     }
 }
@@ -131,7 +197,7 @@ log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
 {
     if (!log_enabled(level))
         return;
-    struct line l = {.len = 0};
+    struct line l = {.len = 0, .full = false};
     char ts[40], msg[2048];
     va_list ap;
 
@@ -141,7 +207,7 @@ log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
     va_end(ap);
 
     if (log_fmt == LOG_FORMAT_JSON)
-        line_putc(&l, '{');
+        line_put(&l, "{", 1);
     line_put_field(&l, "ts", ts, true);
     line_put_field(&l, "level", level_names[level], false);
     line_put_field(&l, "msg", msg, false);
@@ -150,8 +216,8 @@ log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
         if (kv[1] != NULL)
             line_put_field(&l, kv[0], kv[1], false);
     if (log_fmt == LOG_FORMAT_JSON)
-        line_putc(&l, '}');
-    l.buf[l.len++] = '\n';
+        line_close(&l, '}');
+    line_close(&l, '\n');
     ssize_t rc = write(STDERR_FILENO, l.buf, l.len);
     (void)rc; /* nowhere left to report a failed log write */
 }

@@ -1,34 +1,48 @@
 /*
  * main: outboxd's entry point.  Loads the config, starts one worker per
- * outbox, and owns the main event loop: signals and orderly shutdown.
+ * outbox, and owns the main event loop: signals, SIGHUP reload, the HTTP
+ * endpoints, systemd notifications and orderly shutdown.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "http.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 #include "util.h"
 #include "worker.h"
 
 /* How often the main loop checks whether the workers have finished. */
 #define SHUTDOWN_CHECK_MS 20
+/* How often readiness is summed up into systemd's STATUS line. */
+#define STATUS_CHECK_MS 1000
 
 struct daemon {
     struct config *cfg;
+    bool verbose; /* -v: debug whatever log_level says */
     struct event_base *base;
     struct worker **workers;
     size_t nworkers;
     struct event *sig_term, *sig_int, *sig_hup, *shutdown_check;
+    struct event *status_check, *watchdog;
+    struct http_server *http;
     uint64_t hard_deadline_ms;
     bool stopping;
     bool timed_out;
+    bool notify_failed; /* warned once already */
+    char status[512];   /* the last STATUS= sent */
+    bool last_reload_ok;
+    uint64_t reloads_ok, reloads_failed;
 };
 
 static void
@@ -54,6 +68,112 @@ load_config(const char *path)
     config_errors_free(&errs);
     return cfg;
 }
+
+static void notify(struct daemon *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* systemd is told but never relied on: a failed send is logged once. */
+static void
+notify(struct daemon *d, const char *fmt, ...)
+{
+    char state[1024], err[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(state, sizeof(state), fmt, ap);
+    va_end(ap);
+    if (notify_send(state, err, sizeof(err)) < 0 && !d->notify_failed) {
+        d->notify_failed = true;
+        log_warn(NULL, "cannot notify systemd: %s", err);
+    }
+}
+
+static void
+apply_log_settings(const struct daemon *d)
+{
+    log_init(d->verbose ? LOG_DEBUG : d->cfg->relay.log_level,
+             d->cfg->relay.log_format);
+}
+
+/* ---- readiness and metrics, read from the workers' atomics ---- */
+
+/* True when every outbox has both links; else one line per outbox. */
+static bool
+daemon_ready(void *arg, char *why, size_t whylen)
+{
+    struct daemon *d = arg;
+    size_t len = 0;
+    why[0] = '\0';
+    if (d->stopping) {
+        str_copy(why, "not ready: stopping\n", whylen);
+        return false;
+    }
+    for (size_t i = 0; i < d->nworkers && len < whylen; i++) {
+        bool db = worker_db_connected(d->workers[i]);
+        bool broker = worker_broker_connected(d->workers[i]);
+        if (db && broker)
+            continue;
+        int n = snprintf(
+            why + len, whylen - len, "not ready: %s: %s%s%s not connected\n",
+            worker_outbox(d->workers[i])->name, db ? "" : "database",
+            db || broker ? "" : " and ", broker ? "" : "broker");
+        len += n > 0 ? (size_t)n : 0;
+    }
+    return why[0] == '\0';
+}
+
+static char *
+daemon_metrics_text(void *arg, size_t *len)
+{
+    struct daemon *d = arg;
+    struct outbox_metrics *obs = xcalloc(d->nworkers + 1, sizeof(*obs));
+    for (size_t i = 0; i < d->nworkers; i++)
+        worker_metrics(d->workers[i], &obs[i]);
+    struct daemon_metrics dm = {
+        .version = OUTBOXD_VERSION,
+        .last_reload_ok = d->last_reload_ok,
+        .reloads_ok = d->reloads_ok,
+        .reloads_failed = d->reloads_failed,
+    };
+    char *text = metrics_render(&dm, obs, d->nworkers, len);
+    free(obs);
+    return text;
+}
+
+/* systemd's STATUS= line follows readiness, sent only when it changes. */
+static void
+status_check_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct daemon *d = arg;
+    char why[sizeof(d->status) - 64], status[sizeof(d->status)];
+    (void)fd;
+    (void)what;
+    if (d->stopping)
+        return;
+    if (daemon_ready(d, why, sizeof(why))) {
+        snprintf(status, sizeof(status), "relaying %zu outbox%s", d->nworkers,
+                 d->nworkers == 1 ? "" : "es");
+    } else {
+        /* One line: systemctl status shows STATUS= on a single line. */
+        for (char *p = why; (p = strchr(p, '\n')) != NULL;)
+            *p = p[1] ? ';' : '\0';
+        str_copy(status, why, sizeof(status));
+    }
+    if (strcmp(status, d->status) != 0) {
+        str_copy(d->status, status, sizeof(d->status));
+        notify(d, "STATUS=%s", status);
+    }
+}
+
+/* Pinged from the main loop only: a wedged loop is what systemd kills. */
+static void
+watchdog_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    notify(arg, "WATCHDOG=1");
+}
+
+/* ---- shutdown ---- */
 
 static bool
 all_workers_done(const struct daemon *d)
@@ -94,6 +214,7 @@ begin_shutdown(struct daemon *d, const char *why)
     if (d->stopping)
         return;
     d->stopping = true;
+    notify(d, "STOPPING=1\nSTATUS=stopping: %s", why);
     uint64_t timeout = d->cfg->relay.shutdown_timeout_ms;
     uint64_t now = clock_ms();
     d->hard_deadline_ms = now + timeout - (timeout > 200 ? 100 : 0);
@@ -103,18 +224,79 @@ begin_shutdown(struct daemon *d, const char *why)
     shutdown_check_cb(-1, 0, d);
 }
 
+/* ---- SIGHUP ---- */
+
+static void
+log_list(enum log_level level, const char *file, struct config_errors *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        log_msg(level, LOG_KV("file", file), "%s", l->msgs[i]);
+}
+
+/* Applies the changeable values of next and hands them to the workers. */
+static void
+reload_apply(struct daemon *d, const struct config *next)
+{
+    struct config_errors refused = {0}, changed = {0};
+    const char *file = d->cfg->path;
+    size_t nrefused = config_reload_check(d->cfg, next, &refused, &changed);
+    config_reload_apply(d->cfg, next);
+    apply_log_settings(d);
+    for (size_t i = 0; i < d->nworkers; i++)
+        worker_reload(d->workers[i], worker_outbox(d->workers[i]));
+    log_list(LOG_WARN, file, &refused);
+    log_list(LOG_INFO, file, &changed);
+    log_info(LOG_KV("file", file),
+             "configuration reloaded: %zu change%s applied, %zu refused "
+             "(those need a restart)",
+             changed.n, changed.n == 1 ? "" : "s", nrefused);
+    config_errors_free(&refused);
+    config_errors_free(&changed);
+}
+
+/* Any error keeps the running configuration whole. */
+static void
+reload(struct daemon *d)
+{
+    struct config_errors errs = {0};
+    const char *file = d->cfg->path;
+    notify(d, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading %s",
+           (unsigned long long)clock_ms() * 1000ULL, file);
+    log_info(LOG_KV("file", file), "SIGHUP: reloading the configuration");
+    struct config *next = config_load(file, &errs);
+    d->last_reload_ok = next != NULL;
+    if (next == NULL) {
+        d->reloads_failed++;
+        log_list(LOG_ERROR, NULL, &errs); /* each names file:line:col */
+        log_error(LOG_KV("file", file),
+                  "reload failed with %zu error%s: still running the "
+                  "previous configuration",
+                  errs.n, errs.n == 1 ? "" : "s");
+    } else {
+        d->reloads_ok++;
+        reload_apply(d, next);
+        config_free(next);
+    }
+    config_errors_free(&errs);
+    d->status[0] = '\0'; /* send STATUS= again after READY */
+    notify(d, "READY=1");
+    status_check_cb(-1, 0, d);
+}
+
 static void
 signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     struct daemon *d = arg;
     (void)what;
     if (sig == SIGHUP) {
-        log_warn(NULL, "SIGHUP: configuration reload is not supported yet; "
-                       "restart to apply changes");
+        if (!d->stopping)
+            reload(d);
         return;
     }
     begin_shutdown(d, sig == SIGTERM ? "SIGTERM" : "SIGINT");
 }
+
+/* ---- start and stop ---- */
 
 static int
 start_workers(struct daemon *d)
@@ -126,12 +308,52 @@ start_workers(struct daemon *d)
         d->workers[i] = worker_new(ob, d->cfg->relay.id);
         if (worker_start(d->workers[i]) < 0) {
             log_error(LOG_KV("outbox", ob->name), "cannot start its worker");
+            d->nworkers = i + 1; /* the rest were never created */
             return -1;
         }
         log_info(LOG_KV("outbox", ob->name, "broker", ob->broker->name),
                  "relaying to exchange \"%s\"", ob->exchange.source);
     }
     return 0;
+}
+
+/* A listen address that cannot be bound is the operator's to fix. */
+static int
+start_http(struct daemon *d)
+{
+    const char *listen = d->cfg->relay.listen;
+    char err[512];
+    if (listen == NULL || listen[0] == '\0')
+        return 0;
+    struct http_handlers h = {
+        .metrics = daemon_metrics_text,
+        .ready = daemon_ready,
+        .arg = d,
+    };
+    d->http = http_start(d->base, listen, &h, err, sizeof(err));
+    if (d->http == NULL) {
+        log_error(LOG_KV("listen", listen), "relay.listen: %s", err);
+        return -1;
+    }
+    log_info(LOG_KV("listen", listen), "serving /metrics /healthz /readyz");
+    return 0;
+}
+
+static void
+start_timers(struct daemon *d)
+{
+    struct timeval status = {STATUS_CHECK_MS / 1000,
+                             (STATUS_CHECK_MS % 1000) * 1000};
+    evtimer_add(d->status_check, &status);
+    uint64_t usec = notify_watchdog_usec();
+    if (usec == 0)
+        return;
+    /* Half the interval, as sd_watchdog_enabled(3) advises. */
+    struct timeval every = {(time_t)(usec / 2 / 1000000),
+                            (suseconds_t)(usec / 2 % 1000000)};
+    evtimer_add(d->watchdog, &every);
+    log_debug(NULL, "systemd watchdog: pinging every %llu ms",
+              (unsigned long long)(usec / 2000));
 }
 
 static int
@@ -145,7 +367,10 @@ setup_events(struct daemon *d)
     d->sig_int = evsignal_new(d->base, SIGINT, signal_cb, d);
     d->sig_hup = evsignal_new(d->base, SIGHUP, signal_cb, d);
     d->shutdown_check = evtimer_new(d->base, shutdown_check_cb, d);
-    if (!d->sig_term || !d->sig_int || !d->sig_hup || !d->shutdown_check)
+    d->status_check = event_new(d->base, -1, EV_PERSIST, status_check_cb, d);
+    d->watchdog = event_new(d->base, -1, EV_PERSIST, watchdog_cb, d);
+    if (!d->sig_term || !d->sig_int || !d->sig_hup || !d->shutdown_check ||
+        !d->status_check || !d->watchdog)
         return -1;
     evsignal_add(d->sig_term, NULL);
     evsignal_add(d->sig_int, NULL);
@@ -159,10 +384,13 @@ teardown(struct daemon *d)
     for (size_t i = 0; i < d->nworkers; i++)
         worker_free(d->workers[i]);
     free(d->workers);
+    http_free(d->http);
     event_free(d->sig_term);
     event_free(d->sig_int);
     event_free(d->sig_hup);
     event_free(d->shutdown_check);
+    event_free(d->status_check);
+    event_free(d->watchdog);
     event_base_free(d->base);
     config_free(d->cfg);
 }
@@ -178,8 +406,17 @@ run(struct daemon *d)
     }
     log_info(LOG_KV("relay_id", d->cfg->relay.id), "outboxd %s starting",
              OUTBOXD_VERSION);
-    if (start_workers(d) < 0)
+    if (start_http(d) < 0) {
+        teardown(d);
+        return 1;
+    }
+    if (start_workers(d) < 0) {
         begin_shutdown(d, "startup failure");
+    } else {
+        /* READY means started: /readyz tells when the links are up. */
+        notify(d, "READY=1\nSTATUS=started, connecting");
+        start_timers(d);
+    }
     event_base_dispatch(d->base);
     if (d->timed_out) {
         /* A worker is stuck in a network call: its rows come back after
@@ -203,7 +440,8 @@ main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *path = CONFIG_DEFAULT_PATH;
-    bool test_only = false, verbose = false;
+    bool test_only = false;
+    struct daemon d = {.last_reload_ok = true};
     int ch;
 
     while ((ch = getopt_long(argc, argv, "c:tvh", longopts, NULL)) != -1) {
@@ -215,7 +453,7 @@ main(int argc, char **argv)
             test_only = true;
             break;
         case 'v':
-            verbose = true;
+            d.verbose = true;
             break;
         case 'V':
             printf("outboxd %s\n", OUTBOXD_VERSION);
@@ -232,7 +470,6 @@ main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    struct daemon d = {0};
     d.cfg = load_config(path);
     if (d.cfg == NULL)
         return EXIT_CONFIG;
@@ -241,7 +478,6 @@ main(int argc, char **argv)
         config_free(d.cfg);
         return 0;
     }
-    log_init(verbose ? LOG_DEBUG : d.cfg->relay.log_level,
-             d.cfg->relay.log_format);
+    apply_log_settings(&d);
     return run(&d);
 }

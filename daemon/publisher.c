@@ -36,6 +36,11 @@
 #define READ_EVERY 64
 /* AMQP shortstr fields (message_id, type, exchange, routing key, keys). */
 #define SHORTSTR_MAX 255
+/* Debian's CA bundle (ca-certificates), used when tls.ca_file is unset. */
+#define SYSTEM_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+/* Waits are cut in slices this long, so that a stop request from another
+ * thread (shutdown) is seen in time. */
+#define STOP_CHECK_MS 100
 
 struct inflight {
     struct outbox_row *row;
@@ -58,6 +63,7 @@ struct publisher {
     char *connection_name;
     char **masked_urls;           /* broker->urls with any password masked */
     size_t url_index;             /* the live url, or the last one tried */
+    size_t first_url;             /* where the next connect starts */
     amqp_connection_state_t conn; /* NULL when disconnected */
     bool blocked;
     uint64_t next_tag; /* delivery tag of the next publish on the channel */
@@ -71,6 +77,14 @@ struct publisher {
     size_t headers_cap;
     char *scratch;
     size_t scratch_cap;
+    /*
+     * The broker's max_message_size as its 406 channel.close told it, for
+     * this connection; 0 until then.  Larger bodies fail before they are
+     * published rather than close the channel on everything in flight.
+     */
+    size_t max_body;
+    /* The relay's stop deadline (another thread sets it), or NULL. */
+    const _Atomic uint64_t *stop_deadline_ms;
 };
 
 /* One call of publisher_publish_wave (or publisher_poll, with n == 0). */
@@ -95,18 +109,39 @@ enum frame_result { FRAME_OK, FRAME_LOST };
 
 /* ---- urls and errors ---- */
 
-/* "amqp://user:secret@host/" -> "amqp://user:***@host/". */
-static char *
-mask_url(const char *url)
+/*
+ * "amqp://user:secret@host/" -> "amqp://user:***@host/".  The password is
+ * found where amqp_parse_url finds it (components start where they stand
+ * in the text: it decodes in place).  A url it refuses has everything
+ * before its last '@', or after "://" when there is none, masked: there
+ * is no telling which part is the password.
+ */
+char *
+publisher_mask_url(const char *url)
 {
+    char *copy = xstrdup(url);
+    struct amqp_connection_info ci;
+    char *masked;
     const char *scheme = strstr(url, "://");
-    const char *at = strrchr(url, '@');
-    if (scheme == NULL || at == NULL || at < scheme)
-        return xstrdup(url);
-    const char *colon = memchr(scheme + 3, ':', (size_t)(at - scheme - 3));
-    if (colon == NULL)
-        return xstrdup(url);
-    return xasprintf("%.*s***%s", (int)(colon + 1 - url), url, at);
+    if (amqp_parse_url(copy, &ci) == AMQP_STATUS_OK) {
+        /* Without one in the url, ci.password is the library's default. */
+        if (ci.password < copy || ci.password > copy + strlen(url)) {
+            masked = xstrdup(url);
+        } else {
+            /* The password ends at the one '@' a valid url has. */
+            size_t start = (size_t)(ci.password - copy);
+            const char *at = strchr(url + start, '@');
+            masked = xasprintf("%.*s***%s", (int)start, url, at);
+        }
+    } else if (scheme == NULL) {
+        masked = xstrdup("***");
+    } else {
+        const char *at = strrchr(scheme, '@');
+        masked =
+            xasprintf("%.*s***%s", (int)(scheme + 3 - url), url, at ? at : "");
+    }
+    free(copy);
+    return masked;
 }
 
 static void
@@ -148,7 +183,7 @@ publisher_new(const struct broker_config *broker, const char *connection_name)
     p->connection_name = xstrdup(connection_name ? connection_name : "outboxd");
     p->masked_urls = xcalloc(broker->nurls + 1, sizeof(*p->masked_urls));
     for (size_t i = 0; i < broker->nurls; i++)
-        p->masked_urls[i] = mask_url(broker->urls[i]);
+        p->masked_urls[i] = publisher_mask_url(broker->urls[i]);
     return p;
 }
 
@@ -171,6 +206,7 @@ drop_connection(struct publisher *p)
     p->conn = NULL;
     p->blocked = false;
     p->check_channel_open = false;
+    p->max_body = 0; /* the next broker may be configured otherwise */
     forget_exchanges(p);
 }
 
@@ -211,6 +247,19 @@ bool
 publisher_is_blocked(const struct publisher *p)
 {
     return p->blocked;
+}
+
+void
+publisher_set_stop_deadline(struct publisher *p,
+                            const _Atomic uint64_t *stop_deadline_ms)
+{
+    p->stop_deadline_ms = stop_deadline_ms;
+}
+
+static uint64_t
+stop_deadline(const struct publisher *p)
+{
+    return p->stop_deadline_ms != NULL ? *p->stop_deadline_ms : 0;
 }
 
 const char *
@@ -328,6 +377,37 @@ open_tcp(struct publisher *p, const char *host, int port, char *why,
     return 0;
 }
 
+/* The library's words for a failed TLS open, made to say what to check. */
+static void
+tls_failure(int rc, const char *host, const char *ca, char *why, size_t whylen)
+{
+    switch (rc) {
+    case AMQP_STATUS_SSL_PEER_VERIFY_FAILED:
+        err_set(why, whylen,
+                "TLS certificate verification failed: the broker's "
+                "certificate is not signed by a CA in %s",
+                ca ? ca : "(no ca_file)");
+        break;
+    case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED:
+        err_set(why, whylen,
+                "TLS hostname verification failed: the broker's certificate "
+                "does not name \"%s\" (tls.verify_hostname: false skips "
+                "this check)",
+                host);
+        break;
+    case AMQP_STATUS_SSL_CONNECTION_FAILED:
+    case AMQP_STATUS_SSL_ERROR:
+        err_set(why, whylen,
+                "TLS handshake failed (%s): is it a TLS port, and does the "
+                "broker require a client certificate (tls.cert_file, "
+                "tls.key_file) or refuse this one?",
+                amqp_error_string2(rc));
+        break;
+    default:
+        err_set(why, whylen, "TLS: %s", amqp_error_string2(rc));
+    }
+}
+
 static int
 open_tls(struct publisher *p, const char *host, int port, char *why,
          size_t whylen)
@@ -340,20 +420,25 @@ open_tls(struct publisher *p, const char *host, int port, char *why,
     }
     amqp_ssl_socket_set_verify_peer(sock, tls->verify_peer);
     amqp_ssl_socket_set_verify_hostname(sock, tls->verify_hostname);
-    if (tls->ca_file && amqp_ssl_socket_set_cacert(sock, tls->ca_file) != 0) {
-        err_set(why, whylen, "ca_file %s: cannot load", tls->ca_file);
+    /* The library trusts nothing by default: without a ca_file, the
+     * system's bundle, so that a public CA works as operators expect. */
+    const char *ca = tls->ca_file;
+    if (ca == NULL && tls->verify_peer && access(SYSTEM_CA_BUNDLE, R_OK) == 0)
+        ca = SYSTEM_CA_BUNDLE;
+    if (ca != NULL && amqp_ssl_socket_set_cacert(sock, ca) != 0) {
+        err_set(why, whylen, "TLS: ca_file %s: cannot load", ca);
         return -1;
     }
     if (tls->cert_file && tls->key_file &&
         amqp_ssl_socket_set_key(sock, tls->cert_file, tls->key_file) != 0) {
-        err_set(why, whylen, "cert_file %s / key_file %s: cannot load",
+        err_set(why, whylen, "TLS: cert_file %s / key_file %s: cannot load",
                 tls->cert_file, tls->key_file);
         return -1;
     }
     struct timeval tv = ms_to_tv(p->broker->connect_timeout_ms);
     int rc = amqp_socket_open_noblock(sock, host, port, &tv);
     if (rc != AMQP_STATUS_OK) {
-        err_set(why, whylen, "%s", amqp_error_string2(rc));
+        tls_failure(rc, host, ca, why, whylen);
         return -1;
     }
     tune_socket(amqp_get_sockfd(p->conn), heartbeat_s(p));
@@ -443,7 +528,15 @@ connect_url(struct publisher *p, size_t i, char *why, size_t whylen)
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         char text[256];
         reply_text(r, text, sizeof(text));
-        err_set(why, whylen, "login: %s", text);
+        /* With TLS 1.3 a refused client certificate shows only here. */
+        bool tls_error = tls &&
+                         r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+                         r.library_error == AMQP_STATUS_SSL_ERROR;
+        err_set(why, whylen, "login: %s%s", text,
+                tls_error ? ": the TLS session failed; does the broker "
+                            "require a client certificate (tls.cert_file, "
+                            "tls.key_file) or refuse this one?"
+                          : "");
         goto out;
     }
     rc = open_channel(p, why, whylen);
@@ -462,14 +555,23 @@ publisher_connect(struct publisher *p, char *err, size_t errlen)
         err_set(err, errlen, "broker %s has no url", p->broker->name);
         return -1;
     }
+    /*
+     * A reconnect starts at the url after the one that was live: that node
+     * just failed, and trying it first would cost a connect_timeout per
+     * attempt when it is unreachable rather than refusing.
+     */
     char all[1024] = "";
-    for (size_t i = 0; i < p->broker->nurls; i++) {
+    size_t n = p->broker->nurls;
+    for (size_t k = 0; k < n; k++) {
         char why[512];
+        size_t i = (p->first_url + k) % n;
         p->url_index = i;
-        if (connect_url(p, i, why, sizeof(why)) == 0)
+        if (connect_url(p, i, why, sizeof(why)) == 0) {
+            p->first_url = (i + 1) % n;
             return 0;
+        }
         size_t used = strlen(all);
-        snprintf(all + used, sizeof(all) - used, "%s%s: %s", i ? "; " : "",
+        snprintf(all + used, sizeof(all) - used, "%s%s: %s", k ? "; " : "",
                  p->masked_urls[i], why);
     }
     err_set(err, errlen, "%s", all);
@@ -488,7 +590,13 @@ settle_entry(struct wave *w, struct inflight *e, bool ack)
     else if (ack)
         row_enter_state(w->b, e->row, ROW_ACKED, NULL);
     else
-        row_enter_state(w->b, e->row, ROW_FAILED, "broker nack");
+        row_enter_state(
+            w->b, e->row, ROW_FAILED,
+            batch_sprintf(w->b,
+                          "broker nack (a queue refused the message, or "
+                          "the broker could not store it): exchange \"%s\" "
+                          "routing key \"%s\"",
+                          e->row->exchange, e->row->routing_key));
     w->unsettled--;
 }
 
@@ -514,18 +622,39 @@ settle(struct wave *w, uint64_t tag, bool multiple, bool ack)
         w->low++;
 }
 
+static size_t
+body_len(const struct outbox_row *row)
+{
+    return row->payload != NULL ? row->payload_len : 0;
+}
+
+/*
+ * Every published row not yet settled ends in state to (FAILED or
+ * RELEASED) with reason; with over_max, only the rows whose body exceeds
+ * the broker's limit fail and the others are released with other.
+ */
+static void
+end_unsettled(struct wave *w, enum row_state to, const char *reason,
+              bool over_max, const char *other)
+{
+    for (size_t i = w->low; i < w->published; i++) {
+        struct outbox_row *row = w->p->inflight[i].row;
+        if (row->state != ROW_PUBLISHED)
+            continue;
+        if (over_max && body_len(row) <= w->p->max_body)
+            row_enter_state(w->b, row, ROW_RELEASED, other);
+        else
+            row_enter_state(w->b, row, to, reason);
+        w->unsettled--;
+    }
+    w->low = w->published;
+}
+
 /* Every published row not yet settled fails with reason. */
 static void
 fail_unsettled(struct wave *w, const char *reason)
 {
-    for (size_t i = w->low; i < w->published; i++) {
-        struct outbox_row *row = w->p->inflight[i].row;
-        if (row->state == ROW_PUBLISHED) {
-            row_enter_state(w->b, row, ROW_FAILED, reason);
-            w->unsettled--;
-        }
-    }
-    w->low = w->published;
+    end_unsettled(w, ROW_FAILED, reason, false, NULL);
 }
 
 /* A new channel numbers its deliveries from 1 again. */
@@ -541,6 +670,11 @@ reset_channel_state(struct wave *w)
 static const char *
 timeout_reason(const struct wave *w, char *buf, size_t len)
 {
+    uint64_t stop = stop_deadline(w->p);
+    if (stop != 0 && clock_ms() >= stop) {
+        snprintf(buf, len, "no confirm before the shutdown deadline");
+        return buf;
+    }
     char limit[32];
     duration_format(w->p->broker->confirm_timeout_ms, limit, sizeof(limit));
     snprintf(buf, len, "no confirm within %s", limit);
@@ -651,13 +785,34 @@ on_return(struct wave *w, const amqp_basic_return_t *ret)
 }
 
 /*
+ * RabbitMQ refuses a body over its max_message_size by closing the
+ * channel: "406 PRECONDITION_FAILED - message size 100000 is larger than
+ * configured max size 65536".  The limit, or 0 for any other close.
+ */
+static size_t
+size_limit(const amqp_channel_close_t *m)
+{
+    char text[512];
+    snprintf(text, sizeof(text), "%.*s", (int)m->reply_text.len,
+             (const char *)m->reply_text.bytes);
+    const char *max = strstr(text, "max size ");
+    if (m->reply_code != 406 || strstr(text, "message size") == NULL ||
+        max == NULL)
+        return 0;
+    return (size_t)strtoull(max + strlen("max size "), NULL, 10);
+}
+
+/*
  * channel.close (404 no exchange, 406 too large...): what was in flight
- * fails with the broker's words, and a fresh channel takes over.
+ * fails with the broker's words, and a fresh channel takes over.  A body
+ * too large names the culprit: it alone fails, the rest in flight goes
+ * back unattempted, and the limit stops any larger body before it is
+ * published.
  */
 static enum frame_result
 on_channel_close(struct wave *w, const amqp_channel_close_t *m)
 {
-    char reason[512];
+    char reason[512], other[600];
     snprintf(reason, sizeof(reason), "channel closed by broker: %u %.*s",
              m->reply_code, (int)m->reply_text.len,
              (const char *)m->reply_text.bytes);
@@ -665,7 +820,16 @@ on_channel_close(struct wave *w, const amqp_channel_close_t *m)
     if (amqp_send_method(w->p->conn, PUBLISH_CHANNEL,
                          AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) < 0)
         return lose_connection(w, reason);
-    fail_unsettled(w, reason);
+    size_t limit = size_limit(m);
+    if (limit > 0) {
+        w->p->max_body = limit;
+        snprintf(other, sizeof(other),
+                 "in flight when another message closed the channel (%s)",
+                 reason);
+        end_unsettled(w, ROW_FAILED, reason, true, other);
+    } else {
+        fail_unsettled(w, reason);
+    }
     forget_exchanges(w->p); /* one was deleted since it was checked */
     char why[300];
     if (open_channel(w->p, why, sizeof(why)) < 0) {
@@ -1025,32 +1189,6 @@ row_problem(const struct outbox_row *row)
     return NULL;
 }
 
-/* Rejects a row before publishing; false if it was rejected. */
-static bool
-check_row(struct wave *w, struct outbox_row *row, size_t *nheaders)
-{
-    char why[300];
-    const char *problem = row_problem(row);
-    if (problem == NULL &&
-        build_headers(w->p, row, nheaders, why, sizeof(why)) < 0)
-        problem = why;
-    if (problem == NULL) {
-        size_t size = properties_size(row, w->p->headers, *nheaders);
-        size_t limit = (size_t)amqp_get_frame_max(w->p->conn) - 8;
-        if (size > limit) {
-            snprintf(why, sizeof(why),
-                     "message properties too large: about %zu bytes, the "
-                     "frame limit is %zu",
-                     size, limit);
-            problem = why;
-        }
-    }
-    if (problem == NULL)
-        return true;
-    row_enter_state(w->b, row, ROW_REJECTED, problem);
-    return false;
-}
-
 static void
 fill_properties(amqp_basic_properties_t *props, const struct outbox_row *row,
                 amqp_table_entry_t *headers, size_t nheaders)
@@ -1071,13 +1209,66 @@ fill_properties(amqp_basic_properties_t *props, const struct outbox_row *row,
     props->app_id = amqp_cstring_bytes("outboxd");
 }
 
+int
+publisher_encode_row(struct publisher *p, const struct outbox_row *row,
+                     size_t frame_max, amqp_basic_properties_t *props,
+                     char *why, size_t whylen)
+{
+    size_t nheaders;
+    const char *problem = row_problem(row);
+    if (problem != NULL) {
+        err_set(why, whylen, "%s", problem);
+        return -1;
+    }
+    if (build_headers(p, row, &nheaders, why, whylen) < 0)
+        return -1;
+    size_t size = properties_size(row, p->headers, nheaders);
+    size_t limit = frame_max > 8 ? frame_max - 8 : 0;
+    if (size > limit) {
+        err_set(why, whylen,
+                "message properties too large: about %zu bytes, the frame "
+                "limit is %zu",
+                size, limit);
+        return -1;
+    }
+    fill_properties(props, row, p->headers, nheaders);
+    return 0;
+}
+
+/* Rejects a row before publishing; false if it was rejected. */
+static bool
+check_row(struct wave *w, struct outbox_row *row,
+          amqp_basic_properties_t *props)
+{
+    char why[300];
+    size_t frame_max = (size_t)amqp_get_frame_max(w->p->conn);
+    if (publisher_encode_row(w->p, row, frame_max, props, why, sizeof(why)) ==
+        0)
+        return true;
+    row_enter_state(w->b, row, ROW_REJECTED, why);
+    return false;
+}
+
 /* Publishes rows[w->next]; -1 (row untouched) when the connection fails. */
 static int
 publish_next(struct wave *w)
 {
     struct outbox_row *row = w->rows[w->next];
-    size_t nheaders;
-    if (row->state != ROW_CLAIMED || !check_row(w, row, &nheaders)) {
+    amqp_basic_properties_t props;
+    if (row->state != ROW_CLAIMED || !check_row(w, row, &props)) {
+        w->next++;
+        return 0;
+    }
+    if (w->p->max_body > 0 && body_len(row) > w->p->max_body) {
+        /* Settled as the broker would, without closing the channel. */
+        row_enter_state(w->b, row, ROW_PUBLISHED, NULL);
+        row_enter_state(w->b, row, ROW_FAILED,
+                        batch_sprintf(w->b,
+                                      "message size %zu is larger than the "
+                                      "broker's max size %zu (it refused "
+                                      "such a message: 406 "
+                                      "PRECONDITION_FAILED)",
+                                      body_len(row), w->p->max_body));
         w->next++;
         return 0;
     }
@@ -1092,8 +1283,6 @@ publish_next(struct wave *w)
         w->next++;
         return 0;
     }
-    amqp_basic_properties_t props;
-    fill_properties(&props, row, w->p->headers, nheaders);
     amqp_bytes_t body = {row->payload ? row->payload_len : 0,
                          (void *)row->payload};
     int rc = amqp_basic_publish(
@@ -1114,21 +1303,35 @@ publish_next(struct wave *w)
     return 0;
 }
 
-/* Publishes up to READ_EVERY rows, then reads what the broker sent. */
+/*
+ * Publishes up to READ_EVERY rows, then reads what the broker sent.  The
+ * deadline is checked per row: past the lease another relay may own the
+ * batch, and a late publish could overtake its newer events.
+ */
 static enum frame_result
-publish_some(struct wave *w)
+publish_some(struct wave *w, uint64_t deadline_ms)
 {
-    for (int i = 0; i < READ_EVERY && w->next < w->n; i++)
+    for (int i = 0; i < READ_EVERY && w->next < w->n && clock_ms() < deadline_ms;
+         i++)
         if (publish_next(w) < 0)
             return FRAME_LOST;
     return read_available(w);
 }
 
+/* The wave's own deadline, or a stop request's if that comes first. */
+static uint64_t
+wave_deadline(const struct wave *w)
+{
+    uint64_t stop = stop_deadline(w->p);
+    return stop != 0 && stop < w->deadline_ms ? stop : w->deadline_ms;
+}
+
 /*
  * Past the deadline: unconfirmed rows fail; unpublished ones stay
  * CLAIMED.  A blocked broker keeps the connection: the rows are stuck
- * behind the alarm, and late acks are ignored because tags only grow on
- * a channel.  Any other silence drops it, the broker may be gone.
+ * behind the alarm through no fault of theirs, so they go back with no
+ * attempt counted, and late acks are ignored because tags only grow on a
+ * channel.  Any other silence drops it, the broker may be gone.
  */
 static int
 wave_timeout(struct wave *w)
@@ -1143,7 +1346,7 @@ wave_timeout(struct wave *w)
         size_t len = strlen(reason);
         snprintf(reason + len, sizeof(reason) - len,
                  " (broker blocked publishing)");
-        fail_unsettled(w, reason);
+        end_unsettled(w, ROW_RELEASED, reason, false, NULL);
     }
     err_set(w->err, w->errlen, "%s: %zu rows not published%s",
             publisher_url(w->p), w->n - w->next,
@@ -1183,17 +1386,42 @@ publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
     w.err = err;
     w.errlen = errlen;
     while (w.next < w.n || w.unsettled > 0) {
-        uint64_t now = clock_ms();
-        if (now >= deadline_ms)
+        uint64_t now = clock_ms(), deadline = wave_deadline(&w);
+        if (now >= deadline)
             return wave_timeout(&w);
         enum frame_result r;
         if (w.next < w.n && !p->blocked) {
-            r = publish_some(&w);
+            r = publish_some(&w, deadline);
         } else {
             bool got;
-            r = read_frame(&w, deadline_ms - now, &got);
+            uint64_t wait = deadline - now;
+            r = read_frame(&w, wait < STOP_CHECK_MS ? wait : STOP_CHECK_MS,
+                           &got);
         }
         if (r == FRAME_LOST)
+            return -1;
+    }
+    return 0;
+}
+
+int
+publisher_wait_unblocked(struct publisher *p, uint64_t deadline_ms, char *err,
+                         size_t errlen)
+{
+    if (p->conn == NULL) {
+        err_set(err, errlen, "%s: not connected", publisher_url(p));
+        return -1;
+    }
+    struct wave w;
+    wave_init(&w, p, NULL, NULL, 0);
+    w.err = err;
+    w.errlen = errlen;
+    for (uint64_t now = clock_ms(); p->blocked && now < deadline_ms;
+         now = clock_ms()) {
+        bool got;
+        uint64_t wait = deadline_ms - now;
+        if (read_frame(&w, wait < STOP_CHECK_MS ? wait : STOP_CHECK_MS,
+                       &got) == FRAME_LOST)
             return -1;
     }
     return 0;

@@ -6,6 +6,7 @@
 #ifndef OUTBOXD_PUBLISHER_H
 #define OUTBOXD_PUBLISHER_H
 
+#include <amqp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,15 +20,45 @@ struct publisher *publisher_new(const struct broker_config *broker,
                                 const char *connection_name);
 void publisher_free(struct publisher *p);
 
-/* Tries each url in turn; opens channel 1 in confirm mode. */
+/*
+ * Tries each url in turn, starting after the one of the last connection;
+ * opens channel 1 in confirm mode.
+ */
 int publisher_connect(struct publisher *p, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 void publisher_disconnect(struct publisher *p);
 bool publisher_is_connected(const struct publisher *p);
 /* connection.blocked received and not yet unblocked. */
 bool publisher_is_blocked(const struct publisher *p);
+/*
+ * Reads frames (and sends heartbeats) until the broker lifts its block or
+ * deadline_ms (clock_ms) passes; 0 either way, -1 when the connection is
+ * gone.  The caller decides whether to keep waiting.
+ */
+int publisher_wait_unblocked(struct publisher *p, uint64_t deadline_ms,
+                             char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/*
+ * Points the publisher at a stop deadline that another thread may set
+ * (clock_ms, 0 for none): every wait ends by then, so that a shutdown
+ * never waits out a silent broker's confirm_timeout.
+ */
+void publisher_set_stop_deadline(struct publisher *p,
+                                 const _Atomic uint64_t *stop_deadline_ms);
 /* The url of the live connection, with any password masked. */
 const char *publisher_url(const struct publisher *p);
+/* url with its password masked, malloc'd: what logs and errors show. */
+char *publisher_mask_url(const char *url);
+
+/*
+ * The properties and headers a publish of row carries, checked against a
+ * frame of frame_max bytes; they point into row and p's buffers until the
+ * next call.  -1 with the reason when the row cannot be sent as it is (bad
+ * headers JSON, a field over 255 bytes, too large for a frame).
+ */
+int publisher_encode_row(struct publisher *p, const struct outbox_row *row,
+                         size_t frame_max, amqp_basic_properties_t *props,
+                         char *why, size_t whylen);
 
 /*
  * Reads whatever the broker sent while idle, without blocking, and sends
@@ -41,11 +72,13 @@ int publisher_poll(struct publisher *p, char *err, size_t errlen);
  * settled or deadline_ms (clock_ms) passes.  Each row ends ACKED; FAILED
  * with the reason (nack, NO_ROUTE with exchange and key: a basic.return
  * is never success; channel closed with the broker's reply; no confirm in
- * time; connection lost); REJECTED when the row cannot be encoded (bad
- * headers JSON, a field over 255 bytes); or still CLAIMED when it was
- * never sent (connection lost first, or the broker blocked publishing
- * until the deadline).  Returns -1 when the connection had to be dropped
- * (the caller reconnects), else 0.
+ * time; connection lost; a body over the broker's max_message_size);
+ * REJECTED when the row cannot be encoded (bad headers JSON, a field over
+ * 255 bytes); RELEASED when its outcome is unknown through no fault of
+ * its own (the broker blocked publishing until the deadline, or closed
+ * the channel for another row's oversized body); or still CLAIMED when
+ * it was never sent (connection lost first, or blocked).  Returns -1
+ * when the connection had to be dropped (the caller reconnects), else 0.
  */
 int publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
                            struct outbox_row **rows, size_t n,

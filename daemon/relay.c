@@ -15,6 +15,8 @@
 
 /* AMQP short strings (exchange, routing key) hold at most 255 bytes. */
 #define SHORTSTR_MAX 255
+/* A blocked broker is asked this often whether a stop request came. */
+#define BLOCKED_CHECK_MS 100
 
 struct row_place {
     size_t group; /* index of the row's aggregate within the batch */
@@ -25,9 +27,11 @@ struct row_place {
 struct relay_scratch {
     size_t *order;
     struct row_place *place;
-    bool *blocked; /* per group: an earlier event did not get through */
+    bool *blocked;     /* per group: an earlier event did not get through */
+    size_t *group_len; /* per group: its events in the batch */
     size_t *wave_start;
     struct outbox_row **wave;
+    struct outbox_row **marks; /* a wave's rows to record before the next */
     size_t cap;
 };
 
@@ -41,6 +45,10 @@ relay_init(struct relay *r, const struct outbox_config *ob,
     r->backend = *backend;
     batch_init(&r->batch);
     r->scratch = xcalloc(1, sizeof(*r->scratch));
+    histogram_init(&r->stats.commit_to_confirm, metrics_latency_bounds_us,
+                   metrics_latency_nbounds);
+    histogram_init(&r->stats.batch_duration, metrics_batch_bounds_us,
+                   metrics_batch_nbounds);
 }
 
 void
@@ -51,8 +59,10 @@ relay_fini(struct relay *r)
         free(s->order);
         free(s->place);
         free(s->blocked);
+        free(s->group_len);
         free(s->wave_start);
         free(s->wave);
+        free(s->marks);
         free(s);
     }
     batch_free(&r->batch);
@@ -67,8 +77,10 @@ scratch_reserve(struct relay_scratch *s, size_t n)
     s->order = xrealloc(s->order, n * sizeof(*s->order));
     s->place = xrealloc(s->place, n * sizeof(*s->place));
     s->blocked = xrealloc(s->blocked, n * sizeof(*s->blocked));
+    s->group_len = xrealloc(s->group_len, n * sizeof(*s->group_len));
     s->wave_start = xrealloc(s->wave_start, (n + 1) * sizeof(*s->wave_start));
     s->wave = xrealloc(s->wave, n * sizeof(*s->wave));
+    s->marks = xrealloc(s->marks, n * sizeof(*s->marks));
 }
 
 /* ---- preparing rows: bad rows, exchange and routing key ---- */
@@ -231,8 +243,10 @@ place_rows(struct relay *r)
     struct relay_scratch *s = r->scratch;
     size_t waves = b->n ? 1 : 0;
     if (r->outbox->ordering == ORDERING_NONE) {
-        for (size_t i = 0; i < b->n; i++)
+        for (size_t i = 0; i < b->n; i++) {
             s->place[i] = (struct row_place){.group = i, .pos = 0};
+            s->group_len[i] = 1;
+        }
         return waves;
     }
     for (size_t i = 0; i < b->n; i++)
@@ -246,6 +260,7 @@ place_rows(struct relay *r)
             pos = 0;
         }
         s->place[i] = (struct row_place){.group = group, .pos = pos++};
+        s->group_len[group] = pos;
         if (pos > waves)
             waves = pos;
     }
@@ -349,6 +364,96 @@ stop_due(struct relay *r)
     return stop != 0 && now >= stop;
 }
 
+/* The wave's confirms arrived by now: latency from the row's commit. */
+static void
+observe_acks(struct relay *r, struct outbox_row **rows, size_t n)
+{
+    int64_t now = wall_us();
+    for (size_t i = 0; i < n; i++)
+        if (rows[i]->state == ROW_ACKED && rows[i]->created_us > 0)
+            histogram_observe_us(&r->stats.commit_to_confirm,
+                                 now - rows[i]->created_us);
+}
+
+/*
+ * The confirmed events of a wave whose aggregate has a later event in the
+ * batch are marked SENT before that one goes out: an event is never
+ * published while an earlier one of its aggregate is neither SENT nor
+ * DEAD, so a crash cannot make the broker see an event again after a
+ * later one.  false when publishing must stop: the database failed or
+ * another relay holds the lease now.
+ */
+static bool
+record_wave(struct relay *r, struct outbox_row **rows, size_t n)
+{
+    struct relay_scratch *s = r->scratch;
+    size_t k = 0, lost = 0;
+    char err[512];
+    if (r->backend.mark_sent == NULL)
+        return true;
+    for (size_t i = 0; i < n; i++) {
+        const struct row_place *pl = &s->place[rows[i] - r->batch.rows];
+        if (rows[i]->state == ROW_ACKED &&
+            s->group_len[pl->group] > pl->pos + 1)
+            s->marks[k++] = rows[i];
+    }
+    if (k == 0)
+        return true;
+    if (r->backend.mark_sent(r->backend.store, &r->batch, s->marks, k, &lost,
+                             err, sizeof(err)) < 0) {
+        log_error(LOG_KV("outbox", r->outbox->name),
+                  "could not record %zu confirmed events, their aggregates' "
+                  "later events wait for the next claim: %s",
+                  k, err);
+        str_copy(r->last_error, err, sizeof(r->last_error));
+        return false;
+    }
+    if (lost == 0)
+        return true;
+    r->stats.lost += lost;
+    log_warn(LOG_KV("outbox", r->outbox->name),
+             "lost the lease on %zu events mid-batch: another relay "
+             "reclaimed them, this batch publishes no more",
+             lost);
+    return false;
+}
+
+/*
+ * A broker that blocks publishing (memory or disk alarm) holds a wave
+ * unconfirmed until it times out: no wave starts while it blocks, so
+ * that an alarm costs no row an attempt.  The wait ends with the lease
+ * or at a stop request, and what is left goes back unattempted.  false
+ * when publishing must stop.
+ */
+static bool
+await_unblocked(struct relay *r, bool *broker_ok)
+{
+    void *pub = r->backend.publisher;
+    char err[512];
+    if (r->backend.is_blocked == NULL || !r->backend.is_blocked(pub))
+        return true;
+    while (r->backend.is_blocked(pub)) {
+        uint64_t now = clock_ms(), until = lease_deadline(r);
+        if (r->stop_deadline_ms != 0)
+            return false;
+        if (now >= until) {
+            log_info(LOG_KV("outbox", r->outbox->name),
+                     "the broker still blocks publishing at the end of the "
+                     "lease: the batch's unpublished events go back "
+                     "unattempted");
+            return false;
+        }
+        if (until - now > BLOCKED_CHECK_MS)
+            until = now + BLOCKED_CHECK_MS;
+        if (r->backend.wait_unblocked(pub, until, err, sizeof(err)) < 0) {
+            str_copy(r->last_error, err, sizeof(r->last_error));
+            *broker_ok = false;
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Publishes every wave; returns false when the broker connection died. */
 static bool
 publish_waves(struct relay *r)
@@ -366,12 +471,17 @@ publish_waves(struct relay *r)
         size_t n = collect_wave(r, w, rows);
         if (n == 0)
             continue;
+        if (!await_unblocked(r, &broker_ok))
+            break;
         if (r->backend.publish(r->backend.publisher, &r->batch, rows, n,
                                r->outbox->mandatory, wave_deadline(r), err,
                                sizeof(err)) < 0) {
             str_copy(r->last_error, err, sizeof(r->last_error));
             broker_ok = false;
         }
+        observe_acks(r, rows, n);
+        if (broker_ok && w + 1 < waves && !record_wave(r, rows, n))
+            break;
     }
     return broker_ok;
 }
@@ -463,20 +573,11 @@ finalize(struct relay *r)
     return true;
 }
 
-enum relay_result
-relay_cycle(struct relay *r)
+/* Publishes and finalizes a claimed batch. */
+static enum relay_result
+relay_batch(struct relay *r)
 {
-    char err[512];
-    batch_reset(&r->batch);
-    r->claim_ms = clock_ms();
-    if (r->backend.claim(r->backend.store, r->relay_id, &r->batch, err,
-                         sizeof(err)) < 0) {
-        str_copy(r->last_error, err, sizeof(r->last_error));
-        return RELAY_STORE_DOWN;
-    }
     size_t claimed = r->batch.n;
-    if (claimed == 0)
-        return RELAY_IDLE;
     r->stats.batches++;
     relay_prepare_rows(r);
     bool broker_ok = publish_waves(r);
@@ -485,5 +586,29 @@ relay_cycle(struct relay *r)
         return RELAY_STORE_DOWN;
     if (!broker_ok)
         return RELAY_BROKER_DOWN;
-    return claimed >= r->outbox->batch_size ? RELAY_FULL : RELAY_PARTIAL;
+    /* A claim that read a full window of candidates and kept some was
+     * cut short by ordering, not by an empty table: more rows wait. */
+    bool more = claimed >= r->outbox->batch_size ||
+                r->batch.candidates >= r->outbox->batch_size;
+    return more ? RELAY_FULL : RELAY_PARTIAL;
+}
+
+enum relay_result
+relay_cycle(struct relay *r)
+{
+    char err[512];
+    uint64_t t0 = metrics_clock_us();
+    batch_reset(&r->batch);
+    r->claim_ms = clock_ms();
+    if (r->backend.claim(r->backend.store, r->relay_id, &r->batch, err,
+                         sizeof(err)) < 0) {
+        str_copy(r->last_error, err, sizeof(r->last_error));
+        return RELAY_STORE_DOWN;
+    }
+    if (r->batch.n == 0)
+        return RELAY_IDLE;
+    enum relay_result rc = relay_batch(r);
+    histogram_observe_us(&r->stats.batch_duration,
+                         (int64_t)(metrics_clock_us() - t0));
+    return rc;
 }

@@ -13,6 +13,7 @@
 
 #include "batch.h"
 #include "config.h"
+#include "metrics.h"
 
 struct relay_backend {
     void *store;
@@ -24,6 +25,16 @@ struct relay_backend {
     int (*publish)(void *publisher, struct outbox_batch *b,
                    struct outbox_row **rows, size_t n, bool mandatory,
                    uint64_t deadline_ms, char *err, size_t errlen);
+    /* Records ACKED rows SENT mid-batch and flags them recorded, so that
+     * finalize leaves them out; NULL: everything waits for finalize. */
+    int (*mark_sent)(void *store, struct outbox_batch *b,
+                     struct outbox_row **rows, size_t n, size_t *lost,
+                     char *err, size_t errlen);
+    /* The broker blocks publishing (connection.blocked); NULL: never. */
+    bool (*is_blocked)(void *publisher);
+    /* Waits until it unblocks or deadline_ms; -1: the connection died. */
+    int (*wait_unblocked)(void *publisher, uint64_t deadline_ms, char *err,
+                          size_t errlen);
 };
 
 /* Counters since start, read by metrics. */
@@ -35,12 +46,14 @@ struct relay_stats {
     _Atomic uint64_t released;  /* rows given back unattempted */
     _Atomic uint64_t lost;      /* rows whose lease another relay took */
     _Atomic uint64_t batches;
+    struct histogram commit_to_confirm; /* created_at -> ack, per event */
+    struct histogram batch_duration;    /* claim -> finalize */
 };
 
 enum relay_result {
     RELAY_IDLE,          /* nothing to claim */
     RELAY_PARTIAL,       /* claimed fewer than batch_size */
-    RELAY_FULL,          /* claimed a full batch: claim again at once */
+    RELAY_FULL,          /* more rows wait: claim again at once */
     RELAY_STORE_DOWN,    /* the database failed: reconnect */
     RELAY_BROKER_DOWN,   /* the broker connection was lost: reconnect */
 };

@@ -126,6 +126,9 @@ struct store {
     size_t byagg_cap;
     struct fin_item *items;
     size_t items_cap;
+    uint64_t *purge_ids; /* retention: the expired ids of one step */
+    size_t purge_cap;
+    uint64_t purge_from; /* retention resumes after this id */
     uint64_t statements;
 };
 
@@ -423,8 +426,17 @@ db_open(struct store *st, char *err, size_t errlen)
     if (mysql_real_connect(db, host, dc->user, dc->password, dc->database,
                            dc->port ? dc->port : 3306, sock ? dc->socket : NULL,
                            0) == NULL) {
-        err_set(err, errlen, "connect %s at %s: %s (error %u)", st->where,
-                sock ? dc->socket : host, mysql_error(db), mysql_errno(db));
+        /* CR_SSL_CONNECTION_ERROR: the library's text alone ("TLS/SSL
+         * error: self-signed certificate in certificate chain") does not
+         * say which setting to look at. */
+        bool tls = mysql_errno(db) == 2026;
+        err_set(err, errlen, "connect %s at %s: %s%s%s%s (error %u)", st->where,
+                sock ? dc->socket : host,
+                tls ? "TLS handshake or certificate verification failed "
+                      "(tls.ca_file "
+                    : "",
+                tls ? (dc->tls.ca_file ? dc->tls.ca_file : "unset") : "",
+                tls ? "): " : "", mysql_error(db), mysql_errno(db));
         st->last_errno = mysql_errno(db);
         mysql_close(db);
         return -1;
@@ -711,6 +723,55 @@ apply_schema(struct store *st, const struct schema *sc, const char *order)
     st->error_charset = sc->last_error_charset;
 }
 
+/* One EXPLAIN: the server checks the privilege and runs nothing. */
+static int
+check_privilege(struct store *st, const char *sql, const char *privilege,
+                const char *needed_for, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q, sql, st->table);
+    MYSQL_RES *res = run_select(st, "privilege check", err, errlen);
+    if (res != NULL) {
+        mysql_free_result(res);
+        return 0;
+    }
+    if (st->last_errno == ERRNO_TABLE_ACCESS_DENIED ||
+        st->last_errno == ERRNO_COLUMN_ACCESS_DENIED) {
+        char why[512];
+        str_copy(why, mysql_error(st->db), sizeof(why));
+        err_set(err, errlen,
+                "user %s lacks the %s privilege on %s, needed %s (see "
+                "sql/grants.sql): %s (error %u)",
+                st->ob->database->user ? st->ob->database->user : "?",
+                privilege, st->where, needed_for, why, st->last_errno);
+    }
+    return -1;
+}
+
+/*
+ * With SELECT alone the schema check passes and every claim then fails
+ * on its UPDATE: ask for each privilege the relay will use up front, so
+ * the outbox stays not-ready with the one missing named.
+ */
+static int
+check_privileges(struct store *st, char *err, size_t errlen)
+{
+    const struct outbox_config *ob = st->ob;
+    if (check_privilege(st,
+                        "EXPLAIN UPDATE %s SET `status` = `status` "
+                        "WHERE 1 = 0",
+                        "UPDATE", "to lease and mark rows", err, errlen) < 0)
+        return -1;
+    if (ob->on_sent != ON_SENT_DELETE && ob->retention_sent_ms == 0)
+        return 0;
+    return check_privilege(st, "EXPLAIN DELETE FROM %s WHERE 1 = 0", "DELETE",
+                           ob->on_sent == ON_SENT_DELETE
+                               ? "for on_sent: delete"
+                               : "for retention of SENT rows",
+                           err, errlen);
+}
+
 static int
 check_schema(struct store *st, char *err, size_t errlen)
 {
@@ -731,6 +792,8 @@ check_schema(struct store *st, char *err, size_t errlen)
         st->schema_error = true;
         goto out;
     }
+    if (check_privileges(st, err, errlen) < 0)
+        goto out;
     if ((order = load_claim_order(st, err, errlen)) == NULL)
         goto out;
     apply_schema(st, &sc, order);
@@ -785,6 +848,7 @@ store_free(struct store *st)
     free(st->drop);
     free(st->byagg);
     free(st->items);
+    free(st->purge_ids);
     free(st);
 }
 
@@ -1148,28 +1212,66 @@ mark_claimed(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
     return 0;
 }
 
+/*
+ * Sorts the candidates by id, drops those that ordering holds back, and
+ * moves those reclaimed once too often to DEAD in this transaction.
+ */
+static int
+filter_candidates(struct store *st, struct outbox_batch *b, char *err,
+                  size_t errlen)
+{
+    if (b->n == 0)
+        return 0;
+    qsort(b->rows, b->n, sizeof(*b->rows), row_cmp_id);
+    st->drop = grow(st->drop, &st->drop_cap, b->n, 1);
+    memset(st->drop, 0, b->n);
+    if (st->ob->ordering == ORDERING_AGGREGATE &&
+        ordering_filter(st, b, err, errlen) < 0)
+        return -1;
+    if (kill_expired(st, b, err, errlen) < 0)
+        return -1;
+    compact_batch(st, b);
+    return 0;
+}
+
+/*
+ * A lease that expired means its relay died or hung, maybe because of
+ * one of its rows: such rows are reclaimed one per batch.  Alone, a row
+ * that crashes the relay counts attempts against itself only and ends
+ * DEAD alone, while each other row of its batch pays one attempt.
+ */
+static int
+claim_expired(struct store *st, struct outbox_batch *b, size_t cap,
+              char *err, size_t errlen)
+{
+    if (fetch_candidates(st, b, SRC_EXPIRED, cap, err, errlen) < 0 ||
+        filter_candidates(st, b, err, errlen) < 0)
+        return -1;
+    if (b->n > 1)
+        b->n = 1; /* the lowest id: the first unfinished of its aggregate */
+    return 0;
+}
+
 static int
 claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
            char *err, size_t errlen)
 {
     make_token(st, b->token, relay_id);
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
-    for (int s = 0; s < SRC_COUNT && b->n < cap; s++)
-        if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
-            return -1;
+    if (claim_expired(st, b, cap, err, errlen) < 0)
+        return -1;
     if (b->n > 0) {
-        qsort(b->rows, b->n, sizeof(*b->rows), row_cmp_id);
-        st->drop = grow(st->drop, &st->drop_cap, b->n, 1);
-        memset(st->drop, 0, b->n);
-        if (st->ob->ordering == ORDERING_AGGREGATE &&
-            ordering_filter(st, b, err, errlen) < 0)
-            return -1;
-        if (kill_expired(st, b, err, errlen) < 0)
-            return -1;
-        compact_batch(st, b);
-        if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
+        b->candidates = cap; /* cut short on purpose: claim again at once */
+    } else {
+        for (int s = SRC_RETRY; s < SRC_COUNT && b->n < cap; s++)
+            if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
+                return -1;
+        b->candidates = b->n;
+        if (filter_candidates(st, b, err, errlen) < 0)
             return -1;
     }
+    if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
+        return -1;
     /* Even an empty claim commits: it ends the read and frees the MDL. */
     return db_commit(st, "claim", err, errlen);
 }
@@ -1349,13 +1451,12 @@ finalize_group(struct store *st, const char *token, const struct fin_item *it,
 }
 
 static int
-finalize_once(struct store *st, struct outbox_batch *b, size_t *lost, char *err,
-              size_t errlen)
+finalize_once(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
+              char *err, size_t errlen)
 {
     *lost = 0;
-    for (size_t i = 0, j; i < b->n; i = j) {
-        for (j = i + 1; j < b->n && same_group(&st->items[i], &st->items[j]);
-             j++)
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && same_group(&st->items[i], &st->items[j]); j++)
             ;
         if (finalize_group(st, b->token, &st->items[i], j - i, lost, err,
                            errlen) < 0)
@@ -1364,28 +1465,204 @@ finalize_once(struct store *st, struct outbox_batch *b, size_t *lost, char *err,
     return db_commit(st, "finalize", err, errlen);
 }
 
-int
-store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
-                     char *err, size_t errlen)
+/* Records the n outcomes in st->items, retried on a deadlock. */
+static int
+finalize_items(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
+               char *err, size_t errlen)
 {
-    *lost = 0;
-    if (b->n == 0)
-        return 0;
-    st->items = grow(st->items, &st->items_cap, b->n, sizeof(*st->items));
-    for (size_t i = 0; i < b->n; i++) {
-        st->items[i].kind = classify(st, &b->rows[i], &st->items[i].error);
-        st->items[i].id = b->rows[i].id;
-    }
-    qsort(st->items, b->n, sizeof(*st->items), item_cmp);
     for (int attempt = 1;; attempt++) {
         if (require_ready(st, "finalize", err, errlen) < 0)
             return -1;
         st->last_errno = 0;
-        if (finalize_once(st, b, lost, err, errlen) == 0)
+        if (finalize_once(st, b, n, lost, err, errlen) == 0)
             return 0;
         db_rollback(st);
         *lost = 0;
         if (attempt == STORE_ATTEMPTS || !is_lock_errno(st->last_errno))
             return -1;
+    }
+}
+
+int
+store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
+                     char *err, size_t errlen)
+{
+    *lost = 0;
+    st->items = grow(st->items, &st->items_cap, b->n, sizeof(*st->items));
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->rows[i].recorded)
+            continue; /* store_mark_sent did it */
+        st->items[n].kind = classify(st, &b->rows[i], &st->items[n].error);
+        st->items[n++].id = b->rows[i].id;
+    }
+    if (n == 0)
+        return 0;
+    qsort(st->items, n, sizeof(*st->items), item_cmp);
+    return finalize_items(st, b, n, lost, err, errlen);
+}
+
+int
+store_mark_sent(struct store *st, struct outbox_batch *b,
+                struct outbox_row **rows, size_t n, size_t *lost, char *err,
+                size_t errlen)
+{
+    *lost = 0;
+    if (n == 0)
+        return 0;
+    st->items = grow(st->items, &st->items_cap, n, sizeof(*st->items));
+    for (size_t i = 0; i < n; i++)
+        st->items[i] = (struct fin_item){.kind = FIN_SENT, .id = rows[i]->id};
+    if (finalize_items(st, b, n, lost, err, errlen) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        rows[i]->recorded = true;
+    return 0;
+}
+
+/* ---- retention ---- */
+
+/* One step of the walk: the rows read, the expired among them. */
+struct purge_step {
+    size_t seen, expired;
+    uint64_t last_id;
+    bool last_young; /* the last row read was created after the cutoff */
+};
+
+/* Evaluated per statement: each one is exact at its own time. */
+static void
+sql_add_cutoff(struct sqlbuf *q, uint64_t older_than_ms)
+{
+    sql_addf(q, "NOW(6) - INTERVAL %" PRIu64 " MICROSECOND",
+             older_than_ms * 1000);
+}
+
+/*
+ * The next batch rows by primary key, read without locks.  The walk is
+ * bounded by batch whatever the indexes: a DELETE ... WHERE status =
+ * 'SENT' AND sent_at < ... LIMIT n reads every younger SENT row when
+ * fewer than n are old, which is the whole retention window.
+ */
+static int
+purge_scan(struct store *st, uint64_t older_than_ms, unsigned batch,
+           struct purge_step *ps, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q, "SELECT `id`, `status` = 'SENT' AND `sent_at` < ");
+    sql_add_cutoff(q, older_than_ms);
+    sql_addf(q, ", `created_at` >= ");
+    sql_add_cutoff(q, older_than_ms);
+    sql_addf(q, " FROM %s WHERE `id` > %" PRIu64 " ORDER BY `id` LIMIT %u",
+             st->table, st->purge_from, batch);
+    MYSQL_RES *res = run_select(st, "retention", err, errlen);
+    if (res == NULL)
+        return -1;
+    st->purge_ids =
+        grow(st->purge_ids, &st->purge_cap, batch, sizeof(*st->purge_ids));
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL) {
+        ps->last_id = strtoull(r[0], NULL, 10);
+        ps->last_young = r[2] != NULL && r[2][0] == '1';
+        if (r[1] != NULL && r[1][0] == '1')
+            st->purge_ids[ps->expired++] = ps->last_id;
+        ps->seen++;
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/* By primary key, the condition checked again: locks exactly these rows,
+ * none that a claim could want. */
+static int
+purge_delete(struct store *st, uint64_t older_than_ms, size_t n,
+             uint64_t *deleted, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q, "DELETE FROM %s WHERE `id` IN (", st->table);
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(q, st->purge_ids[i], i == 0);
+    sql_addf(q, ") AND `status` = 'SENT' AND `sent_at` < ");
+    sql_add_cutoff(q, older_than_ms);
+    return run_update(st, "retention", deleted, err, errlen);
+}
+
+static int
+purge_once(struct store *st, uint64_t older_than_ms, unsigned batch,
+           struct purge_step *ps, uint64_t *deleted, char *err, size_t errlen)
+{
+    memset(ps, 0, sizeof(*ps));
+    *deleted = 0;
+    if (purge_scan(st, older_than_ms, batch, ps, err, errlen) < 0)
+        return -1;
+    if (ps->expired > 0 &&
+        purge_delete(st, older_than_ms, ps->expired, deleted, err, errlen) < 0)
+        return -1;
+    /* Even a step that deleted nothing commits: it ends the read. */
+    return db_commit(st, "retention", err, errlen);
+}
+
+/*
+ * A relay user without the DELETE privilege is a choice, not a broken
+ * table: the relay keeps running and only retention reports it.
+ */
+static void
+purge_fail(struct store *st, char *err, size_t errlen)
+{
+    db_rollback(st);
+    if (st->last_errno != ERRNO_TABLE_ACCESS_DENIED || st->db == NULL)
+        return;
+    st->ready = true;
+    st->schema_error = false;
+    size_t len = err != NULL ? strlen(err) : errlen;
+    if (len + 1 < errlen)
+        err_set(err + len, errlen - len,
+                "; grant DELETE on %s or set retention.sent to 0s", st->where);
+}
+
+static int
+purge_step(struct store *st, uint64_t older_than_ms, unsigned batch,
+           struct purge_step *ps, uint64_t *deleted, char *err, size_t errlen)
+{
+    for (int attempt = 1;; attempt++) {
+        if (require_ready(st, "retention", err, errlen) < 0)
+            return -1;
+        st->last_errno = 0;
+        if (purge_once(st, older_than_ms, batch, ps, deleted, err, errlen) == 0)
+            return 0;
+        purge_fail(st, err, errlen);
+        if (attempt == STORE_ATTEMPTS || !is_lock_errno(st->last_errno))
+            return -1;
+    }
+}
+
+int
+store_purge_sent(struct store *st, uint64_t older_than_ms, unsigned batch,
+                 uint64_t deadline_ms, struct store_purge *res, char *err,
+                 size_t errlen)
+{
+    memset(res, 0, sizeof(*res));
+    batch = batch ? batch : 1;
+    for (;;) {
+        struct purge_step ps;
+        uint64_t deleted;
+        if (purge_step(st, older_than_ms, batch, &ps, &deleted, err, errlen) <
+            0)
+            return -1;
+        res->deleted += deleted;
+        res->batches += deleted > 0;
+        res->examined += ps.seen;
+        /* Rows created after the cutoff were sent after it too; ids and
+         * created_at rise together, so the rest is younger still.  What
+         * an out-of-order created_at hides now, the next walk finds. */
+        if (ps.seen < batch || ps.last_young) {
+            st->purge_from = 0;
+            res->done = true;
+            return 0;
+        }
+        st->purge_from = ps.last_id;
+        if (deadline_ms != 0 && clock_ms() >= deadline_ms)
+            return 0;
     }
 }

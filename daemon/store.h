@@ -53,8 +53,10 @@ MYSQL *store_session(struct store *st);
 
 /*
  * Claims up to batch_size rows in one short transaction: due PENDING and
- * RETRY rows and PROCESSING rows whose lease expired (that reclaim counts
- * as an attempt; past max_retries the row goes DEAD here).  With
+ * RETRY rows, or else one PROCESSING row whose lease expired, alone, so
+ * that a row that crashes the relay takes no other row down with it (the
+ * reclaim counts as an attempt; past max_retries the row goes DEAD
+ * here).  With
  * ordering: aggregate a row is kept only when every unfinished earlier
  * event of its aggregate is in the batch too.  Rows come back sorted by
  * id, in state ROW_CLAIMED, with b->token in their locked_by.
@@ -67,11 +69,45 @@ int store_claim_batch(struct store *st, const char *relay_id,
  * Writes every outcome of the batch, one statement per outcome, each
  * conditioned on the claim token: ACKED -> SENT (or deleted), FAILED or
  * REJECTED -> RETRY with backoff or DEAD, RELEASED and still CLAIMED ->
- * claimable again with no attempt counted.  *lost counts rows whose
- * lease another relay had taken.  On -1 nothing was committed.
+ * claimable again with no attempt counted; rows already recorded by
+ * store_mark_sent are left out.  *lost counts rows whose lease another
+ * relay had taken.  On -1 nothing was committed.
  */
 int store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
                          char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/*
+ * Marks n ACKED rows of the batch SENT (or deletes them) now, in one
+ * fenced statement and commit, and flags them recorded so that
+ * store_finalize_batch leaves them out.  The relay does this before it
+ * publishes the next event of their aggregates: once that one is out, a
+ * crash must not make the broker see these again after it.
+ */
+int store_mark_sent(struct store *st, struct outbox_batch *b,
+                    struct outbox_row **rows, size_t n, size_t *lost,
+                    char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/* What one store_purge_sent call did. */
+struct store_purge {
+    uint64_t deleted;  /* SENT rows deleted */
+    unsigned batches;  /* DELETE statements that removed rows */
+    uint64_t examined; /* rows read to find them */
+    bool done;         /* false: deadline_ms came first, rows may be left */
+};
+
+/*
+ * Retention (SPEC section 8): deletes the SENT rows whose sent_at is
+ * more than older_than_ms ago, DEAD and unfinished rows never.  Walks
+ * the table by primary key, batch rows at a time, each step its own
+ * short transaction that locks only the rows it deletes.  Stops where
+ * rows were created after the cutoff (none of them can be old enough),
+ * or at deadline_ms (clock_ms; 0 for none), and then resumes there on
+ * the next call.  On -1 the committed steps stay counted in *res.
+ */
+int store_purge_sent(struct store *st, uint64_t older_than_ms, unsigned batch,
+                     uint64_t deadline_ms, struct store_purge *res, char *err,
+                     size_t errlen) __attribute__((warn_unused_result));
 
 #endif

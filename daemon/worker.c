@@ -8,17 +8,26 @@
 #include <event2/event.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "publisher.h"
+#include "stats_sql.h"
 #include "store.h"
 #include "util.h"
 
 /* Reconnect backoff: 1s doubling to 30s, with jitter. */
 #define RECONNECT_INITIAL_MS 1000
 #define RECONNECT_MAX_MS 30000
+/* How often the rows and oldest-pending gauges are counted. */
+#define STATS_INTERVAL_MS 5000
+/* Retention shares this thread with the relay: each run stops after its
+ * budget, and one cut short comes back soon rather than an interval
+ * later, so a backlog of old rows drains without stalling the relay. */
+#define RETENTION_BUDGET_MS 500
+#define RETENTION_CATCHUP_MS 1000
 
 struct link_state {
     unsigned failures;
@@ -27,13 +36,30 @@ struct link_state {
 };
 
 struct worker {
-    const struct outbox_config *ob;
+    /*
+     * This thread's own copies of its outbox and broker settings: a
+     * reload writes them here, between cycles, so nothing another thread
+     * does changes a value in the middle of a batch.  Their strings stay
+     * those of the running config (cfg_ob), which outlives the worker.
+     */
+    const struct outbox_config *ob; /* &ob_live */
+    struct outbox_config ob_live;
+    struct broker_config broker_live;
+    const struct outbox_config *cfg_ob;
     const char *relay_id;
     pthread_t thread;
     bool started;
     struct event_base *base;
     struct event *tick;
     struct event *wake;
+    struct event *reload; /* main asks: adopt the pending settings */
+    struct event *stats;  /* counts rows for the gauges */
+    /* Deletes old SENT rows. */
+    struct event *retention;
+    pthread_mutex_t pending_lock;
+    struct outbox_config pending_ob;
+    struct broker_config pending_broker;
+    bool pending;
     struct store *store;
     struct publisher *pub;
     struct relay relay;
@@ -42,6 +68,13 @@ struct worker {
     _Atomic bool done;
     _Atomic bool db_up;
     _Atomic bool broker_up;
+    _Atomic bool broker_blocked;
+    /* The last count of stats_sql, for the gauges; rows_known false
+     * until one succeeded and after one failed. */
+    _Atomic bool rows_known;
+    _Atomic uint64_t rows[OUTBOX_STATUS_COUNT];
+    _Atomic unsigned rows_counted; /* bit per status */
+    _Atomic int64_t oldest_pending_us;
 };
 
 static int
@@ -59,6 +92,13 @@ finalize_fn(void *store, struct outbox_batch *b, size_t *lost, char *err,
 }
 
 static int
+mark_sent_fn(void *store, struct outbox_batch *b, struct outbox_row **rows,
+             size_t n, size_t *lost, char *err, size_t errlen)
+{
+    return store_mark_sent(store, b, rows, n, lost, err, errlen);
+}
+
+static int
 publish_fn(void *pub, struct outbox_batch *b, struct outbox_row **rows,
            size_t n, bool mandatory, uint64_t deadline_ms, char *err,
            size_t errlen)
@@ -67,15 +107,34 @@ publish_fn(void *pub, struct outbox_batch *b, struct outbox_row **rows,
                                   errlen);
 }
 
+static bool
+is_blocked_fn(void *pub)
+{
+    return publisher_is_blocked(pub);
+}
+
+static int
+wait_unblocked_fn(void *pub, uint64_t deadline_ms, char *err, size_t errlen)
+{
+    return publisher_wait_unblocked(pub, deadline_ms, err, errlen);
+}
+
 struct worker *
 worker_new(const struct outbox_config *ob, const char *relay_id)
 {
     struct worker *w = xcalloc(1, sizeof(*w));
-    w->ob = ob;
+    w->cfg_ob = ob;
+    w->broker_live = *ob->broker;
+    w->ob_live = *ob;
+    w->ob_live.broker = &w->broker_live;
+    w->ob = &w->ob_live;
+    w->pending_ob = w->ob_live;
+    w->pending_broker = w->broker_live;
+    pthread_mutex_init(&w->pending_lock, NULL);
     w->relay_id = relay_id;
-    w->store = store_new(ob);
+    w->store = store_new(w->ob);
     char *name = xasprintf("outboxd %s %s", relay_id, ob->name);
-    w->pub = publisher_new(ob->broker, name);
+    w->pub = publisher_new(w->ob->broker, name);
     free(name);
     struct relay_backend backend = {
         .store = w->store,
@@ -83,8 +142,13 @@ worker_new(const struct outbox_config *ob, const char *relay_id)
         .claim = claim_fn,
         .finalize = finalize_fn,
         .publish = publish_fn,
+        .mark_sent = mark_sent_fn,
+        .is_blocked = is_blocked_fn,
+        .wait_unblocked = wait_unblocked_fn,
     };
-    relay_init(&w->relay, ob, relay_id, &backend);
+    relay_init(&w->relay, w->ob, relay_id, &backend);
+    /* A shutdown cuts the publisher's waits short, not only the relay's. */
+    publisher_set_stop_deadline(w->pub, &w->relay.stop_deadline_ms);
     return w;
 }
 
@@ -127,6 +191,8 @@ connect_db(struct worker *w)
         return;
     }
     link_ok(w, &w->db, "database", "");
+    /* Fill the gauges now rather than a whole interval later. */
+    event_active(w->stats, EV_TIMEOUT, 0);
 }
 
 static void
@@ -175,6 +241,12 @@ run_cycle(struct worker *w)
         schedule(w, reconnect_delay(w));
         return;
     }
+    /* Claiming now would only hold rows behind the alarm: wait it out
+     * (the poll above reads the unblock and keeps the heartbeats). */
+    if (publisher_is_blocked(w->pub)) {
+        schedule(w, w->ob->poll_interval_ms);
+        return;
+    }
     switch (relay_cycle(&w->relay)) {
     case RELAY_FULL:
         schedule(w, 0);
@@ -221,6 +293,121 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
     run_cycle(w);
     w->db_up = store_is_connected(w->store);
     w->broker_up = publisher_is_connected(w->pub);
+    /* Read here, by this thread: the publisher is not thread-safe. */
+    w->broker_blocked = w->broker_up && publisher_is_blocked(w->pub);
+}
+
+/* Runs between cycles: a batch never sees its settings change. */
+static void
+reload_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)what;
+    pthread_mutex_lock(&w->pending_lock);
+    bool adopt = w->pending;
+    if (adopt) {
+        config_outbox_adopt(&w->ob_live, &w->pending_ob);
+        config_broker_adopt(&w->broker_live, &w->pending_broker);
+        w->pending = false;
+    }
+    pthread_mutex_unlock(&w->pending_lock);
+    if (!adopt || w->stopping)
+        return;
+    log_debug(LOG_KV("outbox", w->ob->name),
+              "adopted the reloaded settings: batch_size %u",
+              w->ob->batch_size);
+    /* A shorter poll_interval applies now, not after the old one. */
+    schedule(w, 0);
+}
+
+static void
+stats_publish(struct worker *w, const struct outbox_counts *c)
+{
+    unsigned mask = 0;
+    for (int s = 0; s < OUTBOX_STATUS_COUNT; s++) {
+        w->rows[s] = c->rows[s];
+        mask |= c->counted[s] ? 1u << s : 0;
+    }
+    w->rows_counted = mask;
+    w->oldest_pending_us = c->oldest_pending_us;
+    w->rows_known = true;
+}
+
+static void
+stats_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    struct outbox_counts counts;
+    char err[512];
+    (void)fd;
+    (void)what;
+    MYSQL *db = store_session(w->store);
+    if (db == NULL || w->stopping) {
+        w->rows_known = false;
+        return;
+    }
+    if (stats_sql_count(db, w->ob->table, &counts, err, sizeof(err)) < 0) {
+        /* The claim that follows meets the same fault and handles it. */
+        if (w->rows_known)
+            log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
+        w->rows_known = false;
+        return;
+    }
+    stats_publish(w, &counts);
+}
+
+static void
+retention_schedule(struct worker *w, uint64_t delay_ms)
+{
+    struct timeval tv = {(time_t)(delay_ms / 1000),
+                         (suseconds_t)(delay_ms % 1000) * 1000};
+    evtimer_add(w->retention, &tv);
+}
+
+/* One bounded run; false when the budget ran out with rows left. */
+static bool
+retention_run(struct worker *w)
+{
+    const struct outbox_config *ob = w->ob;
+    struct store_purge res;
+    char err[512], age[32], deleted[24], batches[16];
+    if (store_purge_sent(w->store, ob->retention_sent_ms, ob->retention_batch,
+                         clock_ms() + RETENTION_BUDGET_MS, &res, err,
+                         sizeof(err)) < 0) {
+        log_warn(LOG_KV("outbox", ob->name), "retention: %s", err);
+        return true;
+    }
+    if (res.deleted > 0) {
+        duration_format(ob->retention_sent_ms, age, sizeof(age));
+        snprintf(deleted, sizeof(deleted), "%llu",
+                 (unsigned long long)res.deleted);
+        snprintf(batches, sizeof(batches), "%u", res.batches);
+        log_info(
+            LOG_KV("outbox", ob->name, "deleted", deleted, "batches", batches),
+            "retention deleted SENT rows older than %s", age);
+    }
+    return res.done;
+}
+
+/*
+ * Between cycles, on the relay's own session; retention.sent 0s keeps
+ * SENT rows for good.  on_sent: delete tables run it too: it costs one
+ * short read, and clears what a former on_sent: mark left behind.
+ */
+static void
+retention_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->stopping)
+        return;
+    uint64_t next = w->ob->retention_interval_ms;
+    if (w->ob->retention_sent_ms > 0 && store_is_connected(w->store) &&
+        !retention_run(w) && next > RETENTION_CATCHUP_MS)
+        next = RETENTION_CATCHUP_MS;
+    retention_schedule(w, next);
 }
 
 static void
@@ -236,13 +423,19 @@ static void *
 worker_main(void *arg)
 {
     struct worker *w = arg;
+    struct timeval every = {STATS_INTERVAL_MS / 1000,
+                            (STATS_INTERVAL_MS % 1000) * 1000};
     schedule(w, 0);
+    evtimer_add(w->stats, &every);
+    retention_schedule(w, w->ob->retention_interval_ms);
     event_base_dispatch(w->base);
     store_disconnect(w->store);
     store_thread_end();
     publisher_disconnect(w->pub);
     w->db_up = false;
     w->broker_up = false;
+    w->broker_blocked = false;
+    w->rows_known = false;
     log_debug(LOG_KV("outbox", w->ob->name), "worker stopped");
     w->done = true;
     return NULL;
@@ -256,7 +449,13 @@ worker_start(struct worker *w)
         return -1;
     w->tick = evtimer_new(w->base, tick_cb, w);
     w->wake = event_new(w->base, -1, 0, wake_cb, w);
-    if (w->tick == NULL || w->wake == NULL)
+    w->reload = event_new(w->base, -1, 0, reload_cb, w);
+    w->stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
+    if (w->tick == NULL || w->wake == NULL || w->reload == NULL ||
+        w->stats == NULL)
+        return -1;
+    w->retention = evtimer_new(w->base, retention_cb, w);
+    if (w->retention == NULL)
         return -1;
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
         return -1;
@@ -300,6 +499,13 @@ worker_free(struct worker *w)
         event_free(w->tick);
     if (w->wake)
         event_free(w->wake);
+    if (w->reload)
+        event_free(w->reload);
+    if (w->stats)
+        event_free(w->stats);
+    if (w->retention)
+        event_free(w->retention);
+    pthread_mutex_destroy(&w->pending_lock);
     if (w->base)
         event_base_free(w->base);
     free(w);
@@ -326,5 +532,44 @@ worker_stats(const struct worker *w)
 const struct outbox_config *
 worker_outbox(const struct worker *w)
 {
-    return w->ob;
+    return w->cfg_ob;
+}
+
+void
+worker_reload(struct worker *w, const struct outbox_config *ob)
+{
+    pthread_mutex_lock(&w->pending_lock);
+    config_outbox_adopt(&w->pending_ob, ob);
+    config_broker_adopt(&w->pending_broker, ob->broker);
+    w->pending = true;
+    pthread_mutex_unlock(&w->pending_lock);
+    if (w->started)
+        event_active(w->reload, 0, 0);
+}
+
+void
+worker_metrics(const struct worker *w, struct outbox_metrics *m)
+{
+    const struct relay_stats *st = &w->relay.stats;
+    memset(m, 0, sizeof(*m));
+    m->outbox = w->cfg_ob->name;
+    m->published = st->published;
+    m->failed = st->failed;
+    m->retried = st->retried;
+    m->dead = st->dead;
+    m->released = st->released;
+    m->lost = st->lost;
+    m->batches = st->batches;
+    m->db_up = w->db_up;
+    m->broker_up = w->broker_up;
+    m->broker_blocked = w->broker_blocked;
+    m->rows_known = w->rows_known;
+    unsigned mask = w->rows_counted;
+    for (int s = 0; s < OUTBOX_STATUS_COUNT; s++) {
+        m->rows[s] = w->rows[s];
+        m->rows_counted[s] = (mask >> s) & 1u;
+    }
+    m->oldest_pending_age_s = (double)w->oldest_pending_us / 1e6;
+    m->commit_to_confirm = &st->commit_to_confirm;
+    m->batch_duration = &st->batch_duration;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "metrics.h"
 #include "relay.h"
 
 struct worker;
@@ -28,6 +29,14 @@ void worker_free(struct worker *w);
 bool worker_db_connected(const struct worker *w);
 bool worker_broker_connected(const struct worker *w);
 const struct relay_stats *worker_stats(const struct worker *w);
+/* The running config's outbox: its name and other fixed keys. */
 const struct outbox_config *worker_outbox(const struct worker *w);
+/*
+ * From the main thread after a reload: ob's live-changeable values (and
+ * its broker's) are handed over; the worker adopts them between cycles.
+ */
+void worker_reload(struct worker *w, const struct outbox_config *ob);
+/* A snapshot of the worker's counters and gauges, for /metrics. */
+void worker_metrics(const struct worker *w, struct outbox_metrics *m);
 
 #endif

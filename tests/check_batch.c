@@ -30,10 +30,27 @@ START_TEST(test_illegal_transitions)
     ck_assert_int_eq(row_enter_state(&b, r, ROW_ACKED, NULL), -1);
     ck_assert_int_eq(r->state, ROW_CLAIMED);
     ck_assert_int_eq(row_enter_state(&b, r, ROW_PUBLISHED, NULL), 0);
-    ck_assert_int_eq(row_enter_state(&b, r, ROW_RELEASED, NULL), -1);
+    ck_assert_int_eq(row_enter_state(&b, r, ROW_CLAIMED, NULL), -1);
     ck_assert_int_eq(row_enter_state(&b, r, ROW_ACKED, NULL), 0);
     ck_assert_int_eq(row_enter_state(&b, r, ROW_FAILED, "x"), -1);
+    ck_assert_int_eq(row_enter_state(&b, r, ROW_RELEASED, NULL), -1);
     ck_assert_int_eq(r->state, ROW_ACKED);
+    batch_free(&b);
+}
+END_TEST
+
+/* A publish whose outcome says nothing against the row (the broker
+ * blocked, or closed the channel for another message) is given back. */
+START_TEST(test_published_released)
+{
+    struct outbox_batch b;
+    batch_init(&b);
+    struct outbox_row *r = batch_add(&b);
+    ck_assert_int_eq(row_enter_state(&b, r, ROW_PUBLISHED, NULL), 0);
+    ck_assert_int_eq(row_enter_state(&b, r, ROW_RELEASED, "broker blocked"),
+                     0);
+    ck_assert_str_eq(r->error, "broker blocked");
+    ck_assert_int_eq(row_enter_state(&b, r, ROW_ACKED, NULL), -1);
     batch_free(&b);
 }
 END_TEST
@@ -78,6 +95,7 @@ batch_suite(void)
     TCase *tc = tcase_create("batch");
     tcase_add_test(tc, test_legal_path);
     tcase_add_test(tc, test_illegal_transitions);
+    tcase_add_test(tc, test_published_released);
     tcase_add_test(tc, test_arena_survives_growth);
     tcase_add_test(tc, test_status_names);
     suite_add_tcase(s, tc);

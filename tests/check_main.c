@@ -10,6 +10,11 @@ Suite *batch_suite(void);
 Suite *config_suite(void);
 Suite *relay_suite(void);
 Suite *json_suite(void);
+Suite *metrics_suite(void);
+Suite *reload_suite(void);
+Suite *notify_suite(void);
+Suite *http_suite(void);
+Suite *publisher_suite(void);
 
 int
 main(void)
@@ -20,6 +25,11 @@ main(void)
     srunner_add_suite(sr, config_suite());
     srunner_add_suite(sr, relay_suite());
     srunner_add_suite(sr, json_suite());
+    srunner_add_suite(sr, metrics_suite());
+    srunner_add_suite(sr, reload_suite());
+    srunner_add_suite(sr, notify_suite());
+    srunner_add_suite(sr, http_suite());
+    srunner_add_suite(sr, publisher_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

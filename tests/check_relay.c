@@ -36,6 +36,11 @@ struct fake {
     size_t npublished;
     size_t wave_of[MAX_ROWS]; /* wave number per published position */
     int finalized;
+    /* mark_sent: ids per call, what was published by then */
+    int marks;
+    unsigned long long marked[8][MAX_ROWS];
+    size_t nmarked[8], published_at_mark[8];
+    size_t mark_lost; /* reported lost by every mark */
     enum row_state final_state[MAX_ROWS];
     bool final_dead[MAX_ROWS];
     char final_error[MAX_ROWS][128];
@@ -117,6 +122,26 @@ fake_finalize(void *arg, struct outbox_batch *b, size_t *lost, char *err,
         err_set(err, errlen, "finalize failed");
         return -1;
     }
+    return 0;
+}
+
+static int
+fake_mark_sent(void *arg, struct outbox_batch *b, struct outbox_row **rows,
+               size_t n, size_t *lost, char *err, size_t errlen)
+{
+    struct fake *f = arg;
+    (void)b;
+    (void)err;
+    (void)errlen;
+    ck_assert_int_lt(f->marks, 8);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(rows[i]->state, ROW_ACKED);
+        f->marked[f->marks][i] = rows[i]->id;
+        rows[i]->recorded = true;
+    }
+    f->nmarked[f->marks] = n;
+    f->published_at_mark[f->marks++] = f->npublished;
+    *lost = f->mark_lost;
     return 0;
 }
 
@@ -380,6 +405,62 @@ START_TEST(test_routing_key_override_and_too_long)
 }
 END_TEST
 
+/* A relay whose backend records confirmed events mid-batch. */
+static void
+use_mark_sent(void)
+{
+    struct relay_backend be = {.store = &fake,
+                               .publisher = &fake,
+                               .claim = fake_claim,
+                               .finalize = fake_finalize,
+                               .publish = fake_publish,
+                               .mark_sent = fake_mark_sent};
+    relay_fini(&relay);
+    relay_init(&relay, &ob, "relay-test", &be);
+}
+
+/* An event goes out only once the one before it is recorded SENT; events
+ * with no later one in the batch wait for finalize. */
+START_TEST(test_marks_before_next_wave)
+{
+    use_mark_sent();
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    add_row(3, "e3", "A");
+    add_row(4, "e4", "A");
+    add_row(5, "e5", "B");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.waves, 3);
+    ck_assert_int_eq(fake.marks, 2);
+    /* after wave 1 (1, 2): both have successors */
+    ck_assert_uint_eq(fake.published_at_mark[0], 2);
+    ck_assert_uint_eq(fake.nmarked[0], 2);
+    ck_assert_uint_eq(fake.marked[0][0], 1);
+    ck_assert_uint_eq(fake.marked[0][1], 2);
+    /* after wave 2 (3, 5): only 3, B ends at 5 */
+    ck_assert_uint_eq(fake.published_at_mark[1], 4);
+    ck_assert_uint_eq(fake.nmarked[1], 1);
+    ck_assert_uint_eq(fake.marked[1][0], 3);
+    ck_assert_uint_eq(relay.stats.published, 5);
+}
+END_TEST
+
+/* Another relay took the lease: no later wave goes out. */
+START_TEST(test_lost_lease_mid_batch)
+{
+    use_mark_sent();
+    fake.mark_lost = 1;
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "A");
+    add_row(3, "e3", "A");
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.waves, 1);
+    ck_assert_int_eq(fake.final_state[1], ROW_RELEASED);
+    ck_assert_int_eq(fake.final_state[2], ROW_RELEASED);
+    ck_assert_uint_eq(relay.stats.lost, 1);
+}
+END_TEST
+
 Suite *
 relay_suite(void)
 {
@@ -398,6 +479,8 @@ relay_suite(void)
     tcase_add_test(tc, test_stop_deadline_releases);
     tcase_add_test(tc, test_lease_bounds_publishing);
     tcase_add_test(tc, test_routing_key_override_and_too_long);
+    tcase_add_test(tc, test_marks_before_next_wave);
+    tcase_add_test(tc, test_lost_lease_mid_batch);
     suite_add_tcase(s, tc);
     return s;
 }

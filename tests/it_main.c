@@ -8,6 +8,14 @@
 Suite *it_store_suite(void);
 Suite *it_publisher_suite(void);
 Suite *it_relay_suite(void);
+Suite *it_leaks_suite(void);
+Suite *it_tls_suite(void);
+Suite *it_ops_suite(void);
+Suite *it_outboxctl_suite(void);
+Suite *it_retention_suite(void);
+Suite *it_faults_suite(void);
+Suite *it_ordering_suite(void);
+Suite *it_cluster_suite(void);
 
 int
 main(void)
@@ -15,6 +23,14 @@ main(void)
     SRunner *sr = srunner_create(it_store_suite());
     srunner_add_suite(sr, it_publisher_suite());
     srunner_add_suite(sr, it_relay_suite());
+    srunner_add_suite(sr, it_leaks_suite());
+    srunner_add_suite(sr, it_tls_suite());
+    srunner_add_suite(sr, it_ops_suite());
+    srunner_add_suite(sr, it_outboxctl_suite());
+    srunner_add_suite(sr, it_retention_suite());
+    srunner_add_suite(sr, it_faults_suite());
+    srunner_add_suite(sr, it_ordering_suite());
+    srunner_add_suite(sr, it_cluster_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -40,6 +40,18 @@ MYSQL *it_db_connect(const char *database);
 /* Drops and creates database name, then runs the statements in sql_file. */
 void it_db_create(const char *name, const char *sql_file);
 void it_db_drop(const char *name);
+/*
+ * The relay's own account for database: a user and password derived from
+ * its name, created on first use with exactly the grants of
+ * sql/grants.sql on database.table (on database.* while the table does
+ * not exist yet), dropped with the database.  it_write_config uses it;
+ * the tests themselves keep the admin account.
+ */
+void it_db_grant_relay(const char *database, const char *table, char *user,
+                       size_t userlen, char *password, size_t passlen);
+/* The account's name and password, without creating anything. */
+void it_db_relay_account(const char *database, char *user, size_t userlen,
+                         char *password, size_t passlen);
 void it_db_exec(MYSQL *db, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 long long it_db_int(MYSQL *db, const char *fmt, ...)
@@ -104,10 +116,13 @@ struct it_daemon {
 void it_write_file(const char *path, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* A config for one outbox of database db, table, on exchange; extra is
- * appended to the outbox's keys (indented 8 spaces, one per line). */
+ * appended to the outbox's keys (indented 8 spaces, one per line).  The
+ * relay logs in with it_db_grant_relay's least-privilege account. */
 void it_write_config(const char *path, const char *relay_id, const char *db,
                      const char *table, const char *exchange,
                      const char *extra_outbox_keys);
+/* OUTBOXD_WRAPPER, when set, is a command the daemon runs under
+ * ("valgrind --error-exitcode=99 ..."). */
 void it_daemon_start(struct it_daemon *d, const char *config_path,
                      const char *log_name);
 /* Sends sig, waits up to timeout_ms; returns true if it exited. */
@@ -117,5 +132,15 @@ bool it_daemon_alive(struct it_daemon *d);
 void it_daemon_dump_log(const struct it_daemon *d);
 /* Runs a shell command, returns its exit status. */
 int it_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* True when the file holds needle (a daemon log, say). */
+bool it_file_has(const char *path, const char *needle);
+/* The whole file, malloc'd ("" when it cannot be read). */
+char *it_file_read(const char *path);
+
+/* A loopback port nobody listens on right now, for relay.listen. */
+unsigned it_free_port(void);
+/* GET http://127.0.0.1:port/path: the status (-1 when nothing answered)
+ * and, if body is not NULL, the body, malloc'd. */
+int it_http_get(unsigned port, const char *path, char **body);
 
 #endif

@@ -1,0 +1,366 @@
+/*
+ * admin: outboxctl's statements on one outbox table.  Everything here
+ * runs on the session store_connect opened (READ COMMITTED, UTC,
+ * autocommit off) and ends its own transactions.  DEAD rows are never
+ * touched by the relay, so the writes here cannot race a claim.
+ */
+#include "admin.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util.h"
+
+/* dead retry --all: rows per transaction, so locks stay short. */
+#define RETRY_BATCH 1000
+
+/* The columns every retry resets; last_error stays (see admin.h). */
+#define RETRY_SET                                                              \
+    "SET `status` = 'PENDING', `retry_count` = 0, `next_retry_at` = NULL, "    \
+    "`locked_by` = NULL, `locked_until` = NULL"
+
+/* A statement under construction; grows, never fails. */
+struct stmt {
+    char *p;
+    size_t len, cap;
+};
+
+static void
+stmt_reserve(struct stmt *s, size_t more)
+{
+    if (s->cap - s->len > more)
+        return;
+    size_t cap = s->cap ? s->cap : 512;
+    while (cap - s->len <= more)
+        cap *= 2;
+    s->p = xrealloc(s->p, cap);
+    s->cap = cap;
+}
+
+static void stmt_addf(struct stmt *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+stmt_addf(struct stmt *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    stmt_reserve(s, (size_t)(n > 0 ? n : 0));
+    va_start(ap, fmt);
+    vsnprintf(s->p + s->len, s->cap - s->len, fmt, ap);
+    va_end(ap);
+    s->len += (size_t)(n > 0 ? n : 0);
+}
+
+/* `name` with backticks doubled: config checks names, this is defence. */
+static void
+stmt_add_ident(struct stmt *s, const char *name)
+{
+    stmt_reserve(s, 2 * strlen(name) + 2);
+    s->p[s->len++] = '`';
+    for (; *name != '\0'; name++) {
+        if (*name == '`')
+            s->p[s->len++] = '`';
+        s->p[s->len++] = *name;
+    }
+    s->p[s->len++] = '`';
+    s->p[s->len] = '\0';
+}
+
+static void
+stmt_add_string(struct stmt *s, MYSQL *db, const char *text)
+{
+    size_t n = strlen(text);
+    stmt_reserve(s, 2 * n + 2);
+    s->p[s->len++] = '\'';
+    s->len += mysql_real_escape_string(db, s->p + s->len, text, n);
+    s->p[s->len++] = '\'';
+    s->p[s->len] = '\0';
+}
+
+/* "<head>`table`<tail>": most statements here have that shape. */
+static void
+stmt_table(struct stmt *s, const char *head, const char *table,
+           const char *tail)
+{
+    s->len = 0;
+    stmt_addf(s, "%s", head);
+    stmt_add_ident(s, table);
+    stmt_addf(s, "%s", tail);
+}
+
+static int
+db_error(MYSQL *db, const char *what, const char *table, char *err,
+         size_t errlen)
+{
+    err_set(err, errlen, "%s on table %s: %s (error %u)", what, table,
+            mysql_error(db), mysql_errno(db));
+    /* Best effort: nothing of a failed transaction may stay open. */
+    mysql_rollback(db);
+    return -1;
+}
+
+static int
+run(MYSQL *db, const struct stmt *s, const char *what, const char *table,
+    char *err, size_t errlen)
+{
+    if (mysql_real_query(db, s->p, s->len) != 0)
+        return db_error(db, what, table, err, errlen);
+    return 0;
+}
+
+static MYSQL_RES *
+run_select(MYSQL *db, const struct stmt *s, const char *what, const char *table,
+           char *err, size_t errlen)
+{
+    if (run(db, s, what, table, err, errlen) < 0)
+        return NULL;
+    MYSQL_RES *res = mysql_store_result(db);
+    if (res == NULL)
+        db_error(db, what, table, err, errlen);
+    return res;
+}
+
+/* Ends the read: a session left in a transaction holds a metadata lock. */
+static int
+commit(MYSQL *db, const char *what, const char *table, char *err, size_t errlen)
+{
+    if (mysql_commit(db) != 0)
+        return db_error(db, what, table, err, errlen);
+    return 0;
+}
+
+static uint64_t
+affected(MYSQL *db)
+{
+    uint64_t n = (uint64_t)mysql_affected_rows(db);
+    return n == UINT64_MAX ? 0 : n;
+}
+
+static char *
+dup_or_null(const char *s)
+{
+    return s != NULL ? xstrdup(s) : NULL;
+}
+
+/* ---- status ---- */
+
+/*
+ * Case-insensitive: under the seed's default collation 'pending' is
+ * claimed like 'PENDING', so it must be counted with it.
+ */
+static void
+add_status_count(struct admin_status *out, const char *name, uint64_t n)
+{
+    for (int s = 0; s < OUTBOX_STATUS_COUNT; s++)
+        if (name != NULL && strcasecmp(name, outbox_status_name(s)) == 0) {
+            out->rows[s] += n;
+            return;
+        }
+    out->other += n;
+}
+
+static int
+count_statuses(MYSQL *db, const char *table, struct admin_status *out,
+               char *err, size_t errlen)
+{
+    struct stmt s = {0};
+    stmt_table(&s, "SELECT `status`, COUNT(*) FROM ", table,
+               " GROUP BY `status`");
+    MYSQL_RES *res = run_select(db, &s, "counting rows", table, err, errlen);
+    free(s.p);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL)
+        add_status_count(out, r[0], r[1] ? strtoull(r[1], NULL, 10) : 0);
+    mysql_free_result(res);
+    return 0;
+}
+
+/*
+ * The next PENDING row in id order is the one the relay claims next: its
+ * age is how far behind the relay is.  MIN(id) is one index probe on
+ * (status, id); MIN(created_at) would read every pending row.
+ */
+static int
+oldest_pending(MYSQL *db, const char *table, struct admin_status *out,
+               char *err, size_t errlen)
+{
+    struct stmt s = {0};
+    stmt_table(&s,
+               "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) "
+               "FROM ",
+               table, " WHERE `id` = (SELECT MIN(`id`) FROM ");
+    stmt_add_ident(&s, table);
+    stmt_addf(&s, " WHERE `status` = 'PENDING')");
+    MYSQL_RES *res = run_select(db, &s, "finding the oldest PENDING row", table,
+                                err, errlen);
+    free(s.p);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r = mysql_fetch_row(res);
+    out->pending = r != NULL;
+    out->oldest_pending_us = r && r[0] ? strtoll(r[0], NULL, 10) : 0;
+    if (out->oldest_pending_us < 0) /* a created_at in the future */
+        out->oldest_pending_us = 0;
+    mysql_free_result(res);
+    return 0;
+}
+
+int
+admin_status(MYSQL *db, const char *table, struct admin_status *out, char *err,
+             size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (count_statuses(db, table, out, err, errlen) < 0 ||
+        oldest_pending(db, table, out, err, errlen) < 0)
+        return -1;
+    return commit(db, "counting rows", table, err, errlen);
+}
+
+/* ---- dead list ---- */
+
+static int
+count_dead(MYSQL *db, const char *table, uint64_t *total, char *err,
+           size_t errlen)
+{
+    struct stmt s = {0};
+    stmt_table(&s, "SELECT COUNT(*) FROM ", table, " WHERE `status` = 'DEAD'");
+    MYSQL_RES *res =
+        run_select(db, &s, "counting DEAD rows", table, err, errlen);
+    free(s.p);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r = mysql_fetch_row(res);
+    *total = r && r[0] ? strtoull(r[0], NULL, 10) : 0;
+    mysql_free_result(res);
+    return 0;
+}
+
+static void
+copy_dead_row(struct admin_dead_row *d, MYSQL_ROW r)
+{
+    d->id = r[0] ? strtoull(r[0], NULL, 10) : 0;
+    d->event_id = dup_or_null(r[1]);
+    d->aggregate_type = dup_or_null(r[2]);
+    d->aggregate_id = dup_or_null(r[3]);
+    d->event_type = dup_or_null(r[4]);
+    d->retry_count = r[5] ? strtoul(r[5], NULL, 10) : 0;
+    d->created_at = dup_or_null(r[6]);
+    d->last_error = dup_or_null(r[7]);
+}
+
+int
+admin_dead_list(MYSQL *db, const char *table, unsigned limit,
+                struct admin_dead_list *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (count_dead(db, table, &out->total, err, errlen) < 0)
+        return -1;
+    struct stmt s = {0};
+    stmt_table(&s,
+               "SELECT `id`, `event_id`, `aggregate_type`, `aggregate_id`, "
+               "`event_type`, `retry_count`, `created_at`, `last_error` "
+               "FROM ",
+               table, "");
+    stmt_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %u", limit);
+    MYSQL_RES *res =
+        run_select(db, &s, "listing DEAD rows", table, err, errlen);
+    free(s.p);
+    if (res == NULL)
+        return -1;
+    size_t n = (size_t)mysql_num_rows(res);
+    out->rows = xcalloc(n ? n : 1, sizeof(*out->rows));
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL)
+        copy_dead_row(&out->rows[out->n++], r);
+    mysql_free_result(res);
+    return commit(db, "listing DEAD rows", table, err, errlen);
+}
+
+void
+admin_dead_list_free(struct admin_dead_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        struct admin_dead_row *d = &l->rows[i];
+        free(d->event_id);
+        free(d->aggregate_type);
+        free(d->aggregate_id);
+        free(d->event_type);
+        free(d->created_at);
+        free(d->last_error);
+    }
+    free(l->rows);
+    memset(l, 0, sizeof(*l));
+}
+
+/* ---- dead retry ---- */
+
+int
+admin_dead_retry_all(MYSQL *db, const char *table, uint64_t *retried, char *err,
+                     size_t errlen)
+{
+    struct stmt s = {0};
+    stmt_table(&s, "UPDATE ", table, " " RETRY_SET);
+    stmt_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %d",
+              RETRY_BATCH);
+    *retried = 0;
+    int rc = 0;
+    for (;;) {
+        if (run(db, &s, "retrying DEAD rows", table, err, errlen) < 0) {
+            rc = -1;
+            break;
+        }
+        uint64_t n = affected(db);
+        if (commit(db, "retrying DEAD rows", table, err, errlen) < 0) {
+            rc = -1;
+            break;
+        }
+        *retried += n;
+        if (n < RETRY_BATCH)
+            break;
+    }
+    free(s.p);
+    return rc;
+}
+
+/*
+ * One statement per event id: the affected rows say whether that id was
+ * DEAD, under the column's own collation, which a client-side compare
+ * of the names could not match.
+ */
+int
+admin_dead_retry_ids(MYSQL *db, const char *table, const char *const *event_ids,
+                     size_t n, bool *found, uint64_t *retried, char *err,
+                     size_t errlen)
+{
+    struct stmt s = {0};
+    bool *hit = xcalloc(n ? n : 1, sizeof(*hit));
+    uint64_t total = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        stmt_table(&s, "UPDATE ", table, " " RETRY_SET);
+        stmt_addf(&s, " WHERE `status` = 'DEAD' AND `event_id` = ");
+        stmt_add_string(&s, db, event_ids[i]);
+        rc = run(db, &s, "retrying DEAD rows", table, err, errlen);
+        uint64_t k = rc == 0 ? affected(db) : 0;
+        hit[i] = k > 0;
+        total += k;
+    }
+    if (rc == 0)
+        rc = commit(db, "retrying DEAD rows", table, err, errlen);
+    /* Only a committed retry counts: found[] adds up over outboxes. */
+    for (size_t i = 0; i < n && rc == 0; i++)
+        found[i] = found[i] || hit[i];
+    *retried = rc == 0 ? total : 0;
+    free(hit);
+    free(s.p);
+    return rc;
+}

@@ -1,0 +1,68 @@
+/*
+ * admin: the SQL behind outboxctl on one outbox table: rows per status,
+ * the DEAD rows, and putting DEAD rows back to PENDING.  Library style:
+ * returns -1 and fills err, never prints; runs on a store's session.
+ */
+#ifndef OUTBOXD_ADMIN_H
+#define OUTBOXD_ADMIN_H
+
+#include <mysql.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+
+#define ADMIN_DEAD_LIMIT 100 /* dead list without --limit */
+
+struct admin_status {
+    uint64_t rows[OUTBOX_STATUS_COUNT];
+    uint64_t other;            /* a status outboxd does not know: never sent */
+    bool pending;              /* any PENDING row at all */
+    int64_t oldest_pending_us; /* age of the next PENDING row to be claimed */
+};
+
+struct admin_dead_row {
+    uint64_t id;
+    char *event_id, *aggregate_type, *aggregate_id, *event_type;
+    char *created_at; /* "YYYY-MM-DD HH:MM:SS[.ffffff]", UTC */
+    char *last_error; /* NULL when the column is */
+    unsigned long retry_count;
+};
+
+struct admin_dead_list {
+    struct admin_dead_row *rows; /* oldest first (by id) */
+    size_t n;
+    uint64_t total; /* DEAD rows in the table, beyond the limit too */
+};
+
+/* Counts every status (SENT too: this is one-shot, unlike the gauges). */
+int admin_status(MYSQL *db, const char *table, struct admin_status *out,
+                 char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/* Up to limit DEAD rows, oldest first.  Free with admin_dead_list_free. */
+int admin_dead_list(MYSQL *db, const char *table, unsigned limit,
+                    struct admin_dead_list *out, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+void admin_dead_list_free(struct admin_dead_list *l);
+
+/*
+ * DEAD back to PENDING with retry_count 0 and no lease or retry time;
+ * last_error is kept as the evidence of the last failure until the row
+ * is SENT (which clears it) or fails again (which replaces it).
+ *
+ * _all works in id order in short transactions of a bounded size, so
+ * the events of one aggregate come back in their order.  _ids sets
+ * found[i] when event_ids[i] named a DEAD row, all in one transaction.
+ * *retried counts the rows changed; on -1, _ids changed nothing and
+ * _all kept the batches it had committed (counted in *retried).
+ */
+int admin_dead_retry_all(MYSQL *db, const char *table, uint64_t *retried,
+                         char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+int admin_dead_retry_ids(MYSQL *db, const char *table,
+                         const char *const *event_ids, size_t n, bool *found,
+                         uint64_t *retried, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,314 @@
+/*
+ * metrics: atomic histograms for the relay's latencies and the Prometheus
+ * text exposition (format 0.0.4) that the HTTP handler serves.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+#define MSEC 1000ULL
+#define SEC 1000000ULL
+
+const uint64_t metrics_latency_bounds_us[] = {
+    5 * MSEC,   10 * MSEC, 25 * MSEC,   50 * MSEC,  100 * MSEC, 250 * MSEC,
+    500 * MSEC, 1 * SEC,   2500 * MSEC, 5 * SEC,    10 * SEC,   30 * SEC,
+    60 * SEC,   300 * SEC, 900 * SEC,   3600 * SEC,
+};
+const size_t metrics_latency_nbounds =
+    sizeof(metrics_latency_bounds_us) / sizeof(metrics_latency_bounds_us[0]);
+
+const uint64_t metrics_batch_bounds_us[] = {
+    1 * MSEC,    2500,       5 * MSEC,   10 * MSEC,  25 * MSEC,
+    50 * MSEC,   100 * MSEC, 250 * MSEC, 500 * MSEC, 1 * SEC,
+    2500 * MSEC, 5 * SEC,    10 * SEC,   30 * SEC,   60 * SEC,
+};
+const size_t metrics_batch_nbounds =
+    sizeof(metrics_batch_bounds_us) / sizeof(metrics_batch_bounds_us[0]);
+
+void
+histogram_init(struct histogram *h, const uint64_t *bounds_us, size_t nbounds)
+{
+    if (nbounds > HISTOGRAM_MAX_BOUNDS)
+        nbounds = HISTOGRAM_MAX_BOUNDS;
+    h->bounds_us = bounds_us;
+    h->nbounds = nbounds;
+    for (size_t i = 0; i <= HISTOGRAM_MAX_BOUNDS; i++)
+        atomic_init(&h->counts[i], 0);
+    atomic_init(&h->sum_us, 0);
+}
+
+void
+histogram_observe_us(struct histogram *h, int64_t us)
+{
+    uint64_t v = us > 0 ? (uint64_t)us : 0;
+    size_t i = 0;
+    while (i < h->nbounds && v > h->bounds_us[i])
+        i++;
+    atomic_fetch_add_explicit(&h->counts[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_us, v, memory_order_relaxed);
+}
+
+uint64_t
+histogram_count(const struct histogram *h)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i <= h->nbounds; i++)
+        n += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
+    return n;
+}
+
+uint64_t
+metrics_clock_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* ---- the exposition text ---- */
+
+struct out {
+    char *buf;
+    size_t len, cap;
+};
+
+static void out_printf(struct out *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+out_printf(struct out *o, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if ((size_t)n < o->cap - o->len) {
+            o->len += (size_t)n;
+            return;
+        }
+        o->cap = (o->cap + (size_t)n + 1) * 2;
+        o->buf = xrealloc(o->buf, o->cap);
+    }
+}
+
+static void
+family(struct out *o, const char *name, const char *type, const char *help)
+{
+    out_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Label values escape backslash, quote and newline (format 0.0.4). */
+static void
+label_value(struct out *o, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            out_printf(o, "\\%c", *v);
+        else if (*v == '\n')
+            out_printf(o, "\\n");
+        else
+            out_printf(o, "%c", *v);
+    }
+}
+
+static void
+sample_start(struct out *o, const char *name, const char *outbox)
+{
+    out_printf(o, "%s{outbox=\"", name);
+    label_value(o, outbox);
+    out_printf(o, "\"");
+}
+
+static void
+sample_u64(struct out *o, const char *name, const char *outbox, uint64_t v)
+{
+    sample_start(o, name, outbox);
+    out_printf(o, "} %llu\n", (unsigned long long)v);
+}
+
+/* Seconds from microseconds, exact to the microsecond. */
+static void
+print_seconds(struct out *o, uint64_t us)
+{
+    out_printf(o, "%llu.%06llu", (unsigned long long)(us / SEC),
+               (unsigned long long)(us % SEC));
+}
+
+static void
+histogram_samples(struct out *o, const char *name, const char *outbox,
+                  const struct histogram *h)
+{
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i <= h->nbounds; i++) {
+        cumulative += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
+        out_printf(o, "%s_bucket{outbox=\"", name);
+        label_value(o, outbox);
+        if (i < h->nbounds) {
+            /* %g prints the bounds as 0.005, 2.5, 3600: short and exact */
+            out_printf(o, "\",le=\"%g\"} %llu\n",
+                       (double)h->bounds_us[i] / (double)SEC,
+                       (unsigned long long)cumulative);
+        } else {
+            out_printf(o, "\",le=\"+Inf\"} %llu\n",
+                       (unsigned long long)cumulative);
+        }
+    }
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s_sum", name);
+    sample_start(o, sub, outbox);
+    out_printf(o, "} ");
+    print_seconds(o, atomic_load_explicit(&h->sum_us, memory_order_relaxed));
+    out_printf(o, "\n");
+    /* The count is the +Inf bucket read above, so the two always agree. */
+    snprintf(sub, sizeof(sub), "%s_count", name);
+    sample_u64(o, sub, outbox, cumulative);
+}
+
+/* Offsets into struct outbox_metrics for the counter families. */
+struct counter_family {
+    const char *name, *help;
+    size_t off;
+};
+
+#define OM(f) offsetof(struct outbox_metrics, f)
+static const struct counter_family counters[] = {
+    {"outboxd_events_published_total", "Events confirmed by the broker.",
+     OM(published)},
+    {"outboxd_events_failed_total",
+     "Publish attempts that failed: nack, unroutable, confirm timeout, "
+     "channel or connection lost.",
+     OM(failed)},
+    {"outboxd_events_retried_total", "Events moved to RETRY.", OM(retried)},
+    {"outboxd_events_dead_total", "Events moved to DEAD.", OM(dead)},
+    {"outboxd_events_released_total",
+     "Claimed events given back unattempted (an earlier event of their "
+     "aggregate failed, or shutdown).",
+     OM(released)},
+    {"outboxd_leases_lost_total",
+     "Events whose lease another relay took before their outcome was "
+     "recorded.",
+     OM(lost)},
+    {"outboxd_batches_total", "Claimed batches.", OM(batches)},
+};
+
+static void
+render_counters(struct out *o, const struct outbox_metrics *obs, size_t n)
+{
+    for (size_t c = 0; c < sizeof(counters) / sizeof(*counters); c++) {
+        family(o, counters[c].name, "counter", counters[c].help);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, (const char *)&obs[i] + counters[c].off, sizeof(v));
+            sample_u64(o, counters[c].name, obs[i].outbox, v);
+        }
+    }
+}
+
+static void
+render_flag(struct out *o, const struct outbox_metrics *obs, size_t n,
+            const char *name, const char *help, size_t off)
+{
+    family(o, name, "gauge", help);
+    for (size_t i = 0; i < n; i++) {
+        bool v;
+        memcpy(&v, (const char *)&obs[i] + off, sizeof(v));
+        sample_u64(o, name, obs[i].outbox, v ? 1 : 0);
+    }
+}
+
+static void
+render_rows(struct out *o, const struct outbox_metrics *obs, size_t n)
+{
+    family(o, "outboxd_rows", "gauge",
+           "Rows of the outbox table per status, counted every few seconds "
+           "(SENT is not counted: that would scan the retention window).");
+    for (size_t i = 0; i < n; i++) {
+        if (!obs[i].rows_known)
+            continue;
+        for (int s = 0; s < OUTBOX_STATUS_COUNT; s++) {
+            if (!obs[i].rows_counted[s])
+                continue;
+            sample_start(o, "outboxd_rows", obs[i].outbox);
+            out_printf(o, ",status=\"%s\"} %llu\n",
+                       outbox_status_name((enum outbox_status)s),
+                       (unsigned long long)obs[i].rows[s]);
+        }
+    }
+    family(o, "outboxd_oldest_pending_age_seconds", "gauge",
+           "Age of the PENDING event next in line (lowest id), 0 when none "
+           "is pending.");
+    for (size_t i = 0; i < n; i++) {
+        if (!obs[i].rows_known)
+            continue;
+        sample_start(o, "outboxd_oldest_pending_age_seconds", obs[i].outbox);
+        out_printf(o, "} %.6f\n", obs[i].oldest_pending_age_s);
+    }
+}
+
+static void
+render_histograms(struct out *o, const struct outbox_metrics *obs, size_t n)
+{
+    family(o, "outboxd_commit_to_confirm_seconds", "histogram",
+           "From the row's created_at to the broker's confirm, per event.");
+    for (size_t i = 0; i < n; i++)
+        histogram_samples(o, "outboxd_commit_to_confirm_seconds", obs[i].outbox,
+                          obs[i].commit_to_confirm);
+    family(o, "outboxd_batch_duration_seconds", "histogram",
+           "One batch from its claim to its finalize.");
+    for (size_t i = 0; i < n; i++)
+        histogram_samples(o, "outboxd_batch_duration_seconds", obs[i].outbox,
+                          obs[i].batch_duration);
+}
+
+static void
+render_daemon(struct out *o, const struct daemon_metrics *dm)
+{
+    family(o, "outboxd_build_info", "gauge",
+           "Always 1; the version is in the label.");
+    out_printf(o, "outboxd_build_info{version=\"");
+    label_value(o, dm->version);
+    out_printf(o, "\"} 1\n");
+    family(o, "outboxd_config_last_reload_successful", "gauge",
+           "1 unless the last SIGHUP reload failed and the old "
+           "configuration is still running.");
+    out_printf(o, "outboxd_config_last_reload_successful %d\n",
+               dm->last_reload_ok ? 1 : 0);
+    family(o, "outboxd_config_reloads_total", "counter",
+           "SIGHUP reloads, by result.");
+    out_printf(o, "outboxd_config_reloads_total{result=\"success\"} %llu\n",
+               (unsigned long long)dm->reloads_ok);
+    out_printf(o, "outboxd_config_reloads_total{result=\"failure\"} %llu\n",
+               (unsigned long long)dm->reloads_failed);
+}
+
+char *
+metrics_render(const struct daemon_metrics *dm,
+               const struct outbox_metrics *obs, size_t n, size_t *len)
+{
+    struct out o = {.buf = xmalloc(8192), .len = 0, .cap = 8192};
+    o.buf[0] = '\0';
+    render_daemon(&o, dm);
+    render_counters(&o, obs, n);
+    render_rows(&o, obs, n);
+    render_flag(&o, obs, n, "outboxd_database_connected",
+                "1 while the outbox's database session is up.", OM(db_up));
+    render_flag(&o, obs, n, "outboxd_broker_connected",
+                "1 while the outbox's broker connection is up.", OM(broker_up));
+    render_flag(&o, obs, n, "outboxd_broker_blocked",
+                "1 while the broker blocks publishing (memory or disk "
+                "alarm).",
+                OM(broker_blocked));
+    render_histograms(&o, obs, n);
+    *len = o.len;
+    return o.buf;
+}

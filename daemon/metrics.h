@@ -1,0 +1,69 @@
+/*
+ * metrics: lock-free histograms that worker threads observe into, and the
+ * Prometheus text rendering of every outbox's numbers for GET /metrics.
+ */
+#ifndef OUTBOXD_METRICS_H
+#define OUTBOXD_METRICS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+
+#define HISTOGRAM_MAX_BOUNDS 20
+
+/*
+ * Buckets hold plain (not cumulative) counts, each an atomic that one
+ * thread adds to and another reads: no lock on the relay's path.
+ */
+struct histogram {
+    const uint64_t *bounds_us; /* upper bounds, ascending, inclusive */
+    size_t nbounds;
+    _Atomic uint64_t counts[HISTOGRAM_MAX_BOUNDS + 1]; /* last: +Inf */
+    _Atomic uint64_t sum_us;
+};
+
+/* Bucket sets: event latency spans ms to an hour, a batch ms to a minute. */
+extern const uint64_t metrics_latency_bounds_us[];
+extern const size_t metrics_latency_nbounds;
+extern const uint64_t metrics_batch_bounds_us[];
+extern const size_t metrics_batch_nbounds;
+
+void histogram_init(struct histogram *h, const uint64_t *bounds_us,
+                    size_t nbounds);
+/* Negative durations (clock skew between hosts) count as zero. */
+void histogram_observe_us(struct histogram *h, int64_t us);
+/* Observations so far (the +Inf bucket's cumulative count). */
+uint64_t histogram_count(const struct histogram *h);
+
+/* Monotonic microseconds, for durations measured on this host. */
+uint64_t metrics_clock_us(void);
+
+/* One outbox's numbers as read at scrape time. */
+struct outbox_metrics {
+    const char *outbox; /* "<database>.<table>" */
+    uint64_t published, failed, retried, dead, released, lost, batches;
+    bool db_up, broker_up, broker_blocked;
+    /* From the worker's periodic count; false until one succeeded. */
+    bool rows_known;
+    uint64_t rows[OUTBOX_STATUS_COUNT];
+    bool rows_counted[OUTBOX_STATUS_COUNT]; /* false: not counted at all */
+    double oldest_pending_age_s;            /* 0 with nothing pending */
+    const struct histogram *commit_to_confirm;
+    const struct histogram *batch_duration;
+};
+
+/* Process-wide numbers. */
+struct daemon_metrics {
+    const char *version;
+    bool last_reload_ok;
+    uint64_t reloads_ok, reloads_failed;
+};
+
+/* The whole exposition; malloc'd, *len set.  Never fails (xmalloc). */
+char *metrics_render(const struct daemon_metrics *dm,
+                     const struct outbox_metrics *obs, size_t n, size_t *len);
+
+#endif

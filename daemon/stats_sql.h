@@ -1,0 +1,29 @@
+/*
+ * stats_sql: the cheap read-only queries behind the outboxd_rows and
+ * outboxd_oldest_pending_age_seconds gauges, run on the store's session.
+ */
+#ifndef OUTBOXD_STATS_SQL_H
+#define OUTBOXD_STATS_SQL_H
+
+#include <mysql.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+
+struct outbox_counts {
+    uint64_t rows[OUTBOX_STATUS_COUNT];
+    bool counted[OUTBOX_STATUS_COUNT]; /* SENT is not: see stats_sql.c */
+    int64_t oldest_pending_us;         /* 0 when nothing is pending */
+};
+
+/*
+ * Counts the rows of table (a name config checked: letters, digits, _ and
+ * $) per status and the age of the next PENDING row, then ends the
+ * transaction.  -1 with err filled on an SQL error.
+ */
+int stats_sql_count(MYSQL *db, const char *table, struct outbox_counts *out,
+                    char *err, size_t errlen);
+
+#endif

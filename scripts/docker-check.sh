@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Keeps the Dockerfile from rotting where no Docker engine runs (CI): its
+# runtime stage must install a package for every shared library that the
+# built binary links (directly or through the packages' dependencies), its
+# build stage must hold the -dev packages behind the Makefile's pkg-config
+# modules, and those must be ones tests/servers.sh installs, so the image
+# builds what CI tests.  Package dependencies are read from dpkg, offline.
+#
+# Usage: bash scripts/docker-check.sh [BINARY]   (default build/outboxd)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=${1:-build/outboxd}
+# Runtime packages that are not libraries, with why they are there.
+NON_LIBRARY=(ca-certificates) # TLS to the broker or database (amqps://)
+
+die() { printf 'docker-check: %s\n' "$*" >&2; exit 1; }
+[[ -x $BIN ]] || die "$BIN is not built (run make first)"
+
+# The packages that `apt-get install` lines of one stage name: stage 1 is
+# the build, 2 the runtime.  Continuation lines are joined first.
+stage_packages() {
+    sed -e ':a' -e '/\\$/N; s/\\\n//; ta' Dockerfile | awk -v want="$1" '
+        /^FROM / { stage++ }
+        stage == want && /apt-get install/ {
+            on = 0
+            for (i = 1; i <= NF; i++) {
+                if ($i == "&&") on = 0
+                else if (on && $i !~ /^-/) print $i
+                if ($i == "install") on = 1
+            }
+        }'
+}
+
+# Packages installed here that pkg and its Depends/Pre-Depends pull in.
+closure() {
+    local -A seen=()
+    local queue=("$@") p deps alt
+    while ((${#queue[@]})); do
+        p=${queue[0]}
+        queue=("${queue[@]:1}")
+        [[ -n ${seen[$p]:-} ]] && continue
+        deps=$(dpkg-query -W -f='${Depends}, ${Pre-Depends}' "$p" 2>/dev/null) ||
+            continue # virtual or not installed: nothing to follow
+        seen[$p]=1
+        echo "$p"
+        # "a (>= 1) | b:any, c" -> a b c
+        # shellcheck disable=SC2013 # words: package names
+        for alt in $(sed -e 's/([^)]*)//g; s/[|,]/ /g; s/:[a-z0-9]*//g' <<<"$deps"); do
+            [[ -z ${seen[$alt]:-} ]] && queue+=("$alt")
+        done
+    done
+}
+
+# The package that owns a library path (usrmerge: try both spellings).
+owner() {
+    local path=$1 real
+    real=$(realpath "$path")
+    for p in "$path" "$real" "${real#/usr}" "/usr$path"; do
+        dpkg-query -S "$p" 2>/dev/null | head -n1 | cut -d: -f1 && return
+    done
+    return 1
+}
+
+grep -q '^FROM debian:12 AS build$' Dockerfile || die "no 'FROM debian:12 AS build'"
+grep -q '^FROM debian:12-slim$' Dockerfile || die "no 'FROM debian:12-slim'"
+grep -q '^USER outboxd' Dockerfile || die "the runtime does not run as outboxd"
+grep -q '^HEALTHCHECK ' Dockerfile || die "no HEALTHCHECK"
+grep -q '/healthz' scripts/docker-healthcheck.sh || die "healthcheck skips /healthz"
+grep -q '^ENTRYPOINT .*"-c", "/etc/outboxd/outboxd.yaml"' Dockerfile ||
+    die "ENTRYPOINT does not read /etc/outboxd/outboxd.yaml"
+# shellcheck disable=SC2013 # words: paths without spaces
+for src in $(awk '/^COPY / && !/--from/ { for (i = 2; i < NF; i++) print $i }' Dockerfile); do
+    [[ -e $src ]] || die "COPY source $src does not exist"
+done
+
+mapfile -t build_pkgs < <(stage_packages 1)
+mapfile -t run_pkgs < <(stage_packages 2)
+((${#build_pkgs[@]} && ${#run_pkgs[@]})) || die "cannot read the package lists"
+
+# 1. Build stage: a subset of what CI installs, covering every pkg-config
+#    module the Makefile compiles against.
+servers_pkgs=" $(sed -n '/^PACKAGES=(/,/)/p' tests/servers.sh | tr -d '()' |
+    sed 's/PACKAGES=//' | tr -s ' \n' ' ') "
+for p in "${build_pkgs[@]}"; do
+    [[ $servers_pkgs == *" $p "* ]] ||
+        die "build stage installs $p, which tests/servers.sh deps does not"
+done
+mapfile -t build_closure < <(closure "${build_pkgs[@]}")
+modules=$(sed -n 's/^PKGS = //p' Makefile)
+[[ -n $modules ]] || die "no PKGS line in the Makefile"
+for m in $modules; do
+    pc=$(pkg-config --path "$m") || die "pkg-config does not know $m"
+    p=$(owner "$pc") || die "no package owns $pc"
+    printf '%s\n' "${build_closure[@]}" | grep -qx "$p" ||
+        die "pkg-config module $m comes from $p, which the build stage lacks"
+done
+
+# 2. Runtime stage: every library the binary loads comes from a package
+#    it installs, or from one of their dependencies.
+for p in "${run_pkgs[@]}"; do
+    dpkg-query -W "$p" >/dev/null 2>&1 ||
+        die "runtime package $p is not installed here, cannot check it" \
+            "(is the name right for Debian 12?)"
+done
+mapfile -t run_closure < <(closure "${run_pkgs[@]}")
+needed=()
+while read -r lib; do
+    p=$(owner "$lib") || die "no package owns $lib"
+    needed+=("$p")
+    printf '%s\n' "${run_closure[@]}" | grep -qx "$p" ||
+        die "$BIN needs $lib from $p, which the runtime stage does not install"
+done < <(ldd "$BIN" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+
+# 3. And nothing there that the binary does not use.
+for p in "${run_pkgs[@]}"; do
+    [[ " ${NON_LIBRARY[*]} ${needed[*]} " == *" $p "* ]] ||
+        die "runtime package $p provides no library $BIN links"
+done
+
+echo "docker-check: Dockerfile OK (build: ${build_pkgs[*]}; runtime:" \
+    "${run_pkgs[*]}; $BIN needs ${#needed[@]} libraries, all provided)"

@@ -1,0 +1,29 @@
+-- grants.sql: the least privilege outboxd (and outboxctl) needs, per
+-- outbox table.  Nothing on any other table, no INSERT (the application
+-- writes the rows), no DDL, nothing global.
+--
+--   SELECT  claim (SELECT ... FOR UPDATE SKIP LOCKED), the ordering
+--           check, the row counts behind /metrics and `outboxctl status`
+--   UPDATE  lease, mark SENT, RETRY, DEAD; `outboxctl dead retry`
+--   DELETE  `on_sent: delete`, retention of SENT rows, `outboxctl purge`
+--
+-- The schema check reads information_schema.COLUMNS and STATISTICS, which
+-- show any table the user holds a privilege on: no grant needed.  At
+-- connect time outboxd checks UPDATE and DELETE with EXPLAIN (which runs
+-- nothing) and reports a missing one by name, leaving the outbox not ready.
+--
+-- The placeholders are filled in by the caller, for example:
+--
+--   sed -e 's/{{database}}/orders/g' -e 's/{{table}}/outbox_event/g' \
+--       -e 's/{{user}}/relay/g' -e 's/{{host}}/10.0.0.%/g' sql/grants.sql |
+--       mariadb -u root
+--
+-- once per outbox table.  The account itself is created beforehand, with
+-- its password kept out of this file:
+--
+--   CREATE USER 'relay'@'10.0.0.%' IDENTIFIED BY '...';
+--
+-- MySQL 8.0 and MariaDB 10.6+ read it the same way.  The tests
+-- (tests/itest.c) run every relay with exactly these grants.
+
+GRANT SELECT, UPDATE, DELETE ON `{{database}}`.`{{table}}` TO '{{user}}'@'{{host}}';

@@ -1,0 +1,69 @@
+/*
+ * fuzz_config: the YAML loader on any text.  A load either fails with
+ * every message naming the file, or gives a config that compares with a
+ * second load of the same text as unchanged (the SIGHUP path).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fuzz.h"
+#include "log.h"
+
+/* Relative password_file and tls paths resolve beside this, which does
+ * not exist: only absolute paths reach real files. */
+#define FUZZ_PATH "/nonexistent-outboxd-fuzz/outboxd.yaml"
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    /* password_file: /dev/stdin must not wait for a terminal. */
+    int fd = open("/dev/null", O_RDONLY);
+    if (fd >= 0) {
+        dup2(fd, STDIN_FILENO);
+        close(fd);
+    }
+    log_init(LOG_ERROR, LOG_FORMAT_TEXT);
+    return 0;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct config_errors errs = {0};
+    struct config *cfg =
+        config_load_buffer(FUZZ_PATH, (const char *)data, size, &errs);
+    if (cfg == NULL) {
+        FUZZ_ASSERT(errs.n > 0);
+        for (size_t i = 0; i < errs.n; i++)
+            FUZZ_ASSERT(strncmp(errs.msgs[i], FUZZ_PATH ":",
+                                strlen(FUZZ_PATH ":")) == 0);
+        config_errors_free(&errs);
+        return 0;
+    }
+    FUZZ_ASSERT(errs.n == 0);
+    struct config *again =
+        config_load_buffer(FUZZ_PATH, (const char *)data, size, &errs);
+    FUZZ_ASSERT(again != NULL);
+    struct config_errors refused = {0}, changed = {0};
+    size_t n = config_reload_check(cfg, again, &refused, &changed);
+    if (n != 0 || changed.n != 0) {
+        for (size_t i = 0; i < refused.n; i++)
+            fprintf(stderr, "refused: %s\n", refused.msgs[i]);
+        for (size_t i = 0; i < changed.n; i++)
+            fprintf(stderr, "changed: %s\n", changed.msgs[i]);
+        FUZZ_ASSERT(!"the same text reloads as a change");
+    }
+    config_reload_apply(cfg, again);
+    for (size_t i = 0; i < config_outbox_count(cfg); i++)
+        FUZZ_ASSERT(config_outbox_find(cfg, config_outbox_at(cfg, i)->name) !=
+                    NULL);
+    config_errors_free(&refused);
+    config_errors_free(&changed);
+    config_free(again);
+    config_free(cfg);
+    return 0;
+}

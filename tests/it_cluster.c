@@ -1,0 +1,521 @@
+/*
+ * it_cluster: broker failover.  A reconnect starts at the url after the
+ * one that failed; and on the three-node cluster that tests/cluster.sh
+ * runs beside the shared node, the node the relay is connected to dies
+ * mid-drain (twice, so that the second failover has a live node behind
+ * and ahead of it) and every event still reaches a quorum queue, in order
+ * per aggregate.
+ */
+#define _GNU_SOURCE
+#include "itest.h"
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "publisher.h"
+
+Suite *it_cluster_suite(void);
+
+#define NNODES 3
+#define NODE_PORT(i) (5701 + (i)) /* node c<i+1> */
+
+/* ---- the cluster ---- */
+
+static int
+cluster_sh(const char *cmd)
+{
+    return it_sh("bash '%s' %s >&2", it_src_path("tests/cluster.sh"), cmd);
+}
+
+static bool cluster_was_up;
+
+/*
+ * Runs once for the test case, in the runner: the cluster is started if
+ * it is not up and stopped afterwards if it was not (OUTBOXD_KEEP_CLUSTER
+ * keeps it for the next run).  A test that fails with a node dead leaves
+ * it so; the next start brings it back.
+ */
+static void
+cluster_setup(void)
+{
+    cluster_was_up = cluster_sh("status >/dev/null 2>&1") == 0;
+    ck_assert_msg(cluster_sh("start") == 0, "tests/cluster.sh start failed");
+}
+
+static void
+cluster_teardown(void)
+{
+    const char *keep = getenv("OUTBOXD_KEEP_CLUSTER");
+    if (!cluster_was_up && !(keep && keep[0] == '1'))
+        cluster_sh("stop");
+}
+
+/* ---- reconnecting: which url comes first ---- */
+
+START_TEST(test_reconnect_starts_at_next_url)
+{
+    /* Nodes c1 and c2, and between them a port nothing listens on. */
+    char *urls[] = {"amqp://guest:guest@127.0.0.1:5701/",
+                    "amqp://guest:guest@127.0.0.1:1/",
+                    "amqp://guest:guest@127.0.0.1:5702/"};
+    struct broker_config broker = {.name = "main",
+                                   .urls = urls,
+                                   .nurls = 3,
+                                   .heartbeat_ms = 10000,
+                                   .connect_timeout_ms = 2000,
+                                   .confirm_timeout_ms = 10000};
+    struct publisher *p = publisher_new(&broker, "it_cluster rotation");
+    char err[1024];
+    /* the first connect starts at the first url */
+    ck_assert_msg(publisher_connect(p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(publisher_url(p), "amqp://guest:***@127.0.0.1:5701/");
+    /* a reconnect starts after it: the dead url fails, c2 serves */
+    ck_assert_msg(publisher_connect(p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(publisher_url(p), "amqp://guest:***@127.0.0.1:5702/");
+    /* and round again to c1 */
+    ck_assert_msg(publisher_connect(p, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(publisher_url(p), "amqp://guest:***@127.0.0.1:5701/");
+    publisher_free(p);
+}
+END_TEST
+
+static const char *
+cluster_dir(void)
+{
+    const char *d = getenv("OUTBOXD_CLUSTER_DIR");
+    return d ? d : "/var/lib/rabbitmq/outboxd-cluster";
+}
+
+/* SIGKILL of node c<i+1>: the node dies, as on a crash. */
+static void
+kill_node(int i)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/c%d/pid", cluster_dir(), i + 1);
+    FILE *fp = fopen(path, "r");
+    ck_assert_msg(fp != NULL, "no pid file %s", path);
+    int pid = 0;
+    ck_assert_int_eq(fscanf(fp, "%d", &pid), 1);
+    fclose(fp);
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+}
+
+static void
+amqp_ok(amqp_rpc_reply_t r, const char *what)
+{
+    ck_assert_msg(r.reply_type == AMQP_RESPONSE_NORMAL, "%s failed (%d)", what,
+                  r.reply_type);
+}
+
+/* Connection with channel 1 open to node port; NULL if it refuses. */
+static amqp_connection_state_t
+node_open(int port)
+{
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    struct timeval tv = {3, 0};
+    amqp_rpc_reply_t r = {0};
+    if (amqp_socket_open_noblock(sock, "127.0.0.1", port, &tv) ==
+        AMQP_STATUS_OK)
+        r = amqp_login(conn, "/", 0, 131072, 10, AMQP_SASL_METHOD_PLAIN,
+                       "guest", "guest");
+    if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+        amqp_channel_open(conn, 1);
+        if (amqp_get_rpc_reply(conn).reply_type == AMQP_RESPONSE_NORMAL)
+            return conn;
+    }
+    amqp_destroy_connection(conn);
+    return NULL;
+}
+
+static void
+node_close(amqp_connection_state_t conn)
+{
+    amqp_channel_close(conn, 1, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+}
+
+/*
+ * Declared through node c1, so that the queue's leader starts on the node
+ * the relay connects to first: its death also moves the leader.
+ */
+static void
+declare_quorum_queue(const char *exchange, const char *queue)
+{
+    amqp_connection_state_t conn = node_open(NODE_PORT(0));
+    ck_assert_msg(conn != NULL, "cannot connect to node c1");
+    amqp_exchange_declare(conn, 1, amqp_cstring_bytes(exchange),
+                          amqp_cstring_bytes("topic"), 0, 1, 0, 0,
+                          amqp_empty_table);
+    amqp_ok(amqp_get_rpc_reply(conn), "exchange.declare");
+    amqp_table_entry_t args[] = {
+        {amqp_cstring_bytes("x-queue-type"),
+         {AMQP_FIELD_KIND_UTF8, {.bytes = amqp_cstring_bytes("quorum")}}},
+        {amqp_cstring_bytes("x-quorum-initial-group-size"),
+         {AMQP_FIELD_KIND_I32, {.i32 = NNODES}}},
+    };
+    amqp_table_t table = {2, args};
+    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 1, 0, 0, table);
+    amqp_ok(amqp_get_rpc_reply(conn), "queue.declare (quorum)");
+    amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
+                    amqp_cstring_bytes(exchange), amqp_cstring_bytes("#"),
+                    amqp_empty_table);
+    amqp_ok(amqp_get_rpc_reply(conn), "queue.bind");
+    node_close(conn);
+}
+
+static void
+delete_queue(const char *exchange, const char *queue)
+{
+    for (int i = NNODES - 1; i >= 0; i--) {
+        amqp_connection_state_t conn = node_open(NODE_PORT(i));
+        if (conn == NULL)
+            continue;
+        amqp_queue_delete(conn, 1, amqp_cstring_bytes(queue), 0, 0);
+        amqp_get_rpc_reply(conn);
+        amqp_exchange_delete(conn, 1, amqp_cstring_bytes(exchange), 0);
+        amqp_get_rpc_reply(conn);
+        node_close(conn);
+        return;
+    }
+}
+
+/* ---- a consumer that survives the death of its node ---- */
+
+struct consumer {
+    amqp_connection_state_t conn;
+    const char *queue;
+    int node; /* the node it prefers; others when that one is down */
+    int reconnects;
+};
+
+struct message {
+    long event;     /* "<prefix>-<i>" */
+    long aggregate; /* header aggregate_id "<prefix>-<k>" */
+    long long outbox_id;
+    bool redelivered;
+};
+
+static void
+consumer_connect(struct consumer *c)
+{
+    for (int attempt = 0; attempt < 150; attempt++) {
+        int node = (c->node + attempt) % NNODES;
+        c->conn = node_open(NODE_PORT(node));
+        if (c->conn != NULL) {
+            amqp_basic_qos(c->conn, 1, 0, 500, 0);
+            amqp_basic_consume(c->conn, 1, amqp_cstring_bytes(c->queue),
+                               amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+            if (amqp_get_rpc_reply(c->conn).reply_type == AMQP_RESPONSE_NORMAL)
+                return;
+            amqp_destroy_connection(c->conn);
+            c->conn = NULL;
+        }
+        it_sleep_ms(200);
+    }
+    ck_abort_msg("no node lets a consumer on queue %s", c->queue);
+}
+
+static void
+consumer_reconnect(struct consumer *c, const char *why)
+{
+    fprintf(stderr, "cluster: consumer reconnects (%s)\n", why);
+    amqp_destroy_connection(c->conn);
+    c->conn = NULL;
+    c->reconnects++;
+    consumer_connect(c);
+}
+
+static long
+suffix_index(const void *bytes, size_t len)
+{
+    char buf[160];
+    snprintf(buf, sizeof(buf), "%.*s", (int)len, (const char *)bytes);
+    const char *dash = strrchr(buf, '-');
+    return dash ? strtol(dash + 1, NULL, 10) : -1;
+}
+
+static void
+parse_message(const amqp_envelope_t *env, struct message *m)
+{
+    const amqp_basic_properties_t *p = &env->message.properties;
+    memset(m, 0, sizeof(*m));
+    m->event = suffix_index(p->message_id.bytes, p->message_id.len);
+    m->aggregate = m->outbox_id = -1;
+    m->redelivered = env->redelivered;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        const amqp_field_value_t *v = &e->value;
+        if (e->key.len == 12 && memcmp(e->key.bytes, "aggregate_id", 12) == 0)
+            m->aggregate =
+                suffix_index(v->value.bytes.bytes, v->value.bytes.len);
+        else if (e->key.len == 9 && memcmp(e->key.bytes, "outbox_id", 9) == 0)
+            m->outbox_id = v->kind == AMQP_FIELD_KIND_I64 ? v->value.i64
+                           : v->kind == AMQP_FIELD_KIND_U64
+                               ? (long long)v->value.u64
+                               : v->value.i32;
+    }
+}
+
+/* 1 with a message (acked), 0 on a timeout; reconnects on any error. */
+static int
+consumer_next(struct consumer *c, struct message *m, int timeout_ms)
+{
+    amqp_envelope_t env;
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    amqp_maybe_release_buffers(c->conn);
+    amqp_rpc_reply_t r = amqp_consume_message(c->conn, &env, &tv, 0);
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+        r.library_error == AMQP_STATUS_TIMEOUT)
+        return 0;
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        consumer_reconnect(c, r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION
+                                  ? amqp_error_string2(r.library_error)
+                                  : "closed by the broker");
+        return 0;
+    }
+    parse_message(&env, m);
+    amqp_basic_ack(c->conn, 1, env.delivery_tag, 0);
+    amqp_destroy_envelope(&env);
+    return 1;
+}
+
+/* ---- what arrived ---- */
+
+struct tally {
+    int n, aggregates;
+    int *copies;
+    long long *last;
+    long distinct, duplicates;
+};
+
+/*
+ * Per aggregate the ids never go down.  A message the broker redelivers
+ * to a reconnected consumer (acked on a connection that died) is a
+ * consumer-side repeat and is only counted.
+ */
+static void
+tally_message(struct tally *t, const struct message *m)
+{
+    ck_assert_msg(m->event >= 0 && m->event < t->n, "unexpected event %ld",
+                  m->event);
+    ck_assert_msg(m->aggregate >= 0 && m->aggregate < t->aggregates,
+                  "aggregate %ld", m->aggregate);
+    bool repeat = m->redelivered && t->copies[m->event] > 0;
+    if (!repeat) {
+        ck_assert_msg(m->outbox_id >= t->last[m->aggregate],
+                      "aggregate %ld went back from id %lld to %lld",
+                      m->aggregate, t->last[m->aggregate], m->outbox_id);
+        t->last[m->aggregate] = m->outbox_id;
+    }
+    if (t->copies[m->event]++ == 0)
+        t->distinct++;
+    else
+        t->duplicates++;
+}
+
+/* Receives until want distinct events arrived or timeout_ms passed. */
+static void
+receive_until(struct consumer *c, struct tally *t, long want, int timeout_ms)
+{
+    uint64_t deadline = it_now_ms() + (uint64_t)timeout_ms;
+    uint64_t idle_since = it_now_ms();
+    struct message m;
+    while (t->distinct < want && it_now_ms() < deadline) {
+        if (consumer_next(c, &m, 200) == 1) {
+            tally_message(t, &m);
+            idle_since = it_now_ms();
+        } else if (it_now_ms() - idle_since > 8000) {
+            /* a consumer the broker forgot in a failover stays silent */
+            consumer_reconnect(c, "silent for 8 s");
+            idle_since = it_now_ms();
+        }
+    }
+}
+
+/* The port of the last "broker connected: <url>" in the relay's log. */
+static int
+connected_port(const struct it_daemon *d)
+{
+    FILE *fp = fopen(d->log_path, "r");
+    if (fp == NULL)
+        return -1;
+    char line[2048];
+    int port = -1;
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        const char *s = strstr(line, "broker connected: ");
+        const char *colon = s ? strstr(s, "@127.0.0.1:") : NULL;
+        if (colon != NULL)
+            port = atoi(colon + strlen("@127.0.0.1:"));
+    }
+    fclose(fp);
+    return port;
+}
+
+struct cfx {
+    char name[64], db[96], ex[96], queue[96], conf[256];
+    MYSQL *sql;
+    struct it_daemon d;
+    char user[64], password[64];
+    struct consumer c;
+};
+
+static void
+write_config(struct cfx *f)
+{
+    it_write_file(f->conf,
+                  "relay:\n"
+                  "  id: %s\n"
+                  "  log_level: debug\n"
+                  "  listen: \"\"\n"
+                  "brokers:\n"
+                  "  cluster:\n"
+                  "    urls:\n"
+                  "      - amqp://guest:guest@127.0.0.1:%d/\n"
+                  "      - amqp://guest:guest@127.0.0.1:%d/\n"
+                  "      - amqp://guest:guest@127.0.0.1:%d/\n"
+                  "    heartbeat: 5s\n"
+                  "    connect_timeout: 2s\n"
+                  "    confirm_timeout: 5s\n"
+                  "databases:\n"
+                  "  %s:\n"
+                  "    host: 127.0.0.1\n"
+                  "    user: %s\n"
+                  "    password: %s\n"
+                  "    database: %s\n"
+                  "    outboxes:\n"
+                  "      - table: outbox_event\n"
+                  "        broker: cluster\n"
+                  "        exchange: %s\n"
+                  "        lease: 10s\n"
+                  "        max_retries: 100\n"
+                  "        backoff: { initial: 200ms, max: 1s }\n",
+                  f->name, NODE_PORT(0), NODE_PORT(1), NODE_PORT(2), f->db,
+                  f->user, f->password, f->db, f->ex);
+}
+
+/* Events "ev-<first..first+n-1>" over aggregates "agg-<i % aggregates>". */
+static void
+insert_events(MYSQL *db, int first, int n, int aggregates)
+{
+    size_t cap = 1000 * 400 + 256;
+    char *sql = malloc(cap);
+    for (int start = first; start < first + n; start += 1000) {
+        size_t len = (size_t)snprintf(
+            sql, cap,
+            "INSERT INTO outbox_event (event_id, aggregate_type, "
+            "aggregate_id, event_type, payload) VALUES ");
+        int end = start + 1000 < first + n ? start + 1000 : first + n;
+        for (int i = start; i < end; i++)
+            len += (size_t)snprintf(
+                sql + len, cap - len,
+                "%s('ev-%d','Order','agg-%d','Created','{\"seq\":%d,"
+                "\"pad\":\"%0200d\"}')",
+                i > start ? "," : "", i, i % aggregates, i, 0);
+        it_db_exec(db, "%s", sql);
+    }
+    free(sql);
+}
+
+static long long
+count_sent(struct cfx *f)
+{
+    return it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM outbox_event WHERE status = 'SENT'");
+}
+
+/*
+ * Once part of the events up to want arrived, kills the node the relay
+ * is connected to (it must be node expect), then receives the rest.
+ */
+static void
+drain_through_node_death(struct cfx *f, struct tally *t, long want, int expect)
+{
+    ck_assert(IT_WAIT(30000, connected_port(&f->d) > 0));
+    ck_assert_int_eq(connected_port(&f->d), NODE_PORT(expect));
+    receive_until(&f->c, t, want - (want - t->distinct) * 9 / 10, 60000);
+    kill_node(expect);
+    long long sent = count_sent(f);
+    fprintf(stderr, "cluster: killed node c%d with %lld of %ld events SENT\n",
+            expect + 1, sent, want);
+    ck_assert_msg(sent < want, "the drain ended before the node died");
+    receive_until(&f->c, t, want, 120000);
+    ck_assert_msg(t->distinct == want, "%ld of %ld events arrived", t->distinct,
+                  want);
+}
+
+START_TEST(test_failover_to_next_node)
+{
+    enum { N1 = 20000, N2 = 10000, AGGS = 100 };
+    static struct cfx f;
+    it_unique_name(f.name, sizeof(f.name), "it_cluster");
+    snprintf(f.db, sizeof(f.db), "outboxd_test_%.60s", f.name + 3);
+    snprintf(f.ex, sizeof(f.ex), "ex_%s", f.name);
+    snprintf(f.queue, sizeof(f.queue), "q_%s", f.name);
+    snprintf(f.conf, sizeof(f.conf), "/tmp/%s.yaml", f.name);
+    it_db_create(f.db, it_src_path("sql/outbox.sql"));
+    f.sql = it_db_connect(f.db);
+    it_db_grant_relay(f.db, "outbox_event", f.user, sizeof(f.user), f.password,
+                      sizeof(f.password));
+    declare_quorum_queue(f.ex, f.queue);
+    /* the consumer on the node neither failover kills */
+    f.c.queue = f.queue;
+    f.c.node = 2;
+    consumer_connect(&f.c);
+    write_config(&f);
+    struct tally t = {.n = N1 + N2, .aggregates = AGGS};
+    t.copies = calloc(N1 + N2, sizeof(*t.copies));
+    t.last = calloc(AGGS, sizeof(*t.last));
+    insert_events(f.sql, 0, N1, AGGS);
+    uint64_t t0 = it_now_ms();
+    it_daemon_start(&f.d, f.conf, f.name);
+    /* c1, the first url, dies: the relay moves on to c2 */
+    drain_through_node_death(&f, &t, N1, 0);
+    uint64_t ms = it_now_ms() - t0;
+    fprintf(stderr,
+            "cluster: %d events through the death of c1 in %llu ms = %.0f "
+            "events/s\n",
+            N1, (unsigned long long)ms, N1 * 1000.0 / (double)(ms ? ms : 1));
+    /* c1 is back; when c2 dies the relay goes on to c3, not back to c1 */
+    ck_assert_int_eq(cluster_sh("start"), 0);
+    insert_events(f.sql, N1, N2, AGGS);
+    drain_through_node_death(&f, &t, N1 + N2, 1);
+    ck_assert(IT_WAIT(10000, connected_port(&f.d) == NODE_PORT(2)));
+    if (!IT_WAIT(30000, count_sent(&f) == N1 + N2))
+        ck_abort_msg("%lld of %d SENT", count_sent(&f), N1 + N2);
+    fprintf(stderr,
+            "cluster: all %d events arrived, %ld duplicates, consumer "
+            "reconnected %d times\n",
+            N1 + N2, t.duplicates, f.c.reconnects);
+    ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 15000));
+    ck_assert_int_eq(cluster_sh("start"), 0);
+    node_close(f.c.conn);
+    delete_queue(f.ex, f.queue);
+    mysql_close(f.sql);
+    it_db_drop(f.db);
+    unlink(f.conf);
+    free(t.copies);
+    free(t.last);
+}
+END_TEST
+
+Suite *
+it_cluster_suite(void)
+{
+    Suite *s = suite_create("it_cluster");
+    TCase *tc = tcase_create("failover");
+    tcase_set_timeout(tc, 240);
+    tcase_add_unchecked_fixture(tc, cluster_setup, cluster_teardown);
+    tcase_add_test(tc, test_reconnect_starts_at_next_url);
+    tcase_add_test(tc, test_failover_to_next_node);
+    suite_add_tcase(s, tc);
+    return s;
+}

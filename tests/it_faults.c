@@ -1,0 +1,1258 @@
+/*
+ * it_faults: what outboxd does when things break, against the real
+ * servers: broker refusals with backoff and dead letters, a chaos drain
+ * with relay kills and server restarts, fencing of a stalled relay, a
+ * row that kills the relay, a blackholed and a blocked broker, the
+ * database lost at finalize, and the bad rows of SPEC section 9.
+ *
+ * Tests that break a shared server restore it themselves, and start a
+ * guard first: a process outside the test's process group that restores
+ * the server if the test dies (a failed assertion exits it, a timeout
+ * kills it).  Daemons die with the test (PR_SET_PDEATHSIG).
+ */
+#define _GNU_SOURCE
+#include "itest.h"
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+Suite *it_faults_suite(void);
+
+struct fx {
+    char name[64], db[96], ex[96];
+    char conf[2][256], relay_id[2][96];
+    MYSQL *sql;
+    struct it_consumer *consumer;
+    struct it_daemon d[2];
+};
+
+/* ---- fixture ---- */
+
+/*
+ * One config per relay: broker_keys and outbox_keys are lines appended
+ * to the broker's and the outbox's keys (without indentation: each line
+ * is indented here).
+ */
+static void
+write_conf(struct fx *f, int i, const char *broker_keys,
+           const char *outbox_keys, const char *shutdown_timeout)
+{
+    char broker[1024] = "", outbox[1024] = "";
+    const char *src[2] = {broker_keys ? broker_keys : "",
+                          outbox_keys ? outbox_keys : ""};
+    char *dst[2] = {broker, outbox};
+    const char *indent[2] = {"    ", "        "};
+    for (int k = 0; k < 2; k++) {
+        size_t len = 0;
+        for (const char *s = src[k]; *s != '\0';) {
+            const char *nl = strchr(s, '\n');
+            size_t n = nl ? (size_t)(nl - s) : strlen(s);
+            len += (size_t)snprintf(dst[k] + len, 1024 - len, "%s%.*s\n",
+                                    indent[k], (int)n, s);
+            s += n + (nl != NULL);
+        }
+    }
+    it_write_file(f->conf[i],
+                  "relay:\n"
+                  "  id: %s\n"
+                  "  log_level: debug\n"
+                  "  listen: \"\"\n"
+                  "  shutdown_timeout: %s\n"
+                  "brokers:\n"
+                  "  main:\n"
+                  "%s"
+                  "    heartbeat: 10s\n"
+                  "%s"
+                  "databases:\n"
+                  "  %s:\n"
+                  "    host: 127.0.0.1\n"
+                  "    port: 3306\n"
+                  "    user: %s\n"
+                  "    password: %s\n"
+                  "    database: %s\n"
+                  "    outboxes:\n"
+                  "      - table: outbox_event\n"
+                  "        broker: main\n"
+                  "        exchange: \"%s\"\n"
+                  "%s",
+                  f->relay_id[i], shutdown_timeout ? shutdown_timeout : "10s",
+                  strstr(broker, "urls:") ? ""
+                                          : "    url: " IT_AMQP_URL "\n",
+                  broker, f->db, IT_DB_USER, IT_DB_PASSWORD, f->db, f->ex,
+                  outbox);
+}
+
+static void
+fx_open(struct fx *f, const char *binding, const char *broker_keys,
+        const char *outbox_keys, const char *shutdown_timeout)
+{
+    memset(f, 0, sizeof(*f));
+    it_unique_name(f->name, sizeof(f->name), "it_faults");
+    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 3);
+    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
+    it_db_create(f->db, it_src_path("sql/outbox.sql"));
+    f->sql = it_db_connect(f->db);
+    f->consumer = it_consumer_new(f->ex, binding);
+    for (int i = 0; i < 2; i++) {
+        snprintf(f->conf[i], sizeof(f->conf[i]), "/tmp/%s_%d.yaml", f->name,
+                 i);
+        snprintf(f->relay_id[i], sizeof(f->relay_id[i]), "%s-%c", f->name,
+                 'a' + i);
+        write_conf(f, i, broker_keys, outbox_keys, shutdown_timeout);
+    }
+}
+
+/* Like it_daemon_start, but the daemon dies with the test process. */
+static void
+daemon_start(struct fx *f, int i)
+{
+    struct it_daemon *d = &f->d[i];
+    const char *bin = getenv("OUTBOXD_BIN");
+    ck_assert_msg(bin != NULL, "OUTBOXD_BIN is not set (run via make)");
+    char path[sizeof(d->log_path)];
+    snprintf(path, sizeof(path), "/tmp/%s.log", f->relay_id[i]);
+    memset(d, 0, sizeof(*d));
+    memcpy(d->log_path, path, sizeof(path));
+    pid_t parent = getpid();
+    fflush(NULL);
+    d->pid = fork();
+    ck_assert_int_ge(d->pid, 0);
+    if (d->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        int fd = open(d->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDERR_FILENO);
+            dup2(fd, STDOUT_FILENO);
+        }
+        execl(bin, bin, "-c", f->conf[i], (char *)NULL);
+        _exit(127);
+    }
+}
+
+static void
+daemon_kill9(struct fx *f, int i)
+{
+    ck_assert_msg(it_daemon_signal_wait(&f->d[i], SIGKILL, 5000),
+                  "outboxd did not die");
+}
+
+/* SIGTERM, and the exit must be 0 within limit_ms; returns the time. */
+static uint64_t
+daemon_term(struct fx *f, int i, int limit_ms)
+{
+    uint64_t t0 = it_now_ms();
+    if (!it_daemon_signal_wait(&f->d[i], SIGTERM, limit_ms)) {
+        it_daemon_dump_log(&f->d[i]);
+        ck_abort_msg("outboxd did not exit within %d ms of SIGTERM",
+                     limit_ms);
+    }
+    int st = f->d[i].status;
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "outboxd exited with status 0x%x", st);
+    return it_now_ms() - t0;
+}
+
+static void
+fx_close(struct fx *f)
+{
+    for (int i = 0; i < 2; i++) {
+        if (f->d[i].pid > 0 && !f->d[i].reaped) {
+            kill(f->d[i].pid, SIGCONT);
+            daemon_kill9(f, i);
+        }
+        if (f->d[i].pid > 0 && getenv("IT_KEEP_LOGS") == NULL)
+            unlink(f->d[i].log_path);
+        unlink(f->conf[i]);
+    }
+    if (f->consumer)
+        it_consumer_free(f->consumer);
+    mysql_close(f->sql);
+    it_db_drop(f->db);
+}
+
+static void
+dump_logs(struct fx *f)
+{
+    for (int i = 0; i < 2; i++)
+        if (f->d[i].pid > 0)
+            it_daemon_dump_log(&f->d[i]);
+}
+
+/* Occurrences of needle in daemon i's log. */
+static int
+log_count(struct fx *f, int i, const char *needle)
+{
+    return it_sh("exit $(grep -c -F -- '%s' '%s')", needle, f->d[i].log_path);
+}
+
+/* Sum of the N in every "<prefix> N" of daemon i's log. */
+static long
+log_sum(struct fx *f, int i, const char *prefix)
+{
+    FILE *fp = fopen(f->d[i].log_path, "r");
+    ck_assert_ptr_nonnull(fp);
+    char line[4096];
+    long sum = 0;
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        const char *p = strstr(line, prefix);
+        if (p != NULL)
+            sum += strtol(p + strlen(prefix), NULL, 10);
+    }
+    fclose(fp);
+    return sum;
+}
+
+/* ---- guard: restores shared servers if the test dies ---- */
+
+#define SERVERS_START "bash '%s' start >/dev/null 2>&1"
+
+struct guard {
+    pid_t pid;
+    char cmd[1024];
+};
+
+static void
+guard_start(struct guard *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+guard_start(struct guard *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->cmd, sizeof(g->cmd), fmt, ap);
+    va_end(ap);
+    pid_t parent = getpid();
+    fflush(NULL);
+    g->pid = fork();
+    ck_assert_int_ge(g->pid, 0);
+    if (g->pid > 0)
+        return;
+    /* Out of the test's process group: a timeout kill does not reach it. */
+    setsid();
+    for (int fd = 3; fd < 1024; fd++)
+        close(fd);
+    while (getppid() == parent)
+        usleep(100 * 1000);
+    fprintf(stderr, "it_faults guard: the test died, restoring: %s\n",
+            g->cmd);
+    execl("/bin/sh", "sh", "-c", g->cmd, (char *)NULL);
+    _exit(127);
+}
+
+/* The test restores, and the guard is no longer needed. */
+static void
+guard_end(struct guard *g)
+{
+    if (g->pid <= 0)
+        return;
+    kill(g->pid, SIGKILL);
+    waitpid(g->pid, NULL, 0);
+    g->pid = 0;
+    it_sh("%s", g->cmd);
+}
+
+/* ---- servers ---- */
+
+static bool
+rabbit_answers(void)
+{
+    return it_sh("timeout 10 amqp-delete-queue -u "
+                 "amqp://guest:guest@127.0.0.1:5672 -q outboxd.servers.probe "
+                 ">/dev/null 2>&1") == 0;
+}
+
+/* The RabbitMQ node's OS process (beam.smp). */
+static pid_t
+beam_pid(void)
+{
+    char *out = NULL;
+    size_t cap = 0;
+    FILE *p = popen("rabbitmqctl -q eval 'os:getpid().' 2>/dev/null", "r");
+    ck_assert_ptr_nonnull(p);
+    ssize_t n = getline(&out, &cap, p);
+    pclose(p);
+    pid_t pid = n > 0 ? (pid_t)strtol(out + (out[0] == '"'), NULL, 10) : 0;
+    free(out);
+    ck_assert_msg(pid > 0, "cannot find the RabbitMQ node's pid");
+    char comm[64] = "";
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+    FILE *c = fopen(path, "r");
+    if (c != NULL) {
+        if (fgets(comm, sizeof(comm), c) == NULL)
+            comm[0] = '\0';
+        fclose(c);
+    }
+    ck_assert_msg(strncmp(comm, "beam.smp", 8) == 0, "pid %d is %s",
+                  (int)pid, comm);
+    return pid;
+}
+
+/* One line of `rabbitmqctl eval`, trimmed. */
+static void
+rabbit_eval(const char *expr, char *out, size_t len)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rabbitmqctl -q eval '%s' 2>/dev/null", expr);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    if (fgets(out, (int)len, p) == NULL)
+        out[0] = '\0';
+    pclose(p);
+    out[strcspn(out, "\r\n")] = '\0';
+}
+
+static amqp_connection_state_t
+amqp_connect_or_die(void)
+{
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    struct timeval tv = {5, 0};
+    ck_assert_int_eq(amqp_socket_open_noblock(sock, "127.0.0.1", 5672, &tv),
+                     AMQP_STATUS_OK);
+    amqp_rpc_reply_t r = amqp_login(conn, "/", 0, 131072, 0,
+                                    AMQP_SASL_METHOD_PLAIN, "guest", "guest");
+    ck_assert_int_eq(r.reply_type, AMQP_RESPONSE_NORMAL);
+    amqp_channel_open(conn, 1);
+    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type,
+                     AMQP_RESPONSE_NORMAL);
+    return conn;
+}
+
+static void
+amqp_done(amqp_connection_state_t conn)
+{
+    amqp_channel_close(conn, 1, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+}
+
+/*
+ * A queue that refuses everything: x-max-length 0 with x-overflow
+ * reject-publish makes the broker nack each message routed to it.
+ */
+static void
+nack_queue_declare(const char *queue, const char *exchange,
+                   const char *binding)
+{
+    amqp_connection_state_t conn = amqp_connect_or_die();
+    amqp_table_entry_t args[2] = {
+        {amqp_cstring_bytes("x-max-length"),
+         {AMQP_FIELD_KIND_I64, {.i64 = 0}}},
+        {amqp_cstring_bytes("x-overflow"),
+         {AMQP_FIELD_KIND_UTF8,
+          {.bytes = amqp_cstring_bytes("reject-publish")}}},
+    };
+    amqp_table_t table = {2, args};
+    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 0, 0, 0, table);
+    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type,
+                     AMQP_RESPONSE_NORMAL);
+    amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
+                    amqp_cstring_bytes(exchange), amqp_cstring_bytes(binding),
+                    amqp_empty_table);
+    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type,
+                     AMQP_RESPONSE_NORMAL);
+    amqp_done(conn);
+}
+
+static void
+queue_delete(const char *queue)
+{
+    amqp_connection_state_t conn = amqp_connect_or_die();
+    amqp_queue_delete(conn, 1, amqp_cstring_bytes(queue), 0, 0);
+    amqp_get_rpc_reply(conn);
+    amqp_done(conn);
+}
+
+/* ---- database ---- */
+
+static long long
+count_status(struct fx *f, const char *status)
+{
+    return it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
+                     status);
+}
+
+static char *
+row_field(struct fx *f, const char *event_id, const char *column)
+{
+    return it_db_str(f->sql,
+                     "SELECT %s FROM outbox_event WHERE event_id = '%s'",
+                     column, event_id);
+}
+
+/*
+ * Inserts events [start, start + n): event_id "<prefix>-<i>", aggregate
+ * "<prefix>-<i % aggs>", a JSON payload of about 200 bytes.
+ */
+static void
+insert_range(MYSQL *db, const char *prefix, int start, int n, int aggs)
+{
+    size_t cap = (size_t)n * 400 + 256;
+    char *sql = malloc(cap);
+    size_t len = (size_t)snprintf(
+        sql, cap,
+        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, "
+        "event_type, payload) VALUES ");
+    for (int i = start; i < start + n; i++)
+        len += (size_t)snprintf(
+            sql + len, cap - len,
+            "%s('%s-%d','Order','%s-%d','OrderCreated','{\"seq\":%d,\"pad\":"
+            "\"%0160d\"}')",
+            i > start ? "," : "", prefix, i, prefix, i % aggs, i, 0);
+    it_db_exec(db, "%s", sql);
+    it_db_exec(db, "COMMIT");
+    free(sql);
+}
+
+/* ---- receiving ---- */
+
+static long
+suffix_number(const char *s)
+{
+    const char *dash = s ? strrchr(s, '-') : NULL;
+    return dash ? strtol(dash + 1, NULL, 10) : -1;
+}
+
+/* What a consumer saw of events "<prefix>-<i>", i < n. */
+struct tally {
+    int n, aggs;
+    int *copies;
+    long long *last; /* per aggregate: the highest outbox id seen */
+    long distinct, total;
+};
+
+static void
+tally_init(struct tally *t, int n, int aggs)
+{
+    memset(t, 0, sizeof(*t));
+    t->n = n;
+    t->aggs = aggs;
+    t->copies = calloc((size_t)n, sizeof(*t->copies));
+    t->last = calloc((size_t)aggs, sizeof(*t->last));
+}
+
+static void
+tally_free(struct tally *t)
+{
+    free(t->copies);
+    free(t->last);
+}
+
+/*
+ * Counts one message and checks SPEC 1.3: per aggregate the ids never go
+ * down; a duplicate may repeat the latest event, never an earlier one.
+ */
+static void
+tally_add(struct tally *t, const struct it_message *m)
+{
+    long i = suffix_number(m->message_id);
+    ck_assert_msg(i >= 0 && i < t->n, "unexpected message %s", m->message_id);
+    long agg = suffix_number(m->h_aggregate_id);
+    ck_assert_msg(agg >= 0 && agg < t->aggs, "aggregate %s", m->h_aggregate_id);
+    ck_assert_msg(m->h_outbox_id >= t->last[agg],
+                  "aggregate %ld went back from id %lld to %lld (%s)", agg,
+                  t->last[agg], m->h_outbox_id, m->message_id);
+    t->last[agg] = m->h_outbox_id;
+    if (t->copies[i]++ == 0)
+        t->distinct++;
+    t->total++;
+}
+
+/* Receives until every event arrived (or timeout), then until idle. */
+static void
+receive_all(struct it_consumer *c, struct tally *t, int timeout_ms,
+            int idle_ms)
+{
+    uint64_t deadline = it_now_ms() + (uint64_t)timeout_ms;
+    struct it_message m;
+    while (t->distinct < t->n && it_now_ms() < deadline) {
+        if (it_consumer_next(c, &m, 500) == 0)
+            continue;
+        tally_add(t, &m);
+        it_message_free(&m);
+    }
+    while (idle_ms > 0 && it_consumer_next(c, &m, idle_ms) == 1) {
+        tally_add(t, &m);
+        it_message_free(&m);
+    }
+}
+
+/* ---- 1. broker refusals: backoff, dead letters, a late exchange ---- */
+
+struct watched {
+    const char *event_id;
+    unsigned last_count;
+    long long delay_ms[8]; /* next_retry_at - now, seen at retry_count k */
+    char *first_error;     /* last_error the first time it was RETRY */
+};
+
+/* Samples each watched row: a new retry_count records its backoff. */
+static void
+sample_rows(struct fx *f, struct watched *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char *q;
+        ck_assert_int_ge(
+            asprintf(&q,
+                     "SELECT retry_count, status, TIMESTAMPDIFF(MICROSECOND, "
+                     "NOW(6), next_retry_at), last_error FROM outbox_event "
+                     "WHERE event_id = '%s'",
+                     w[i].event_id),
+            0);
+        ck_assert_int_eq(mysql_query(f->sql, q), 0);
+        free(q);
+        MYSQL_RES *res = mysql_store_result(f->sql);
+        MYSQL_ROW r = mysql_fetch_row(res);
+        ck_assert_ptr_nonnull(r);
+        unsigned count = (unsigned)strtoul(r[0], NULL, 10);
+        if (count != w[i].last_count && strcmp(r[1], "RETRY") == 0 &&
+            count < 8) {
+            w[i].last_count = count;
+            w[i].delay_ms[count] = r[2] ? strtoll(r[2], NULL, 10) / 1000 : -1;
+            if (w[i].first_error == NULL && r[3] != NULL)
+                w[i].first_error = strdup(r[3]);
+        }
+        mysql_free_result(res);
+    }
+    it_db_exec(f->sql, "COMMIT");
+}
+
+/*
+ * Backoff of attempt k (retry_count k after it): initial * 2^(k-1),
+ * capped at max, jittered to 50-100 %.  Sampling lags a few ms.
+ */
+static void
+check_backoff(const struct watched *w, unsigned dead_at, long long initial,
+              long long max)
+{
+    for (unsigned k = 1; k < dead_at; k++) {
+        long long base = initial << (k - 1);
+        if (base > max)
+            base = max;
+        long long d = w->delay_ms[k];
+        fprintf(stderr, "backoff %s: attempt %u waits %lld ms (%lld-%lld)\n",
+                w->event_id, k, d, base / 2, base);
+        ck_assert_msg(d >= base / 2 - 80 && d <= base + 10,
+                      "%s: attempt %u waits %lld ms, want %lld-%lld",
+                      w->event_id, k, d, base / 2, base);
+    }
+    /* doubling: attempt 3 waits longer than attempt 1, whatever the jitter */
+    ck_assert_int_gt(w->delay_ms[3], w->delay_ms[1]);
+}
+
+START_TEST(test_refusals_backoff_dead)
+{
+    struct fx f;
+    char missing[128], nackq[128];
+    /* the first url refuses connections: the second one must be used */
+    fx_open(&f, "Order.#",
+            "urls: [\"amqp://guest:guest@127.0.0.1:1/\", \"" IT_AMQP_URL "\"]",
+            "exchange_column: target_exchange\n"
+            "max_retries: 4\n"
+            "poll_interval: 20ms\n"
+            "backoff: { initial: 200ms, max: 800ms }",
+            NULL);
+    snprintf(missing, sizeof(missing), "ex_missing_%s", f.name);
+    snprintf(nackq, sizeof(nackq), "q_nack_%s", f.name);
+    nack_queue_declare(nackq, f.ex, "Nack.#");
+    it_db_exec(f.sql, "ALTER TABLE outbox_event ADD COLUMN target_exchange "
+                      "VARCHAR(255) NULL");
+    it_db_exec(f.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, target_exchange) VALUES "
+               "('noroute-1', 'Ghost', 'g-1', 'Boo', '{}', NULL), "
+               "('nack-1', 'Nack', 'n-1', 'Refused', '{}', NULL), "
+               "('missing-1', 'Order', 'm-1', 'OrderLate', '{}', '%s'), "
+               "('missing-2', 'Order', 'm-1', 'OrderLater', '{}', '%s')",
+               missing, missing);
+    insert_range(f.sql, "ok", 0, 50, 5);
+    daemon_start(&f, 0);
+
+    struct watched w[3] = {{.event_id = "noroute-1"},
+                           {.event_id = "nack-1"},
+                           {.event_id = "missing-1"}};
+    struct it_consumer *late = NULL;
+    uint64_t deadline = it_now_ms() + 30000;
+    while (it_now_ms() < deadline) {
+        sample_rows(&f, w, 3);
+        /* the exchange appears once missing-1 has failed twice */
+        if (late == NULL && w[2].last_count >= 2)
+            late = it_consumer_new(missing, "#");
+        if (late != NULL && count_status(&f, "DEAD") == 2 &&
+            count_status(&f, "SENT") == 52)
+            break;
+        it_sleep_ms(3);
+    }
+    if (count_status(&f, "SENT") != 52)
+        dump_logs(&f);
+    ck_assert_ptr_nonnull(late);
+    ck_assert_int_eq(count_status(&f, "DEAD"), 2);
+    ck_assert_int_eq(count_status(&f, "SENT"), 52);
+
+    /* unroutable: NO_ROUTE with exchange and key, five attempts, DEAD */
+    char *err = row_field(&f, "noroute-1", "last_error");
+    ck_assert_msg(err && strstr(err, "NO_ROUTE") && strstr(err, f.ex) &&
+                      strstr(err, "Ghost.Boo"),
+                  "noroute-1: %s", err ? err : "(null)");
+    free(err);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
+                                      "WHERE event_id = 'noroute-1'"),
+                     5);
+    check_backoff(&w[0], 5, 200, 800);
+    /* nacked by the queue's reject-publish overflow */
+    err = row_field(&f, "nack-1", "last_error");
+    ck_assert_msg(err && strstr(err, "nack"), "nack-1: %s",
+                  err ? err : "(null)");
+    free(err);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
+                                      "WHERE event_id = 'nack-1'"),
+                     5);
+    check_backoff(&w[1], 5, 200, 800);
+    /* exchange missing: 404 in last_error while it was RETRY, then SENT */
+    ck_assert_msg(w[2].first_error && strstr(w[2].first_error, "404") &&
+                      strstr(w[2].first_error, missing),
+                  "missing-1 while RETRY: %s",
+                  w[2].first_error ? w[2].first_error : "(null)");
+    err = row_field(&f, "missing-1", "status");
+    ck_assert_str_eq(err, "SENT");
+    free(err);
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(late, &m, 10000), 1);
+    ck_assert_str_eq(m.message_id, "missing-1");
+    it_message_free(&m);
+    ck_assert_int_eq(it_consumer_next(late, &m, 10000), 1);
+    ck_assert_str_eq(m.message_id, "missing-2");
+    it_message_free(&m);
+    /* the good events all arrived, and only they did */
+    struct tally t;
+    tally_init(&t, 50, 5);
+    receive_all(f.consumer, &t, 20000, 300);
+    ck_assert_int_eq(t.distinct, 50);
+    ck_assert_int_eq(log_count(&f, 0, "broker connected: amqp://guest:***@"
+                                      "127.0.0.1:5672"),
+                     1);
+    tally_free(&t);
+    for (int i = 0; i < 3; i++)
+        free(w[i].first_error);
+    it_consumer_free(late);
+    it_exchange_delete(missing);
+    queue_delete(nackq);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* ---- 2. chaos: relay kills, broker and database restarts ---- */
+
+static void
+restart_rabbitmq(void)
+{
+    uint64_t t0 = it_now_ms();
+    ck_assert_int_eq(it_sh("rabbitmqctl -q stop_app >/dev/null"), 0);
+    it_sleep_ms(1000);
+    ck_assert_int_eq(it_sh("rabbitmqctl -q start_app >/dev/null"), 0);
+    ck_assert(IT_WAIT(60000, rabbit_answers()));
+    fprintf(stderr, "chaos: RabbitMQ restarted in %llu ms\n",
+            (unsigned long long)(it_now_ms() - t0));
+}
+
+static void
+restart_mariadb(struct fx *f)
+{
+    uint64_t t0 = it_now_ms();
+    mysql_close(f->sql);
+    ck_assert_int_eq(it_sh("bash '%s' restart-mariadb >/dev/null",
+                           it_src_path("tests/servers.sh")),
+                     0);
+    f->sql = it_db_connect(f->db);
+    fprintf(stderr, "chaos: MariaDB restarted in %llu ms\n",
+            (unsigned long long)(it_now_ms() - t0));
+}
+
+START_TEST(test_chaos_drain)
+{
+    enum { N = 20000, AGGS = 200, CHUNK = 500, KILLS = 6 };
+    struct fx f;
+    struct guard g;
+    fx_open(&f, "#", "confirm_timeout: 5s\nconnect_timeout: 2s",
+            "batch_size: 200\nlease: 2s\npoll_interval: 50ms", NULL);
+    char queue[128];
+    snprintf(queue, sizeof(queue), "%s", it_consumer_queue(f.consumer));
+    /* nobody consumes during the chaos: the durable queue keeps it all */
+    it_consumer_close(f.consumer);
+    f.consumer = NULL;
+    guard_start(&g, SERVERS_START, it_src_path("tests/servers.sh"));
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    srandom(seed);
+    fprintf(stderr, "chaos: seed %u\n", seed);
+    uint64_t t0 = it_now_ms();
+    daemon_start(&f, 0);
+    int kills = 0, chunks = N / CHUNK;
+    for (int c = 0; c < chunks; c++) {
+        insert_range(f.sql, "chaos", c * CHUNK, CHUNK, AGGS);
+        it_sleep_ms(50 + (unsigned)(random() % 250));
+        if (c % 6 == 2 && kills < KILLS) {
+            daemon_kill9(&f, 0);
+            kills++;
+            daemon_start(&f, 0);
+        }
+        if (c == chunks / 3)
+            restart_rabbitmq();
+        if (c == 2 * chunks / 3)
+            restart_mariadb(&f);
+    }
+    while (kills < KILLS) {
+        it_sleep_ms(100 + (unsigned)(random() % 300));
+        daemon_kill9(&f, 0);
+        kills++;
+        daemon_start(&f, 0);
+    }
+    if (!IT_WAIT(180000, count_status(&f, "SENT") == N)) {
+        dump_logs(&f);
+        ck_abort_msg("%lld of %d SENT, %lld DEAD", count_status(&f, "SENT"),
+                     N, count_status(&f, "DEAD"));
+    }
+    uint64_t drained = it_now_ms() - t0;
+    guard_end(&g);
+    f.consumer = it_consumer_attach(queue);
+    struct tally t;
+    tally_init(&t, N, AGGS);
+    receive_all(f.consumer, &t, 120000, 2000);
+    for (int i = 0; i < N && t.distinct < N; i++)
+        ck_assert_msg(t.copies[i] > 0, "event chaos-%d never arrived", i);
+    long dups = t.total - t.distinct;
+    fprintf(stderr,
+            "chaos: %d events drained in %llu ms through %d kills, a "
+            "RabbitMQ and a MariaDB restart: %ld duplicates (%.1f per "
+            "kill)\n",
+            N, (unsigned long long)drained, kills, dups,
+            (double)dups / kills);
+    ck_assert_int_eq(count_status(&f, "DEAD"), 0);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
+                                      "WHERE locked_by IS NOT NULL OR "
+                                      "sent_at IS NULL"),
+                     0);
+    tally_free(&t);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* ---- 3. fencing: a relay stalled past its lease ---- */
+
+/*
+ * Rows relay i holds under a committed claim that no open transaction
+ * of it locks: stopped there, it can neither finalize nor hold them.
+ */
+static long long
+held_unlocked(struct fx *f, int i)
+{
+    long long held = it_db_int(f->sql,
+                               "SELECT COUNT(*) FROM outbox_event WHERE "
+                               "status = 'PROCESSING' AND locked_by LIKE "
+                               "'%s/%%'",
+                               f->relay_id[i]);
+    long long free_rows = it_db_int(
+        f->sql,
+        "SELECT COUNT(*) FROM (SELECT id FROM outbox_event WHERE status = "
+        "'PROCESSING' AND locked_by LIKE '%s/%%' FOR UPDATE SKIP LOCKED) x",
+        f->relay_id[i]);
+    it_db_exec(f->sql, "ROLLBACK");
+    return held == free_rows ? held : -1;
+}
+
+START_TEST(test_fencing_stalled_relay)
+{
+    enum { N = 4000 };
+    struct fx f;
+    fx_open(&f, "#", NULL, "lease: 2s\nbatch_size: 500\npoll_interval: 50ms",
+            NULL);
+    it_db_insert_events(f.sql, "outbox_event", "fence", N, N, 256);
+    it_db_exec(f.sql, "COMMIT");
+    daemon_start(&f, 0);
+    long long held = 0;
+    for (int attempt = 0; attempt < 100 && held <= 0; attempt++) {
+        ck_assert(IT_WAIT(20000, it_db_int(f.sql,
+                                           "SELECT COUNT(*) FROM outbox_event "
+                                           "WHERE status = 'PROCESSING'") > 0));
+        kill(f.d[0].pid, SIGSTOP);
+        held = held_unlocked(&f, 0);
+        if (held <= 0) {
+            kill(f.d[0].pid, SIGCONT);
+            it_sleep_ms((unsigned)(random() % 40));
+        }
+    }
+    ck_assert_msg(held > 0, "could not stop relay a holding a claim");
+    it_db_exec(f.sql, "CREATE TEMPORARY TABLE held AS SELECT id FROM "
+                      "outbox_event WHERE status = 'PROCESSING'");
+    /* relay b takes over after the lease, a stays stopped */
+    daemon_start(&f, 1);
+    if (!IT_WAIT(60000, count_status(&f, "SENT") == N)) {
+        dump_logs(&f);
+        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+    }
+    const char *state =
+        "SELECT CONCAT(COUNT(*), '/', SUM(status = 'SENT'), '/', "
+        "SUM(locked_by IS NULL), '/', SUM(retry_count), '/', "
+        "MAX(sent_at), '/', SUM(UNIX_TIMESTAMP(sent_at))) FROM outbox_event "
+        "WHERE id IN (SELECT id FROM held)";
+    char *before = it_db_str(f.sql, "%s", state);
+    it_db_exec(f.sql, "COMMIT");
+    /* a wakes up holding a batch whose lease b took: it records nothing */
+    kill(f.d[0].pid, SIGCONT);
+    if (!IT_WAIT(20000, log_count(&f, 0, "lost the lease on") > 0)) {
+        dump_logs(&f);
+        ck_abort_msg("relay a never noticed it lost its lease");
+    }
+    it_sleep_ms(500);
+    char *after = it_db_str(f.sql, "%s", state);
+    fprintf(stderr, "fencing: %lld events held by the stopped relay; "
+                    "count/sent/unlocked/attempts/last/sum: %s\n",
+            held, after);
+    ck_assert_str_eq(before, after);
+    /* each held row was reclaimed once: one attempt counted */
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT SUM(retry_count) FROM "
+                                      "outbox_event WHERE id IN (SELECT id "
+                                      "FROM held)"),
+                     held);
+    ck_assert_int_eq(log_sum(&f, 0, "lost the lease on "), held);
+    ck_assert_int_eq(count_status(&f, "SENT"), N);
+    struct tally t;
+    tally_init(&t, N, N);
+    receive_all(f.consumer, &t, 30000, 300);
+    ck_assert_int_eq(t.distinct, N);
+    fprintf(stderr, "fencing: %ld duplicates\n", t.total - t.distinct);
+    tally_free(&t);
+    free(before);
+    free(after);
+    daemon_term(&f, 0, 10000);
+    daemon_term(&f, 1, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* ---- 4. a row that kills the relay every time ---- */
+
+START_TEST(test_poison_row_kills_relay)
+{
+    enum { N = 300, AGGS = 30 };
+    struct fx f;
+    fx_open(&f, "#", NULL,
+            "lease: 1s\nmax_retries: 3\nbatch_size: 100\npoll_interval: 20ms",
+            NULL);
+    insert_range(f.sql, "good", 0, N / 2, AGGS);
+    /* a large body keeps the poison row in flight long enough to see it */
+    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                      "aggregate_id, event_type, payload) VALUES ('poison', "
+                      "'Poison', 'p-1', 'Crash', CONCAT('{\"pad\":\"', "
+                      "REPEAT('x', 4000000), '\"}'))");
+    insert_range(f.sql, "good", N / 2, N / 2, AGGS);
+    daemon_start(&f, 0);
+    /*
+     * The watcher: whenever the poison row is under a new claim, lock it
+     * (the relay can then never record it) and kill the relay.  FOR
+     * UPDATE waits out the claim's own transaction, so a claim is seen
+     * as soon as it commits.
+     */
+    int kills = 0;
+    char *last_token = NULL;
+    uint64_t deadline = it_now_ms() + 60000;
+    for (;;) {
+        ck_assert_msg(it_now_ms() < deadline, "poison row not DEAD in time");
+        it_db_exec(f.sql, "START TRANSACTION");
+        char *status = it_db_str(f.sql, "SELECT CONCAT(status, ' ', "
+                                        "COALESCE(locked_by, '')) FROM "
+                                        "outbox_event WHERE event_id = "
+                                        "'poison' FOR UPDATE");
+        bool claimed = strncmp(status, "PROCESSING ", 11) == 0 &&
+                       (last_token == NULL || strcmp(status, last_token) != 0);
+        if (claimed) {
+            daemon_kill9(&f, 0);
+            kills++;
+            free(last_token);
+            last_token = strdup(status);
+        }
+        it_db_exec(f.sql, "ROLLBACK");
+        bool dead = strncmp(status, "DEAD", 4) == 0;
+        ck_assert_msg(strncmp(status, "SENT", 4) != 0,
+                      "the poison row was SENT: the watcher missed a claim");
+        free(status);
+        if (dead)
+            break;
+        if (claimed)
+            daemon_start(&f, 0);
+        it_sleep_ms(1);
+    }
+    free(last_token);
+    char *err = row_field(&f, "poison", "last_error");
+    fprintf(stderr, "poison: DEAD after %d kills: %s\n", kills, err);
+    ck_assert_msg(err && strstr(err, "lease expired"), "%s",
+                  err ? err : "(null)");
+    free(err);
+    ck_assert_int_eq(kills, 4);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
+                                      "WHERE event_id = 'poison'"),
+                     4);
+    if (!IT_WAIT(30000, count_status(&f, "SENT") == N)) {
+        dump_logs(&f);
+        ck_abort_msg("%lld of %d good events SENT, %lld DEAD",
+                     count_status(&f, "SENT"), N, count_status(&f, "DEAD"));
+    }
+    /* the good rows claimed beside it paid at most the first crash */
+    ck_assert_int_le(it_db_int(f.sql, "SELECT MAX(retry_count) FROM "
+                                      "outbox_event WHERE status = 'SENT'"),
+                     1);
+    struct it_message m;
+    struct tally t;
+    tally_init(&t, N, AGGS);
+    uint64_t until = it_now_ms() + 30000;
+    while (t.distinct < N && it_now_ms() < until) {
+        if (it_consumer_next(f.consumer, &m, 500) == 0)
+            continue;
+        if (strcmp(m.message_id, "poison") != 0)
+            tally_add(&t, &m);
+        it_message_free(&m);
+    }
+    ck_assert_int_eq(t.distinct, N);
+    tally_free(&t);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* ---- 5. the broker blackholed: SIGSTOP of the RabbitMQ node ---- */
+
+START_TEST(test_broker_blackholed)
+{
+    enum { N = 1500 };
+    struct fx f;
+    struct guard g;
+    fx_open(&f, "#", "confirm_timeout: 20s\nconnect_timeout: 2s",
+            "lease: 30s\npoll_interval: 50ms", "4s");
+    pid_t beam = beam_pid();
+    guard_start(&g, "kill -CONT %d; " SERVERS_START, (int)beam,
+                it_src_path("tests/servers.sh"));
+    insert_range(f.sql, "hole", 0, 500, 50);
+    daemon_start(&f, 0);
+    ck_assert(IT_WAIT(20000, count_status(&f, "SENT") == 500));
+    ck_assert_int_eq(kill(beam, SIGSTOP), 0);
+    insert_range(f.sql, "hole", 500, 500, 50);
+    /* the relay publishes into the silence and waits for confirms */
+    ck_assert(IT_WAIT(10000, count_status(&f, "PROCESSING") > 0));
+    it_sleep_ms(1000);
+    uint64_t took = daemon_term(&f, 0, 4500);
+    fprintf(stderr, "blackhole: SIGTERM exited 0 after %llu ms "
+                    "(shutdown_timeout 4s)\n",
+            (unsigned long long)took);
+    /* it recorded what it could not publish instead of leaving a lease */
+    ck_assert_int_eq(count_status(&f, "PROCESSING"), 0);
+    ck_assert_int_eq(count_status(&f, "SENT"), 500);
+    /* a relay started into the silence recovers by itself once it ends */
+    daemon_start(&f, 0);
+    insert_range(f.sql, "hole", 1000, 500, 50);
+    it_sleep_ms(3000);
+    ck_assert(it_daemon_alive(&f.d[0]));
+    ck_assert_int_eq(kill(beam, SIGCONT), 0);
+    guard_end(&g);
+    if (!IT_WAIT(60000, count_status(&f, "SENT") == N)) {
+        dump_logs(&f);
+        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+    }
+    struct tally t;
+    tally_init(&t, N, 50);
+    receive_all(f.consumer, &t, 30000, 300);
+    ck_assert_int_eq(t.distinct, N);
+    fprintf(stderr, "blackhole: %ld duplicates\n", t.total - t.distinct);
+    tally_free(&t);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* ---- 6. the broker blocks publishing (memory alarm) ---- */
+
+START_TEST(test_broker_blocked)
+{
+    enum { N = 400 };
+    struct fx f;
+    struct guard g;
+    char watermark[64];
+    fx_open(&f, "#", "confirm_timeout: 2s",
+            "lease: 10s\npoll_interval: 50ms\nmax_retries: 1", NULL);
+    rabbit_eval("vm_memory_monitor:get_vm_memory_high_watermark().",
+                watermark, sizeof(watermark));
+    ck_assert_msg(strtod(watermark, NULL) > 0, "watermark %s", watermark);
+    guard_start(&g, "rabbitmqctl -q set_vm_memory_high_watermark %s",
+                watermark);
+    insert_range(f.sql, "blk", 0, 100, 20);
+    daemon_start(&f, 0);
+    ck_assert(IT_WAIT(20000, count_status(&f, "SENT") == 100));
+    /* a watermark of 0 raises the memory alarm at once */
+    ck_assert_int_eq(it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0"),
+                     0);
+    insert_range(f.sql, "blk", 100, N - 100, 20);
+    ck_assert(IT_WAIT(10000, log_count(&f, 0, "broker blocked publishing") >
+                                 0));
+    /* several confirm timeouts later: no attempt burnt, nothing claimed */
+    it_sleep_ms(5000);
+    long long retries = it_db_int(f.sql, "SELECT COALESCE(SUM(retry_count), "
+                                         "0) FROM outbox_event");
+    long long processing = count_status(&f, "PROCESSING");
+    long long sent = count_status(&f, "SENT");
+    guard_end(&g);
+    if (retries != 0 || processing != 0)
+        dump_logs(&f);
+    ck_assert_int_eq(retries, 0);
+    ck_assert_int_eq(processing, 0);
+    ck_assert_int_eq(sent, 100);
+    ck_assert_int_eq(count_status(&f, "RETRY") + count_status(&f, "DEAD"), 0);
+    /* the alarm cleared: everything flows */
+    if (!IT_WAIT(30000, count_status(&f, "SENT") == N)) {
+        dump_logs(&f);
+        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+    }
+    struct tally t;
+    tally_init(&t, N, 20);
+    receive_all(f.consumer, &t, 30000, 300);
+    ck_assert_int_eq(t.distinct, N);
+    tally_free(&t);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* ---- 7. the database lost after the confirms, before the marks ---- */
+
+START_TEST(test_db_lost_at_finalize)
+{
+    enum { N = 40 };
+    struct fx f;
+    fx_open(&f, "#", NULL, "lease: 2s\nbatch_size: 40\npoll_interval: 20ms",
+            NULL);
+    daemon_start(&f, 0);
+    /* large bodies: the batch stays in flight for a while */
+    it_db_insert_events(f.sql, "outbox_event", "lost", N, N, 200000);
+    it_db_exec(f.sql, "COMMIT");
+    ck_assert(IT_WAIT(20000, count_status(&f, "PROCESSING") > 0));
+    /* lock the claimed rows: the relay's marks wait for them */
+    it_db_exec(f.sql, "START TRANSACTION");
+    long long locked = it_db_int(f.sql, "SELECT COUNT(*) FROM (SELECT id "
+                                        "FROM outbox_event WHERE status = "
+                                        "'PROCESSING' FOR UPDATE) x");
+    ck_assert_msg(locked > 0, "the batch was recorded before it was locked");
+    char *session = NULL;
+    bool waiting = IT_WAIT(
+        20000, (free(session),
+                session = it_db_str(f.sql,
+                                    "SELECT ID FROM information_schema."
+                                    "PROCESSLIST WHERE DB = '%s' AND ID <> "
+                                    "CONNECTION_ID() AND INFO LIKE "
+                                    "'UPDATE%%SENT%%'",
+                                    f.db)) != NULL);
+    if (!waiting) {
+        dump_logs(&f);
+        it_sh("mariadb -h127.0.0.1 -u%s -p%s -e 'SHOW FULL PROCESSLIST' | "
+              "grep -F '%s' >&2",
+              IT_DB_USER, IT_DB_PASSWORD, f.db);
+    }
+    ck_assert_msg(waiting, "the relay never tried to record the batch");
+    /* the database goes away for that session: error 2013 */
+    it_db_exec(f.sql, "KILL CONNECTION %s", session);
+    free(session);
+    it_db_exec(f.sql, "ROLLBACK");
+    if (!IT_WAIT(30000, count_status(&f, "SENT") == N)) {
+        dump_logs(&f);
+        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+    }
+    ck_assert_int_ge(log_count(&f, 0, "could not record the outcome"), 1);
+    struct tally t;
+    tally_init(&t, N, N);
+    receive_all(f.consumer, &t, 20000, 500);
+    ck_assert_int_eq(t.distinct, N);
+    /* the confirmed but unrecorded events went out again after the lease */
+    fprintf(stderr, "db lost at finalize: %lld locked, %ld duplicates\n",
+            locked, t.total - t.distinct);
+    ck_assert_int_ge(t.total - t.distinct, locked);
+    tally_free(&t);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* ---- 8. bad rows (SPEC section 9) among good ones ---- */
+
+struct expect {
+    const char *event_id;
+    const char *status;
+    const char *error; /* in last_error, for DEAD rows */
+};
+
+static void
+insert_bad_rows(struct fx *f)
+{
+    /* 'good' rows around each bad one, bad ones mid-wave */
+    insert_range(f->sql, "good", 0, 100, 100);
+    it_db_exec(
+        f->sql,
+        "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, "
+        "event_type, payload) VALUES "
+        "('null-payload', 'Bad', 'b-1', 'T', NULL), "
+        "('empty-payload', 'Bad', 'b-2', 'T', ''), "
+        "('not-json', 'Bad', 'b-3', 'T', 'not json {'), "
+        "('binary', 'Bad', 'b-4', 'T', X'00ff00c328'), "
+        "(NULL, 'Bad', 'b-5', 'T', '{}'), "
+        "('after-null-id', 'Bad', 'b-5', 'T', '{}'), "
+        "('dup-1', 'Bad', 'b-6', 'T', '{\"first\":true}'), "
+        "('dup-1', 'Bad', 'b-7', 'T', '{\"first\":false}'), "
+        "('too-large', 'Bad', 'b-8', 'T', REPEAT('x', 100000)), "
+        "('after-too-large', 'Bad', 'b-8', 'T', '{}')");
+    insert_range(f->sql, "good", 100, 100, 100);
+}
+
+START_TEST(test_bad_rows)
+{
+    enum { N = 200 };
+    struct fx f;
+    struct guard g;
+    char limit[64];
+    fx_open(&f, "#", NULL,
+            "max_retries: 2\npoll_interval: 20ms\n"
+            "backoff: { initial: 100ms, max: 200ms }",
+            NULL);
+    it_db_exec(f.sql, "ALTER TABLE outbox_event MODIFY payload LONGBLOB "
+                      "NULL, MODIFY event_id VARCHAR(64) NULL, DROP INDEX "
+                      "uk_outbox_event_id");
+    rabbit_eval("application:get_env(rabbit, max_message_size).", limit,
+                sizeof(limit));
+    long orig = strtol(limit + strcspn(limit, "0123456789"), NULL, 10);
+    ck_assert_msg(orig > 0, "max_message_size: %s", limit);
+    guard_start(&g,
+                "rabbitmqctl -q eval 'application:set_env(rabbit, "
+                "max_message_size, %ld).' >/dev/null",
+                orig);
+    ck_assert_int_eq(it_sh("rabbitmqctl -q eval 'application:set_env(rabbit, "
+                           "max_message_size, 65536).' >/dev/null"),
+                     0);
+    insert_bad_rows(&f);
+    daemon_start(&f, 0);
+    static const struct expect want[] = {
+        {"null-payload", "SENT", NULL},
+        {"empty-payload", "SENT", NULL},
+        {"not-json", "SENT", NULL},
+        {"binary", "SENT", NULL},
+        {"after-null-id", "SENT", NULL},
+        {"after-too-large", "SENT", NULL},
+        {"too-large", "DEAD", "65536"},
+    };
+    bool done = IT_WAIT(30000, count_status(&f, "SENT") == N + 7 &&
+                                   count_status(&f, "DEAD") == 3);
+    guard_end(&g);
+    if (!done)
+        dump_logs(&f);
+    ck_assert_int_eq(count_status(&f, "SENT"), N + 7);
+    ck_assert_int_eq(count_status(&f, "DEAD"), 3);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        char *st = row_field(&f, want[i].event_id,
+                             "CONCAT(status, ' ', COALESCE(last_error, ''))");
+        ck_assert_msg(st && strncmp(st, want[i].status,
+                                    strlen(want[i].status)) == 0 &&
+                          (!want[i].error || strstr(st, want[i].error)),
+                      "%s: %s", want[i].event_id, st ? st : "(null)");
+        free(st);
+    }
+    char *e = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
+                               "event_id IS NULL AND status = 'DEAD'");
+    ck_assert_msg(e && strstr(e, "NULL"), "NULL event_id: %s",
+                  e ? e : "(null)");
+    free(e);
+    e = it_db_str(f.sql, "SELECT CONCAT(status, ' ', last_error) FROM "
+                         "outbox_event WHERE event_id = 'dup-1' AND "
+                         "aggregate_id = 'b-7'");
+    ck_assert_msg(e && strncmp(e, "DEAD", 4) == 0 && strstr(e, "duplicate"),
+                  "second dup-1: %s", e ? e : "(null)");
+    free(e);
+    e = row_field(&f, "too-large", "last_error");
+    fprintf(stderr, "bad rows: too-large: %s\n", e);
+    free(e);
+    /* good rows lost no attempt to the one the broker refused */
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
+                                      "WHERE event_id LIKE 'good-%%' AND "
+                                      "retry_count > 0"),
+                     0);
+    /* what the consumer got: every good one, the odd bodies as bytes */
+    struct it_message m;
+    int good = 0, got_dup = 0;
+    char seen_good[N] = {0};
+    while (it_consumer_next(f.consumer, &m, 1000) == 1) {
+        const char *id = m.message_id;
+        if (strncmp(id, "good-", 5) == 0) {
+            long i = suffix_number(id);
+            ck_assert(i >= 0 && i < N);
+            good += !seen_good[i];
+            seen_good[i] = 1;
+        } else if (strcmp(id, "null-payload") == 0 ||
+                   strcmp(id, "empty-payload") == 0) {
+            ck_assert_int_eq(m.body_len, 0);
+        } else if (strcmp(id, "not-json") == 0) {
+            ck_assert_int_eq(m.body_len, 10);
+            ck_assert(memcmp(m.body, "not json {", 10) == 0);
+        } else if (strcmp(id, "binary") == 0) {
+            ck_assert_int_eq(m.body_len, 5);
+            ck_assert(memcmp(m.body, "\x00\xff\x00\xc3\x28", 5) == 0);
+        } else if (strcmp(id, "dup-1") == 0) {
+            ck_assert_str_eq(m.body, "{\"first\":true}");
+            got_dup++;
+        } else {
+            ck_assert_msg(strcmp(id, "after-null-id") == 0 ||
+                              strcmp(id, "after-too-large") == 0,
+                          "unexpected message %s", id);
+        }
+        it_message_free(&m);
+    }
+    ck_assert_int_eq(good, N);
+    ck_assert_int_ge(got_dup, 1);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* One case per test, so that CK_RUN_CASE picks one; timeouts are per
+ * test and generous: a shared 2-core machine drifts. */
+static void
+add_case(Suite *s, const char *name, const TTest *test, int timeout_s)
+{
+    TCase *tc = tcase_create(name);
+    tcase_set_timeout(tc, timeout_s);
+    tcase_add_test(tc, test);
+    suite_add_tcase(s, tc);
+}
+
+Suite *
+it_faults_suite(void)
+{
+    Suite *s = suite_create("it_faults");
+    add_case(s, "refusals", test_refusals_backoff_dead, 90);
+    add_case(s, "bad_rows", test_bad_rows, 90);
+    add_case(s, "poison", test_poison_row_kills_relay, 120);
+    add_case(s, "fencing", test_fencing_stalled_relay, 120);
+    add_case(s, "db_lost", test_db_lost_at_finalize, 90);
+    add_case(s, "blocked", test_broker_blocked, 90);
+    add_case(s, "blackhole", test_broker_blackholed, 120);
+    add_case(s, "chaos", test_chaos_drain, 300);
+    return s;
+}

@@ -1,0 +1,453 @@
+/*
+ * it_ordering: order per aggregate across several relays on one table,
+ * against the real servers: three daemons with random SIGKILLs and a
+ * route that fails for a while, three daemons without faults (each event
+ * exactly once, rate against one relay), and a hot aggregate that must
+ * move at a confirm round trip per event, not a poll interval.
+ */
+#define _GNU_SOURCE
+#include "itest.h"
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+Suite *it_ordering_suite(void);
+
+#define NRELAYS 3
+/* The event type whose route is missing at first in the fault test. */
+#define LATE_TYPE "Shipped"
+
+/* Relays are children of the test process: if an assertion ends it, Check
+ * kills its process group, relays included. */
+struct fx {
+    char name[64], db[96], ex[96];
+    char conf[NRELAYS][256], relay_id[NRELAYS][80];
+    MYSQL *sql;
+    struct it_consumer *consumer;
+    struct it_daemon d[NRELAYS];
+    int nrelays;
+};
+
+static void bind_all(struct fx *f, const char *bindings);
+
+/*
+ * A scratch database, an exchange and a consumer queue bound with each
+ * of the space-separated binding keys, and one config per relay.
+ */
+static void
+fx_open(struct fx *f, int nrelays, const char *bindings, const char *extra)
+{
+    memset(f, 0, sizeof(*f));
+    it_unique_name(f->name, sizeof(f->name), "it_ord");
+    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 3);
+    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
+    it_db_create(f->db, it_src_path("sql/outbox.sql"));
+    f->sql = it_db_connect(f->db);
+    char first[64];
+    sscanf(bindings, "%63s", first);
+    f->consumer = it_consumer_new(f->ex, first);
+    bind_all(f, bindings);
+    f->nrelays = nrelays;
+    for (int i = 0; i < nrelays; i++) {
+        snprintf(f->relay_id[i], sizeof(f->relay_id[i]), "%s-r%d", f->name,
+                 i + 1);
+        snprintf(f->conf[i], sizeof(f->conf[i]), "/tmp/%s.yaml",
+                 f->relay_id[i]);
+        it_write_config(f->conf[i], f->relay_id[i], f->db, "outbox_event",
+                        f->ex, extra);
+    }
+}
+
+static void
+fx_start(struct fx *f, int i)
+{
+    it_daemon_start(&f->d[i], f->conf[i], f->relay_id[i]);
+}
+
+static void
+fx_close(struct fx *f)
+{
+    for (int i = 0; i < f->nrelays; i++) {
+        if (f->d[i].pid > 0 && !it_daemon_signal_wait(&f->d[i], SIGKILL, 5000))
+            ck_abort_msg("relay %d did not die", i + 1);
+        unlink(f->conf[i]);
+    }
+    it_consumer_free(f->consumer);
+    mysql_close(f->sql);
+    it_db_drop(f->db);
+}
+
+/* ---- AMQP: one binding added while the test runs ---- */
+
+static void
+amqp_ok(amqp_rpc_reply_t r, const char *what)
+{
+    ck_assert_msg(r.reply_type == AMQP_RESPONSE_NORMAL, "%s failed (%d)", what,
+                  r.reply_type);
+}
+
+static void
+bind_queue(const char *queue, const char *exchange, const char *key)
+{
+    amqp_connection_state_t conn = amqp_new_connection();
+    amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+    struct timeval tv = {5, 0};
+    ck_assert_int_eq(amqp_socket_open_noblock(sock, "127.0.0.1", 5672, &tv),
+                     AMQP_STATUS_OK);
+    amqp_ok(amqp_login(conn, "/", 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, "guest",
+                       "guest"),
+            "login");
+    amqp_channel_open(conn, 1);
+    amqp_ok(amqp_get_rpc_reply(conn), "channel.open");
+    amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
+                    amqp_cstring_bytes(exchange), amqp_cstring_bytes(key),
+                    amqp_empty_table);
+    amqp_ok(amqp_get_rpc_reply(conn), "queue.bind");
+    amqp_channel_close(conn, 1, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+}
+
+static void
+bind_all(struct fx *f, const char *bindings)
+{
+    char *copy = strdup(bindings), *save = NULL;
+    for (char *k = strtok_r(copy, " ", &save); k;
+         k = strtok_r(NULL, " ", &save))
+        bind_queue(it_consumer_queue(f->consumer), f->ex, k);
+    free(copy);
+}
+
+/* ---- the workload ---- */
+
+/*
+ * n events over aggregates "<prefix>-<k>": mostly spread at random, with
+ * bursts of 100 to 199 consecutive events of one aggregate; one event in
+ * late_every (0: none) has the type LATE_TYPE.  Deterministic for a seed,
+ * so that two runs compare.
+ */
+static void
+insert_workload(MYSQL *db, const char *prefix, int n, int aggregates,
+                int late_every, unsigned seed)
+{
+    static const char *const types[] = {"Created", "Paid"};
+    size_t cap = 1000 * 512 + 256;
+    char *sql = malloc(cap);
+    int burst_left = 0, burst_agg = 0;
+    for (int start = 0; start < n; start += 1000) {
+        size_t len = (size_t)snprintf(
+            sql, cap,
+            "INSERT INTO outbox_event (event_id, aggregate_type, "
+            "aggregate_id, event_type, payload) VALUES ");
+        int end = start + 1000 < n ? start + 1000 : n;
+        for (int i = start; i < end; i++) {
+            int agg;
+            if (burst_left == 0 && rand_r(&seed) % 400 == 0) {
+                burst_left = 100 + rand_r(&seed) % 100;
+                burst_agg = rand_r(&seed) % aggregates;
+            }
+            if (burst_left > 0) {
+                burst_left--;
+                agg = burst_agg;
+            } else {
+                agg = rand_r(&seed) % aggregates;
+            }
+            const char *type = late_every && rand_r(&seed) % late_every == 0
+                                   ? LATE_TYPE
+                                   : types[rand_r(&seed) % 2];
+            len += (size_t)snprintf(sql + len, cap - len,
+                                    "%s('%s-%d','Order','%s-%d','%s','{\"seq\":"
+                                    "%d,\"pad\":\"%0200d\"}')",
+                                    i > start ? "," : "", prefix, i, prefix,
+                                    agg, type, i, 0);
+        }
+        it_db_exec(db, "%s", sql);
+    }
+    free(sql);
+}
+
+/* The number after the last '-' ("<prefix>-<i>"); -1 if none. */
+static long
+suffix_index(const char *s)
+{
+    const char *dash = s ? strrchr(s, '-') : NULL;
+    return dash ? strtol(dash + 1, NULL, 10) : -1;
+}
+
+/* ---- what the consumer saw ---- */
+
+struct tally {
+    int n, aggregates;
+    int *copies;     /* per event */
+    long long *last; /* per aggregate: the outbox id last received */
+    long distinct, duplicates;
+};
+
+static void
+tally_init(struct tally *t, int n, int aggregates)
+{
+    memset(t, 0, sizeof(*t));
+    t->n = n;
+    t->aggregates = aggregates;
+    t->copies = calloc((size_t)n, sizeof(*t->copies));
+    t->last = calloc((size_t)aggregates, sizeof(*t->last));
+}
+
+static void
+tally_free(struct tally *t)
+{
+    free(t->copies);
+    free(t->last);
+}
+
+/*
+ * SPEC guarantee 3 as a consumer sees it: per aggregate the ids never go
+ * down; a duplicate may repeat the event just seen, never an earlier one.
+ */
+static void
+tally_message(struct tally *t, const struct it_message *m)
+{
+    long i = suffix_index(m->message_id);
+    long agg = suffix_index(m->h_aggregate_id);
+    ck_assert_msg(i >= 0 && i < t->n, "unexpected message %s", m->message_id);
+    ck_assert_msg(agg >= 0 && agg < t->aggregates, "aggregate %s",
+                  m->h_aggregate_id);
+    ck_assert_msg(m->h_outbox_id >= t->last[agg],
+                  "aggregate %ld went back from id %lld to %lld (event %s)",
+                  agg, t->last[agg], m->h_outbox_id, m->message_id);
+    t->last[agg] = m->h_outbox_id;
+    if (t->copies[i]++ == 0)
+        t->distinct++;
+    else
+        t->duplicates++;
+}
+
+/* Receives for up to timeout_ms or until every event arrived. */
+static void
+receive_all(struct fx *f, struct tally *t, int timeout_ms)
+{
+    uint64_t deadline = it_now_ms() + (uint64_t)timeout_ms;
+    struct it_message m;
+    while (t->distinct < t->n && it_now_ms() < deadline)
+        if (it_consumer_next(f->consumer, &m, 200) == 1) {
+            tally_message(t, &m);
+            it_message_free(&m);
+        }
+}
+
+static long long
+count_status(struct fx *f, const char *status)
+{
+    return it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
+                     status);
+}
+
+static double
+rate(long n, uint64_t ms)
+{
+    return (double)n * 1000.0 / (double)(ms ? ms : 1);
+}
+
+/* Every event SENT, none left in any other state. */
+static void
+assert_all_sent(struct fx *f, int n)
+{
+    if (!IT_WAIT(30000, count_status(f, "SENT") == n))
+        ck_abort_msg("%lld of %d SENT, %lld DEAD", count_status(f, "SENT"), n,
+                     count_status(f, "DEAD"));
+}
+
+/* ---- tests ---- */
+
+enum { N = 20000, AGGS = 200 };
+
+/*
+ * Three relays, SIGKILLed at random and restarted, and events of type
+ * LATE_TYPE unroutable (mandatory) until their binding appears: every
+ * event arrives, and per aggregate in order.
+ */
+START_TEST(test_three_relays_kills_and_late_route)
+{
+    enum { KILLS = 8, ROUTE_AFTER_MS = 6000 };
+    struct fx f;
+    /* A short lease brings a killed relay's rows back soon; retries are
+     * quick and many, so that the unroutable events end SENT. */
+    fx_open(&f, NRELAYS, "Order.Created Order.Paid",
+            "        lease: 4s\n"
+            "        max_retries: 1000\n"
+            "        backoff: { initial: 100ms, max: 1s }\n");
+    insert_workload(f.sql, "ev", N, AGGS, 50, 42);
+    struct tally t;
+    tally_init(&t, N, AGGS);
+    unsigned seed = (unsigned)getpid();
+    uint64_t t0 = it_now_ms(), route_at = t0 + ROUTE_AFTER_MS;
+    uint64_t next_kill = t0 + 1000 + (uint64_t)(rand_r(&seed) % 1500);
+    uint64_t deadline = t0 + 150000;
+    int kills = 0;
+    for (int i = 0; i < NRELAYS; i++)
+        fx_start(&f, i);
+    struct it_message m;
+    while (t.distinct < N && it_now_ms() < deadline) {
+        uint64_t now = it_now_ms();
+        if (route_at != 0 && now >= route_at) {
+            bind_all(&f, "Order." LATE_TYPE);
+            route_at = 0;
+        }
+        if (kills < KILLS && now >= next_kill) {
+            int r = rand_r(&seed) % NRELAYS;
+            ck_assert(it_daemon_signal_wait(&f.d[r], SIGKILL, 5000));
+            fx_start(&f, r);
+            kills++;
+            next_kill = now + 700 + (uint64_t)(rand_r(&seed) % 1500);
+        }
+        if (it_consumer_next(f.consumer, &m, 100) == 1) {
+            tally_message(&t, &m);
+            it_message_free(&m);
+        }
+    }
+    uint64_t ms = it_now_ms() - t0;
+    ck_assert_msg(t.distinct == N, "%ld of %d events arrived", t.distinct, N);
+    ck_assert_int_eq(route_at, 0);
+    fprintf(stderr,
+            "ordering, 3 relays, %d SIGKILLs, route late by %d ms: %d events "
+            "in %llu ms = %.0f events/s, %ld duplicates\n",
+            kills, ROUTE_AFTER_MS, N, (unsigned long long)ms, rate(N, ms),
+            t.duplicates);
+    assert_all_sent(&f, N);
+    ck_assert_msg(
+        it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event WHERE event_type "
+                         "= '" LATE_TYPE "' AND retry_count > 0") > 0,
+        "no event of type " LATE_TYPE " was ever unroutable");
+    tally_free(&t);
+    fx_close(&f);
+}
+END_TEST
+
+/* Drains the workload with nrelays relays; returns the time it took. */
+static uint64_t
+drain_without_faults(int nrelays)
+{
+    struct fx f;
+    fx_open(&f, nrelays, "Order.*", NULL);
+    insert_workload(f.sql, "ev", N, AGGS, 0, 42);
+    struct tally t;
+    tally_init(&t, N, AGGS);
+    uint64_t t0 = it_now_ms();
+    for (int i = 0; i < nrelays; i++)
+        fx_start(&f, i);
+    receive_all(&f, &t, 120000);
+    uint64_t ms = it_now_ms() - t0;
+    ck_assert_msg(t.distinct == N, "%ld of %d events arrived", t.distinct, N);
+    fprintf(stderr,
+            "ordering, %d relay%s, no faults: %d events in %llu ms = "
+            "%.0f events/s\n",
+            nrelays, nrelays > 1 ? "s" : "", N, (unsigned long long)ms,
+            rate(N, ms));
+    assert_all_sent(&f, N);
+    /* nothing more may arrive: every event exactly once */
+    struct it_message extra;
+    if (it_consumer_next(f.consumer, &extra, 1000) == 1)
+        ck_abort_msg("duplicate or stray message %s", extra.message_id);
+    ck_assert_int_eq(t.duplicates, 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(t.copies[i] == 1, "event %d arrived %d times", i,
+                      t.copies[i]);
+    /* no relay saw its lease taken, mid-batch or at finalize */
+    for (int i = 0; i < nrelays; i++)
+        ck_assert_msg(it_sh("grep -q 'lost the lease' '%s'", f.d[i].log_path) !=
+                          0,
+                      "relay %d lost a lease without faults", i + 1);
+    tally_free(&t);
+    fx_close(&f);
+    return ms;
+}
+
+/* Three relays without faults: exactly once; compared with one relay. */
+START_TEST(test_three_relays_exactly_once)
+{
+    uint64_t three = drain_without_faults(NRELAYS);
+    uint64_t one = drain_without_faults(1);
+    fprintf(stderr, "ordering: 3 relays drain at %.2fx the rate of one\n",
+            (double)one / (double)(three ? three : 1));
+}
+END_TEST
+
+/*
+ * 2,000 consecutive events of one aggregate: each waits for the confirm
+ * of the one before, but never for a poll interval: batches are a prefix
+ * of the aggregate, one event per wave, and a full batch claims again at
+ * once.  2,000 poll intervals would be 200 s; the bound is a tenth.
+ */
+static uint64_t
+drain_hot_aggregate(const char *ordering)
+{
+    enum { HOT = 2000, POLL_MS = 100 };
+    char extra[128];
+    snprintf(extra, sizeof(extra),
+             "        poll_interval: %dms\n"
+             "        ordering: %s\n",
+             POLL_MS, ordering);
+    struct fx f;
+    fx_open(&f, 1, "Order.*", extra);
+    insert_workload(f.sql, "hot", HOT, 1, 0, 7);
+    struct tally t;
+    tally_init(&t, HOT, 1);
+    uint64_t t0 = it_now_ms();
+    fx_start(&f, 0);
+    receive_all(&f, &t, HOT * POLL_MS / 10);
+    uint64_t ms = it_now_ms() - t0;
+    ck_assert_msg(t.distinct == HOT,
+                  "ordering %s: %ld of %d events of one aggregate in %llu ms",
+                  ordering, t.distinct, HOT, (unsigned long long)ms);
+    fprintf(stderr,
+            "ordering %s, one hot aggregate: %d events in %llu ms = %.0f "
+            "events/s (%.1f ms per event)\n",
+            ordering, HOT, (unsigned long long)ms, rate(HOT, ms),
+            (double)ms / HOT);
+    assert_all_sent(&f, HOT);
+    ck_assert_int_eq(t.duplicates, 0);
+    tally_free(&t);
+    fx_close(&f);
+    return ms;
+}
+
+START_TEST(test_hot_aggregate)
+{
+    drain_hot_aggregate("aggregate");
+}
+END_TEST
+
+/* ordering: none publishes a batch as one wave: far faster on a hot
+ * aggregate (its consumer check still holds: one relay, no faults). */
+START_TEST(test_hot_aggregate_ordering_none)
+{
+    drain_hot_aggregate("none");
+}
+END_TEST
+
+Suite *
+it_ordering_suite(void)
+{
+    Suite *s = suite_create("it_ordering");
+    TCase *faults = tcase_create("faults");
+    tcase_set_timeout(faults, 240);
+    tcase_add_test(faults, test_three_relays_kills_and_late_route);
+    suite_add_tcase(s, faults);
+    TCase *relays = tcase_create("relays");
+    tcase_set_timeout(relays, 240);
+    tcase_add_test(relays, test_three_relays_exactly_once);
+    suite_add_tcase(s, relays);
+    TCase *hot = tcase_create("hot");
+    tcase_set_timeout(hot, 120);
+    tcase_add_test(hot, test_hot_aggregate);
+    tcase_add_test(hot, test_hot_aggregate_ordering_none);
+    suite_add_tcase(s, hot);
+    return s;
+}

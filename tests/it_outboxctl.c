@@ -1,0 +1,623 @@
+/*
+ * it_outboxctl: the operator's tool against the real MariaDB (and
+ * RabbitMQ where a retried row must arrive): status, dead list, dead
+ * retry, purge, exit codes; and sql/inbox.sql's idempotency recipe.
+ */
+#define _GNU_SOURCE
+#include "itest.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+Suite *it_outboxctl_suite(void);
+
+struct fx {
+    char name[64], db[96], ex[96], conf[256];
+    MYSQL *sql;
+    struct it_consumer *consumer;
+    struct it_daemon d;
+};
+
+/* outboxctl's output of one run. */
+struct ctl_run {
+    int rc;
+    char *out, *err;
+};
+
+static void
+fx_open(struct fx *f, const char *schema)
+{
+    memset(f, 0, sizeof(*f));
+    it_unique_name(f->name, sizeof(f->name), "it_ctl");
+    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 3);
+    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
+    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
+    it_db_create(f->db, it_src_path(schema));
+    f->sql = it_db_connect(f->db);
+    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex,
+                    "        max_retries: 10\n");
+}
+
+static void
+fx_close(struct fx *f)
+{
+    if (f->d.pid > 0 && !it_daemon_signal_wait(&f->d, SIGKILL, 5000))
+        ck_abort_msg("outboxd did not die");
+    if (f->consumer)
+        it_consumer_free(f->consumer);
+    mysql_close(f->sql);
+    it_db_drop(f->db);
+    unlink(f->conf);
+}
+
+static char *
+slurp(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    ck_assert_msg(fp != NULL, "cannot read %s", path);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    int ch;
+    while ((ch = fgetc(fp)) != EOF)
+        fputc(ch, mem);
+    fclose(mem);
+    fclose(fp);
+    return buf;
+}
+
+static struct ctl_run ctl(const char *conf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Runs outboxctl -c conf <args>, capturing stdout and stderr. */
+static struct ctl_run
+ctl(const char *conf, const char *fmt, ...)
+{
+    const char *bin = getenv("OUTBOXCTL_BIN");
+    ck_assert_msg(bin != NULL, "OUTBOXCTL_BIN is not set (run via make)");
+    char *args, out[128], err[128];
+    va_list ap;
+    va_start(ap, fmt);
+    ck_assert_int_ge(vasprintf(&args, fmt, ap), 0);
+    va_end(ap);
+    it_unique_name(out, sizeof(out), "/tmp/it_ctl_out");
+    it_unique_name(err, sizeof(err), "/tmp/it_ctl_err");
+    struct ctl_run r;
+    r.rc = it_sh("'%s' -c '%s' %s >'%s' 2>'%s'", bin, conf, args, out, err);
+    r.out = slurp(out);
+    r.err = slurp(err);
+    unlink(out);
+    unlink(err);
+    free(args);
+    return r;
+}
+
+static void
+ctl_free(struct ctl_run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static long long
+count_status(struct fx *f, const char *status)
+{
+    return it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
+                     status);
+}
+
+/*
+ * Every status, each row its own aggregate so that ordering holds none
+ * back: PENDING 2 (the oldest 90 s old), PROCESSING 1 under a live
+ * lease, SENT 5 (3 sent two hours ago), RETRY 1 due in an hour, DEAD 3.
+ */
+static void
+insert_every_status(struct fx *f)
+{
+    it_db_exec(f->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status, retry_count, "
+               "next_retry_at, locked_by, locked_until, created_at, sent_at, "
+               "last_error) VALUES "
+               "('p-1','Order','o-p1','OrderCreated','{\"n\":1}','PENDING',0,"
+               " NULL,NULL,NULL,NOW(6) - INTERVAL 90 SECOND,NULL,NULL),"
+               "('p-2','Order','o-p2','OrderCreated','{\"n\":2}','PENDING',0,"
+               " NULL,NULL,NULL,NOW(6),NULL,NULL),"
+               "('w-1','Order','o-w1','OrderCreated','{}','PROCESSING',0,"
+               " NULL,'other-relay/0123456789abcdef',NOW(6) + INTERVAL 1 HOUR,"
+               " NOW(6),NULL,NULL),"
+               "('s-old-1','Order','o-s1','OrderCreated','{}','SENT',0,NULL,"
+               " NULL,NULL,NOW(6) - INTERVAL 7201 SECOND,"
+               " NOW(6) - INTERVAL 7200 SECOND,NULL),"
+               "('s-old-2','Order','o-s2','OrderCreated','{}','SENT',0,NULL,"
+               " NULL,NULL,NOW(6) - INTERVAL 7201 SECOND,"
+               " NOW(6) - INTERVAL 7200 SECOND,NULL),"
+               "('s-old-3','Order','o-s3','OrderCreated','{}','SENT',0,NULL,"
+               " NULL,NULL,NOW(6) - INTERVAL 7201 SECOND,"
+               " NOW(6) - INTERVAL 7200 SECOND,NULL),"
+               "('s-new-1','Order','o-s4','OrderCreated','{}','SENT',0,NULL,"
+               " NULL,NULL,NOW(6) - INTERVAL 7201 SECOND,"
+               " NOW(6) - INTERVAL 10 MINUTE,NULL),"
+               "('s-new-2','Order','o-s5','OrderCreated','{}','SENT',0,NULL,"
+               " NULL,NULL,NOW(6),NOW(6),NULL),"
+               "('r-1','Order','o-r1','OrderCreated','{}','RETRY',2,"
+               " NOW(6) + INTERVAL 1 HOUR,NULL,NULL,NOW(6),NULL,"
+               " 'broker nack'),"
+               "('d-1','Order','o-d1','OrderCreated','{\"n\":11}','DEAD',11,"
+               " NOW(6) - INTERVAL 1 MINUTE,NULL,NULL,NOW(6),NULL,"
+               " 'NO_ROUTE: exchange ex, routing key Order.OrderCreated'),"
+               "('d-2','Invoice','i-d2','InvoiceSent','{\"n\":12}','DEAD',3,"
+               " NULL,NULL,NULL,NOW(6),NULL,"
+               " 'channel closed: 404 NOT_FOUND - no exchange'),"
+               "('d-3','Order','o-d3','OrderPaid','{\"n\":13}','DEAD',11,"
+               " NULL,NULL,NULL,NOW(6),NULL,'payload too large')");
+    it_db_exec(f->sql, "COMMIT");
+}
+
+/* The numbers of the table row for outbox name in `status` output. */
+static void
+parse_status_line(const char *out, const char *name, long long *v, int n,
+                  char *age, size_t agelen)
+{
+    const char *line = strstr(out, name);
+    ck_assert_msg(line != NULL, "no line for %s in:\n%s", name, out);
+    const char *p = line + strlen(name);
+    for (int i = 0; i < n; i++) {
+        char *end;
+        v[i] = strtoll(p, &end, 10);
+        ck_assert_msg(end != p, "column %d missing in:\n%s", i, out);
+        p = end;
+    }
+    ck_assert_int_eq(sscanf(p, " %31s", age), 1);
+    (void)agelen;
+}
+
+START_TEST(test_status)
+{
+    struct fx f;
+    fx_open(&f, "sql/outbox.sql");
+    insert_every_status(&f);
+    struct ctl_run r = ctl(f.conf, "status");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "PENDING  PROCESSING  RETRY  DEAD  SENT  "
+                                "OLDEST PENDING") != NULL,
+                  "header: %s", r.out);
+    char name[160], age[32];
+    long long v[5];
+    snprintf(name, sizeof(name), "%s.outbox_event", f.db);
+    parse_status_line(r.out, name, v, 5, age, sizeof(age));
+    ck_assert_int_eq(v[0], 2); /* PENDING */
+    ck_assert_int_eq(v[1], 1); /* PROCESSING */
+    ck_assert_int_eq(v[2], 1); /* RETRY */
+    ck_assert_int_eq(v[3], 3); /* DEAD */
+    ck_assert_int_eq(v[4], 5); /* SENT */
+    ck_assert_msg(strncmp(age, "1m", 2) == 0, "oldest pending age %s", age);
+    ctl_free(&r);
+
+    r = ctl(f.conf, "--json status");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "\"rows\":{\"PENDING\":2,\"PROCESSING\":1,"
+                                "\"RETRY\":1,\"DEAD\":3,\"SENT\":5}") &&
+                      strstr(r.out, "\"dead\":3") && strstr(r.out, name),
+                  "json: %s", r.out);
+    const char *age_json = strstr(r.out, "\"oldest_pending_age_seconds\":");
+    ck_assert_ptr_nonnull(age_json);
+    double secs =
+        strtod(age_json + strlen("\"oldest_pending_age_seconds\":"), NULL);
+    ck_assert_msg(secs >= 90 && secs < 150, "oldest pending %f s", secs);
+    ctl_free(&r);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(test_dead_list)
+{
+    struct fx f;
+    fx_open(&f, "sql/outbox.sql");
+    insert_every_status(&f);
+    struct ctl_run r = ctl(f.conf, "dead list");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(
+        strstr(r.out, ": 3 DEAD rows") && strstr(r.out, "LAST_ERROR") &&
+            strstr(r.out, "d-1") && strstr(r.out, "Order:o-d1") &&
+            strstr(r.out, "NO_ROUTE: exchange ex, routing key "
+                          "Order.OrderCreated") &&
+            strstr(r.out, "Invoice:i-d2") && strstr(r.out, "InvoiceSent") &&
+            strstr(r.out, "404 NOT_FOUND") &&
+            strstr(r.out, "payload too large"),
+        "dead list:\n%s", r.out);
+    ck_assert_msg(!strstr(r.out, "p-1") && !strstr(r.out, "r-1") &&
+                      !strstr(r.out, "s-old"),
+                  "not DEAD rows listed:\n%s", r.out);
+    ctl_free(&r);
+
+    r = ctl(f.conf, "dead list --limit 2");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_msg(strstr(r.out, "d-1") && strstr(r.out, "d-2") &&
+                      !strstr(r.out, "d-3") &&
+                      strstr(r.out, "the oldest 2 of 3"),
+                  "--limit 2:\n%s", r.out);
+    ctl_free(&r);
+
+    r = ctl(f.conf, "dead list --json --outbox %s.outbox_event", f.db);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_msg(strstr(r.out, "\"total\":3") &&
+                      strstr(r.out, "\"event_id\":\"d-1\",\"aggregate\":"
+                                    "\"Order:o-d1\"") &&
+                      strstr(r.out, "\"retry_count\":11") &&
+                      strstr(r.out, "\"last_error\":\"NO_ROUTE: exchange ex, "
+                                    "routing key Order.OrderCreated\""),
+                  "json:\n%s", r.out);
+    ctl_free(&r);
+    fx_close(&f);
+}
+END_TEST
+
+/* Receives until every id in want arrived; fails on any id in never. */
+static void
+receive_ids(struct fx *f, const char *const *want, int nwant, const char *never,
+            int timeout_ms)
+{
+    int got = 0;
+    uint64_t deadline = it_now_ms() + (uint64_t)timeout_ms;
+    struct it_message m;
+    while (got < nwant && it_now_ms() < deadline) {
+        if (it_consumer_next(f->consumer, &m, 500) == 0)
+            continue;
+        ck_assert_msg(never == NULL || strstr(never, m.message_id) == NULL,
+                      "%s arrived but was not retried", m.message_id);
+        for (int i = 0; i < nwant; i++)
+            got += strcmp(m.message_id, want[i]) == 0;
+        it_message_free(&m);
+    }
+    ck_assert_msg(got == nwant, "%d of %d expected messages arrived", got,
+                  nwant);
+}
+
+static void
+check_retried_row(struct fx *f, const char *event_id, const char *error)
+{
+    char *e = it_db_str(f->sql,
+                        "SELECT CONCAT_WS('|', status, retry_count, "
+                        "IFNULL(next_retry_at, 'null'), IFNULL(locked_by, "
+                        "'null'), IFNULL(locked_until, 'null'), last_error) "
+                        "FROM outbox_event WHERE event_id = '%s'",
+                        event_id);
+    char want[512];
+    snprintf(want, sizeof(want), "PENDING|0|null|null|null|%s", error);
+    ck_assert_str_eq(e, want);
+    free(e);
+    it_db_exec(f->sql, "COMMIT");
+}
+
+START_TEST(test_dead_retry_delivers)
+{
+    struct fx f;
+    fx_open(&f, "sql/outbox.sql");
+    f.consumer = it_consumer_new(f.ex, "#");
+    insert_every_status(&f);
+    struct ctl_run r = ctl(f.conf, "dead retry d-1");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, ": 1 DEAD row back to PENDING"), "%s", r.out);
+    ctl_free(&r);
+    check_retried_row(&f, "d-1",
+                      "NO_ROUTE: exchange ex, routing key Order.OrderCreated");
+
+    it_daemon_start(&f.d, f.conf, f.name);
+    const char *first[] = {"p-1", "p-2", "d-1"};
+    receive_ids(&f, first, 3, "d-2 d-3", 30000);
+    ck_assert(
+        IT_WAIT(10000, it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
+                                        "WHERE event_id IN ('p-1', 'p-2', "
+                                        "'d-1') AND status = 'SENT' AND "
+                                        "last_error IS NULL") == 3));
+    ck_assert_int_eq(count_status(&f, "DEAD"), 2);
+
+    r = ctl(f.conf, "dead retry --all");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, ": 2 DEAD rows back to PENDING"), "%s", r.out);
+    ctl_free(&r);
+    const char *rest[] = {"d-2", "d-3"};
+    receive_ids(&f, rest, 2, NULL, 30000);
+    ck_assert(IT_WAIT(10000, count_status(&f, "SENT") == 5 + 5));
+    ck_assert_int_eq(count_status(&f, "DEAD"), 0);
+
+    /* Nothing DEAD is left to retry: an explicit id says so, exit 1. */
+    r = ctl(f.conf, "dead retry d-2 --json");
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_msg(strstr(r.out, "\"retried\":0,\"not_found\":[\"d-2\"]"), "%s",
+                  r.out);
+    ctl_free(&r);
+    r = ctl(f.conf, "dead retry no-such-event");
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_msg(strstr(r.err, "no DEAD row has event_id no-such-event"), "%s",
+                  r.err);
+    ctl_free(&r);
+    /* Exit 0, also under OUTBOXD_WRAPPER=valgrind --error-exitcode. */
+    ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 20000));
+    ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
+    fx_close(&f);
+}
+END_TEST
+
+/* Every row, as "event_id:status" in id order, to compare before/after. */
+static char *
+table_digest(struct fx *f)
+{
+    char *s = it_db_str(f->sql, "SELECT GROUP_CONCAT(CONCAT(event_id, ':', "
+                                "status) ORDER BY id) FROM outbox_event");
+    it_db_exec(f->sql, "COMMIT");
+    return s;
+}
+
+static void
+check_purge(const char *schema)
+{
+    struct fx f;
+    fx_open(&f, schema);
+    insert_every_status(&f);
+    struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, ": deleted 3 SENT rows older than 1h"), "%s",
+                  r.out);
+    ctl_free(&r);
+    char *left = table_digest(&f);
+    ck_assert_str_eq(left, "p-1:PENDING,p-2:PENDING,w-1:PROCESSING,"
+                           "s-new-1:SENT,s-new-2:SENT,r-1:RETRY,d-1:DEAD,"
+                           "d-2:DEAD,d-3:DEAD");
+    r = ctl(f.conf, "--json purge --sent-older-than 1h");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_msg(strstr(r.out, "\"deleted\":0}"), "%s", r.out);
+    ctl_free(&r);
+    char *again = table_digest(&f);
+    ck_assert_str_eq(again, left);
+    free(again);
+    free(left);
+    fx_close(&f);
+}
+
+START_TEST(test_purge)
+{
+    check_purge("sql/outbox.sql");
+    /* The seed's DDL: second precision, no (status, id) index. */
+    check_purge("tests/data/seed_outbox.sql");
+}
+END_TEST
+
+START_TEST(test_bad_usage)
+{
+    static const char *const cases[] = {
+        "",
+        "frobnicate",
+        "dead",
+        "dead bury",
+        "--no-such-option status",
+        "status --limit 5",
+        "status extra-word",
+        "dead list --limit 0",
+        "dead list --limit many",
+        "dead list --outbox",
+        "dead retry",
+        "dead retry --all d-1",
+        "purge",
+        "purge --sent-older-than 10",
+        "purge --sent-older-than 1fortnight",
+        "purge --outbox nosuch.table --sent-older-than 1h",
+    };
+    struct fx f;
+    fx_open(&f, "sql/outbox.sql");
+    insert_every_status(&f);
+    char *before = table_digest(&f);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ctl_run r = ctl(f.conf, "%s", cases[i]);
+        ck_assert_msg(r.rc == 64, "\"%s\": exit %d, stderr %s", cases[i], r.rc,
+                      r.err);
+        ck_assert_msg(r.out[0] == '\0' && r.err[0] != '\0',
+                      "\"%s\": stdout \"%s\", stderr \"%s\"", cases[i], r.out,
+                      r.err);
+        ctl_free(&r);
+    }
+    /* None of them touched a row. */
+    char *after = table_digest(&f);
+    ck_assert_str_eq(after, before);
+    free(before);
+    free(after);
+    struct ctl_run r = ctl(f.conf, "--help");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_msg(strstr(r.out, "usage: outboxctl"), "%s", r.out);
+    ctl_free(&r);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(test_bad_config)
+{
+    char conf[128];
+    it_unique_name(conf, sizeof(conf), "/tmp/it_ctl_bad");
+    it_write_file(conf, "brokers:\n"
+                        "  main:\n"
+                        "    url: amqp://127.0.0.1/\n"
+                        "    colour: blue\n"
+                        "databases:\n"
+                        "  d:\n"
+                        "    user: u\n"
+                        "    database: d\n"
+                        "    port: many\n"
+                        "    outboxes:\n"
+                        "      - table: t\n"
+                        "        lease: 30\n");
+    struct ctl_run r = ctl(conf, "status");
+    ck_assert_int_eq(r.rc, 78);
+    char want[3][160];
+    snprintf(want[0], sizeof(want[0]), "%s:4:5: ", conf);
+    snprintf(want[1], sizeof(want[1]), "%s:9:11: ", conf);
+    snprintf(want[2], sizeof(want[2]), "%s:12:16: ", conf);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(strstr(r.err, want[i]), "no \"%s\" in:\n%s", want[i],
+                      r.err);
+    ck_assert_msg(strstr(r.err, "3 configuration errors") && r.out[0] == '\0',
+                  "%s", r.err);
+    ctl_free(&r);
+    r = ctl("/nonexistent/outboxd.yaml", "status");
+    ck_assert_int_eq(r.rc, 78);
+    ctl_free(&r);
+    unlink(conf);
+}
+END_TEST
+
+/*
+ * One database answers, one does not (nothing listens on port 1): the
+ * reachable one is still shown, the exit is 69, and no secret is printed.
+ */
+START_TEST(test_unreachable)
+{
+    struct fx f;
+    fx_open(&f, "sql/outbox.sql");
+    insert_every_status(&f);
+    it_write_file(f.conf,
+                  "brokers:\n"
+                  "  main:\n"
+                  "    url: amqp://guest:broker-Secret-7@127.0.0.1:5672/\n"
+                  "databases:\n"
+                  "  up:\n"
+                  "    host: 127.0.0.1\n"
+                  "    user: %s\n"
+                  "    password: %s\n"
+                  "    database: %s\n"
+                  "    outboxes:\n"
+                  "      - table: outbox_event\n"
+                  "  down:\n"
+                  "    host: 127.0.0.1\n"
+                  "    port: 1\n"
+                  "    user: %s\n"
+                  "    password: db-Secret-9\n"
+                  "    database: %s\n"
+                  "    connect_timeout: 2s\n"
+                  "    outboxes:\n"
+                  "      - table: outbox_event\n",
+                  IT_DB_USER, IT_DB_PASSWORD, f.db, IT_DB_USER, f.db);
+    const char *cmds[] = {"status", "--json status", "dead list",
+                          "purge --sent-older-than 7d", "dead retry --all"};
+    /* Outboxes are named by the config's database key. */
+    const char *up = "up.outbox_event";
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        struct ctl_run r = ctl(f.conf, "%s", cmds[i]);
+        ck_assert_msg(r.rc == 69, "%s: exit %d: %s", cmds[i], r.rc, r.err);
+        ck_assert_msg(strstr(r.out, up) != NULL, "%s: %s", cmds[i], r.out);
+        ck_assert_msg(strstr(r.err, "outboxctl: down.outbox_event: "), "%s: %s",
+                      cmds[i], r.err);
+        ck_assert_msg(!strstr(r.out, "Secret") && !strstr(r.err, "Secret"),
+                      "%s printed a secret:\n%s\n%s", cmds[i], r.out, r.err);
+        ctl_free(&r);
+    }
+    /* Only the reachable outbox was retried. */
+    ck_assert_int_eq(count_status(&f, "DEAD"), 0);
+    fx_close(&f);
+}
+END_TEST
+
+/* sql/inbox.sql: the seed's table and both idempotency recipes. */
+static long long
+exec_affected(MYSQL *db, const char *sql)
+{
+    it_db_exec(db, "%s", sql);
+    return (long long)mysql_affected_rows(db);
+}
+
+#define INBOX_INSERT                                                           \
+    "INSERT %sINTO inbox_event (event_id, consumer_name, event_type, "         \
+    "status, received_at) VALUES ('%s', 'inventory-service', 'OrderCreated', " \
+    "'PROCESSING', CURRENT_TIMESTAMP)%s"
+
+static long long
+inbox_insert(MYSQL *db, const char *event_id, bool odku)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql), INBOX_INSERT, odku ? "" : "IGNORE ", event_id,
+             odku ? " ON DUPLICATE KEY UPDATE retry_count = retry_count + 1"
+                  : "");
+    return exec_affected(db, sql);
+}
+
+/* One delivery as a consumer handles it; false when it was a duplicate. */
+static bool
+consume(MYSQL *db, const char *event_id, bool fail)
+{
+    char sql[256];
+    it_db_exec(db, "START TRANSACTION");
+    if (inbox_insert(db, event_id, false) == 0) {
+        it_db_exec(db, "COMMIT");
+        return false;
+    }
+    snprintf(sql, sizeof(sql), "INSERT INTO stock (event_id) VALUES ('%s')",
+             event_id);
+    it_db_exec(db, "%s", sql);
+    if (fail) { /* the business change failed: everything goes */
+        it_db_exec(db, "ROLLBACK");
+        return true;
+    }
+    snprintf(sql, sizeof(sql),
+             "UPDATE inbox_event SET status = 'PROCESSED', processed_at = "
+             "CURRENT_TIMESTAMP WHERE event_id = '%s' AND consumer_name = "
+             "'inventory-service'",
+             event_id);
+    it_db_exec(db, "%s", sql);
+    it_db_exec(db, "COMMIT");
+    return true;
+}
+
+START_TEST(test_inbox_recipe)
+{
+    char db_name[96];
+    it_unique_name(db_name, sizeof(db_name), "outboxd_test_inbox");
+    it_db_create(db_name, it_src_path("sql/inbox.sql"));
+    MYSQL *db = it_db_connect(db_name);
+    it_db_exec(db, "CREATE TABLE stock (event_id VARCHAR(64) NOT NULL)");
+    /* The recipes as written: 1 then 0, and 1 then 2. */
+    ck_assert_int_eq(inbox_insert(db, "ev-1", false), 1);
+    ck_assert_int_eq(inbox_insert(db, "ev-1", false), 0);
+    ck_assert_int_eq(inbox_insert(db, "ev-2", true), 1);
+    ck_assert_int_eq(inbox_insert(db, "ev-2", true), 2);
+    ck_assert_int_eq(it_db_int(db, "SELECT retry_count FROM inbox_event "
+                                   "WHERE event_id = 'ev-2'"),
+                     1);
+    /* In the consumer's transaction: a duplicate changes nothing, a
+     * failure leaves no inbox row so the redelivery is processed. */
+    ck_assert(consume(db, "ev-3", false));
+    ck_assert(!consume(db, "ev-3", false));
+    ck_assert(consume(db, "ev-4", true));
+    ck_assert(consume(db, "ev-4", false));
+    ck_assert(!consume(db, "ev-4", false));
+    ck_assert_int_eq(it_db_int(db, "SELECT COUNT(*) FROM stock"), 2);
+    ck_assert_int_eq(it_db_int(db, "SELECT COUNT(*) FROM inbox_event WHERE "
+                                   "status = 'PROCESSED' AND processed_at IS "
+                                   "NOT NULL"),
+                     2);
+    mysql_close(db);
+    it_db_drop(db_name);
+}
+END_TEST
+
+Suite *
+it_outboxctl_suite(void)
+{
+    Suite *s = suite_create("it_outboxctl");
+    TCase *tc = tcase_create("outboxctl");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_status);
+    tcase_add_test(tc, test_dead_list);
+    tcase_add_test(tc, test_dead_retry_delivers);
+    tcase_add_test(tc, test_purge);
+    tcase_add_test(tc, test_bad_usage);
+    tcase_add_test(tc, test_bad_config);
+    tcase_add_test(tc, test_unreachable);
+    tcase_add_test(tc, test_inbox_recipe);
+    suite_add_tcase(s, tc);
+    return s;
+}
