@@ -168,8 +168,13 @@ mariadb_launch() {
     printf '=== %s servers.sh starting mariadbd\n' "$(date -Is)" >>"$MARIADB_LOG"
     # setsid: a Ctrl-C or hangup of the test run must not reach the server.
     # The bash wrapper waits on mariadbd so it gets reaped, and notes its end.
+    # It first closes every inherited descriptor above stderr: a caller's
+    # flock(1) lock kept open by mariadbd would never be released.
     setsid env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-        bash -c '/usr/sbin/mariadbd --user=mysql
+        bash -c 'for fd in $(ls /proc/$$/fd); do
+                     [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
+                 done
+                 /usr/sbin/mariadbd --user=mysql
                  echo "=== mariadbd exited with status $?"' \
         </dev/null >>"$MARIADB_LOG" 2>&1 9>&- &
     MARIADB_WRAPPER=$!
