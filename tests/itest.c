@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -642,6 +643,11 @@ it_daemon_start(struct it_daemon *d, const char *config_path,
             dup2(fd, STDERR_FILENO);
             dup2(fd, STDOUT_FILENO);
         }
+        /* A daemon left behind by a failed test dies with it, and holds
+         * none of the runner's descriptors (a flock(1) lock, say). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (int i = 3; i < 1024; i++)
+            close(i);
         /* OUTBOXD_WRAPPER="valgrind ...": exec keeps the pid, so
          * signals reach the daemon through the wrapper. */
         const char *wrapper = getenv("OUTBOXD_WRAPPER");
