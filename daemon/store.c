@@ -79,6 +79,13 @@ static const char *const optional_columns[NOPTIONAL] = {"headers", "trace_id",
 /* What last_error can hold: invalid or unstorable characters become '?'. */
 enum text_charset { TEXT_UTF8MB4, TEXT_UTF8MB3, TEXT_ASCII };
 
+/*
+ * Whether a claimed row's event_id may repeat one claimed before: not
+ * with a unique key on it; with a plain index each claim looks (cheaply);
+ * with none it cannot afford to, and only a batch's own rows are compared.
+ */
+enum dup_check { DUP_IMPOSSIBLE, DUP_INDEXED, DUP_UNINDEXED };
+
 /* What finalize does with a row. */
 enum fin_kind { FIN_SENT, FIN_RETRY, FIN_DEAD, FIN_RELEASE };
 
@@ -112,9 +119,12 @@ struct store {
     char *where;     /* "schema.table" for messages */
     char *table;     /* quoted identifier */
     char *count_sql; /* ordering: unfinished earlier events, "IN (" */
-    char *claim_sql[SRC_COUNT];  /* candidates, without the LIMIT */
-    int pos_optional[NOPTIONAL]; /* select list positions, -1 if absent */
+    char *claim_sql[SRC_COUNT];   /* candidates: select list and WHERE */
+    char *claim_order[SRC_COUNT]; /* their ORDER BY */
+    char *unblocked_sql;          /* ordering: skip aggregates held back */
+    int pos_optional[NOPTIONAL];  /* select list positions, -1 if absent */
     int pos_columns;
+    enum dup_check dup_check;
     unsigned token_chars, error_chars;
     enum text_charset error_charset;
     struct sqlbuf sql; /* the statement being built, reused */
@@ -647,12 +657,29 @@ pick_claim_order(MYSQL_ROW *rows, size_t n)
     return best != NULL ? best : xstrdup("`id`");
 }
 
+/* Rows of STATISTICS as load_claim_order reads them: see dup_check. */
+static enum dup_check
+pick_dup_check(MYSQL_ROW *rows, size_t n)
+{
+    enum dup_check check = DUP_UNINDEXED;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && strcmp(rows[j][0], rows[i][0]) == 0; j++)
+            ;
+        if (!ident_eq(rows[i][1], "event_id") || rows[i][2] != NULL)
+            continue;
+        if (j == i + 1 && rows[i][3] != NULL && strcmp(rows[i][3], "0") == 0)
+            return DUP_IMPOSSIBLE;
+        check = DUP_INDEXED;
+    }
+    return check;
+}
+
 static char *
 load_claim_order(struct store *st, char *err, size_t errlen)
 {
     struct sqlbuf *q = &st->sql;
     sql_reset(q);
-    sql_addf(q, "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART "
+    sql_addf(q, "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART, NON_UNIQUE "
                 "FROM information_schema.STATISTICS "
                 "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
     sql_add_string(st, st->ob->table);
@@ -664,6 +691,7 @@ load_claim_order(struct store *st, char *err, size_t errlen)
     MYSQL_ROW *rows = xcalloc(n, sizeof(*rows));
     for (size_t i = 0; i < n; i++)
         rows[i] = mysql_fetch_row(res);
+    st->dup_check = pick_dup_check(rows, n);
     char *order = pick_claim_order(rows, n);
     free(rows);
     mysql_free_result(res);
@@ -690,7 +718,28 @@ add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
         sql_addf(q, ", ");
         sql_add_ident(q, st->ob->columns[i]);
     }
-    sql_addf(q, " FROM %s WHERE ", st->table);
+    sql_addf(q, " FROM %s `c` WHERE ", st->table);
+}
+
+/*
+ * With ordering: aggregate, a candidate whose aggregate has an earlier
+ * event that is leased or backing off cannot be kept: skip it in the
+ * read itself.  Otherwise a held-back aggregate with batch_size events
+ * waiting would fill every claim's LIMIT with rows the ordering check
+ * throws away, and the whole table would stall behind one poison event.
+ * The ordering check after the read stays the judge; this only pages
+ * past what it would drop.
+ */
+static char *
+build_unblocked_filter(const struct store *st)
+{
+    return xasprintf(
+        " AND NOT EXISTS (SELECT 1 FROM %s `p` WHERE "
+        "`p`.`aggregate_type` = `c`.`aggregate_type` AND "
+        "`p`.`aggregate_id` = `c`.`aggregate_id` AND `p`.`id` < `c`.`id` AND "
+        "((`p`.`status` = 'PROCESSING' AND `p`.`locked_until` > NOW(6)) OR "
+        "(`p`.`status` = 'RETRY' AND `p`.`next_retry_at` > NOW(6))))",
+        st->table);
 }
 
 static void
@@ -705,11 +754,15 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
         struct sqlbuf q = {0};
         sql_reset(&q);
         add_select_list(st, sc, &q);
-        sql_addf(&q, "%s ORDER BY %s", cond[s],
-                 s == SRC_RETRY ? "`next_retry_at`" : order);
+        sql_addf(&q, "%s", cond[s]);
         free(st->claim_sql[s]);
         st->claim_sql[s] = q.p;
+        free(st->claim_order[s]);
+        st->claim_order[s] = xasprintf(
+            " ORDER BY %s", s == SRC_RETRY ? "`next_retry_at`" : order);
     }
+    free(st->unblocked_sql);
+    st->unblocked_sql = build_unblocked_filter(st);
 }
 
 static void
@@ -736,8 +789,8 @@ check_privilege(struct store *st, const char *sql, const char *privilege,
         mysql_free_result(res);
         return 0;
     }
-    if (st->last_errno == ERRNO_TABLE_ACCESS_DENIED ||
-        st->last_errno == ERRNO_COLUMN_ACCESS_DENIED) {
+    if (st->db != NULL && (st->last_errno == ERRNO_TABLE_ACCESS_DENIED ||
+                           st->last_errno == ERRNO_COLUMN_ACCESS_DENIED)) {
         char why[512];
         str_copy(why, mysql_error(st->db), sizeof(why));
         err_set(err, errlen,
@@ -746,6 +799,10 @@ check_privilege(struct store *st, const char *sql, const char *privilege,
                 st->ob->database->user ? st->ob->database->user : "?",
                 privilege, st->where, needed_for, why, st->last_errno);
     }
+    /* The session stays open and idle after a failed check: the metadata
+     * lock of an EXPLAIN that passed would hold off the operator's ALTER
+     * TABLE until the transaction ends. */
+    db_rollback(st);
     return -1;
 }
 
@@ -838,8 +895,11 @@ store_free(struct store *st)
     if (st == NULL)
         return;
     close_db(st);
-    for (int s = 0; s < SRC_COUNT; s++)
+    for (int s = 0; s < SRC_COUNT; s++) {
         free(st->claim_sql[s]);
+        free(st->claim_order[s]);
+    }
+    free(st->unblocked_sql);
     free(st->where);
     free(st->table);
     free(st->count_sql);
@@ -1013,8 +1073,10 @@ fetch_candidates(struct store *st, struct outbox_batch *b,
                  enum claim_source src, size_t limit, char *err, size_t errlen)
 {
     sql_reset(&st->sql);
-    sql_addf(&st->sql, "%s LIMIT %zu FOR UPDATE SKIP LOCKED",
-             st->claim_sql[src], limit);
+    bool filter = src != SRC_EXPIRED && st->ob->ordering == ORDERING_AGGREGATE;
+    sql_addf(&st->sql, "%s%s%s LIMIT %zu FOR UPDATE SKIP LOCKED",
+             st->claim_sql[src], filter ? st->unblocked_sql : "",
+             st->claim_order[src], limit);
     MYSQL_RES *res = run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
@@ -1241,14 +1303,46 @@ filter_candidates(struct store *st, struct outbox_batch *b, char *err,
  * DEAD alone, while each other row of its batch pays one attempt.
  */
 static int
-claim_expired(struct store *st, struct outbox_batch *b, size_t cap,
-              char *err, size_t errlen)
+claim_expired(struct store *st, struct outbox_batch *b, size_t cap, char *err,
+              size_t errlen)
 {
     if (fetch_candidates(st, b, SRC_EXPIRED, cap, err, errlen) < 0 ||
         filter_candidates(st, b, err, errlen) < 0)
         return -1;
     if (b->n > 1)
         b->n = 1; /* the lowest id: the first unfinished of its aggregate */
+    return 0;
+}
+
+/*
+ * Flags each claimed row whose event_id an earlier row already has: the
+ * relay sends it DEAD rather than publish a message_id that consumers
+ * deduplicate away.  A non-locking read through the event_id index.
+ */
+static int
+find_duplicates(struct store *st, struct outbox_batch *b, char *err,
+                size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q,
+             "SELECT c.`id`, MIN(p.`id`) FROM %s c JOIN %s p ON "
+             "p.`event_id` = c.`event_id` AND p.`id` < c.`id` "
+             "WHERE c.`id` IN (",
+             st->table, st->table);
+    for (size_t i = 0; i < b->n; i++)
+        sql_add_id(q, b->rows[i].id, i == 0);
+    sql_addf(q, ") GROUP BY c.`id`");
+    MYSQL_RES *res = run_select(st, "claim duplicate check", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL) {
+        struct outbox_row *row = find_row(b, strtoull(r[0], NULL, 10));
+        if (row != NULL && r[1] != NULL)
+            row->duplicate_of = strtoull(r[1], NULL, 10);
+    }
+    mysql_free_result(res);
     return 0;
 }
 
@@ -1270,6 +1364,9 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
         if (filter_candidates(st, b, err, errlen) < 0)
             return -1;
     }
+    if (b->n > 0 && st->dup_check == DUP_INDEXED &&
+        find_duplicates(st, b, err, errlen) < 0)
+        return -1;
     if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
         return -1;
     /* Even an empty claim commits: it ends the read and frees the MDL. */

@@ -11,10 +11,12 @@
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -25,6 +27,8 @@ Suite *it_cluster_suite(void);
 
 #define NNODES 3
 #define NODE_PORT(i) (5701 + (i)) /* node c<i+1> */
+/* Held while the test case runs: two runs would kill each other's nodes. */
+#define CLUSTER_TEST_LOCK "/run/lock/outboxd-cluster-test.lock"
 
 /* ---- the cluster ---- */
 
@@ -35,16 +39,21 @@ cluster_sh(const char *cmd)
 }
 
 static bool cluster_was_up;
+static int cluster_lock = -1;
 
 /*
- * Runs once for the test case, in the runner: the cluster is started if
- * it is not up and stopped afterwards if it was not (OUTBOXD_KEEP_CLUSTER
- * keeps it for the next run).  A test that fails with a node dead leaves
- * it so; the next start brings it back.
+ * Runs once for the test case, in the runner: waits for any other run of
+ * it to end, starts the cluster if it is not up and stops it afterwards
+ * if it was not (OUTBOXD_KEEP_CLUSTER=1 keeps it for the next run).  A
+ * test that fails with a node dead leaves it so; the next start brings it
+ * back.
  */
 static void
 cluster_setup(void)
 {
+    cluster_lock = open(CLUSTER_TEST_LOCK, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ck_assert_msg(cluster_lock >= 0, "cannot open " CLUSTER_TEST_LOCK);
+    ck_assert_int_eq(flock(cluster_lock, LOCK_EX), 0);
     cluster_was_up = cluster_sh("status >/dev/null 2>&1") == 0;
     ck_assert_msg(cluster_sh("start") == 0, "tests/cluster.sh start failed");
 }
@@ -55,6 +64,8 @@ cluster_teardown(void)
     const char *keep = getenv("OUTBOXD_KEEP_CLUSTER");
     if (!cluster_was_up && !(keep && keep[0] == '1'))
         cluster_sh("stop");
+    close(cluster_lock);
+    cluster_lock = -1;
 }
 
 /* ---- reconnecting: which url comes first ---- */

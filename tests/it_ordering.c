@@ -432,6 +432,44 @@ START_TEST(test_hot_aggregate_ordering_none)
 }
 END_TEST
 
+/*
+ * Guarantee 5: an aggregate held back by its first event (in RETRY,
+ * backing off) with more than batch_size events queued behind it must
+ * not stall the other aggregates: the claim pages past what ordering
+ * would drop.
+ */
+START_TEST(test_held_aggregate_does_not_stall_table)
+{
+    enum { HELD = 700, OTHERS = 50 };
+    struct fx f;
+    fx_open(&f, 1, "Order.*", "        batch_size: 100\n");
+    it_db_exec(f.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status, retry_count, "
+               "next_retry_at, last_error) VALUES ('held-0', 'Order', "
+               "'held', 'OrderCreated', '{}', 'RETRY', 1, NOW(6) + INTERVAL "
+               "1 HOUR, 'NO_ROUTE: test')");
+    it_db_insert_events(f.sql, "outbox_event", "queued", HELD, 1, 32);
+    it_db_exec(f.sql, "UPDATE outbox_event SET aggregate_id = 'held' WHERE "
+                      "event_id LIKE 'queued-%%'");
+    it_db_insert_events(f.sql, "outbox_event", "free", OTHERS, OTHERS, 32);
+    it_db_exec(f.sql, "COMMIT");
+    fx_start(&f, 0);
+    /* every other aggregate gets through while "held" waits */
+    ck_assert_msg(IT_WAIT(20000, it_db_int(f.sql,
+                                           "SELECT COUNT(*) FROM outbox_event "
+                                           "WHERE event_id LIKE 'free-%%' AND "
+                                           "status = 'SENT'") == OTHERS),
+                  "the table stalled behind one held aggregate");
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
+                                      "WHERE aggregate_id = 'held' AND "
+                                      "status <> 'PENDING' AND event_id <> "
+                                      "'held-0'"),
+                     0);
+    fx_close(&f);
+}
+END_TEST
+
 Suite *
 it_ordering_suite(void)
 {
@@ -448,6 +486,7 @@ it_ordering_suite(void)
     tcase_set_timeout(hot, 120);
     tcase_add_test(hot, test_hot_aggregate);
     tcase_add_test(hot, test_hot_aggregate_ordering_none);
+    tcase_add_test(hot, test_held_aggregate_does_not_stall_table);
     suite_add_tcase(s, hot);
     return s;
 }
