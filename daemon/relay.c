@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* qsort_r */
 #include "relay.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #define SHORTSTR_MAX 255
 /* A blocked broker is asked this often whether a stop request came. */
 #define BLOCKED_CHECK_MS 100
+
+static void job_wait(struct relay *r);
 
 struct row_place {
     size_t group; /* index of the row's aggregate within the batch */
@@ -43,7 +46,9 @@ relay_init(struct relay *r, const struct outbox_config *ob,
     r->outbox = ob;
     r->relay_id = relay_id;
     r->backend = *backend;
-    batch_init(&r->batch);
+    for (int i = 0; i < RELAY_SLOTS; i++)
+        batch_init(&r->slot[i]);
+    r->batch = &r->slot[0];
     r->scratch = xcalloc(1, sizeof(*r->scratch));
     histogram_init(&r->stats.commit_to_confirm, metrics_latency_bounds_us,
                    metrics_latency_nbounds);
@@ -65,7 +70,9 @@ relay_fini(struct relay *r)
         free(s->marks);
         free(s);
     }
-    batch_free(&r->batch);
+    job_wait(r);
+    for (int i = 0; i < RELAY_SLOTS; i++)
+        batch_free(&r->slot[i]);
 }
 
 static void
@@ -139,13 +146,13 @@ resolve_target(struct relay *r, struct outbox_row *row,
     snprintf(ctx.id, sizeof(ctx.id), "%llu", (unsigned long long)row->id);
     if (template_render(tpl, row_lookup, &ctx, buf, sizeof(buf)) < 0)
         return NULL;
-    return batch_strdup(&r->batch, buf);
+    return batch_strdup(r->batch, buf);
 }
 
 static void
 reject(struct relay *r, struct outbox_row *row, const char *why)
 {
-    row_enter_state(&r->batch, row, ROW_REJECTED, why);
+    row_enter_state(r->batch, row, ROW_REJECTED, why);
     row->dead = true; /* the row itself is wrong: retrying cannot help */
 }
 
@@ -161,7 +168,7 @@ cmp_event_id(const void *a, const void *b, void *arg)
 static void
 reject_duplicates(struct relay *r)
 {
-    struct outbox_batch *b = &r->batch;
+    struct outbox_batch *b = r->batch;
     size_t *idx = r->scratch->order, n = 0;
     for (size_t i = 0; i < b->n; i++)
         if (b->rows[i].state == ROW_CLAIMED)
@@ -185,7 +192,7 @@ reject_duplicates(struct relay *r)
 void
 relay_prepare_rows(struct relay *r)
 {
-    struct outbox_batch *b = &r->batch;
+    struct outbox_batch *b = r->batch;
     const struct outbox_config *ob = r->outbox;
     scratch_reserve(r->scratch, b->n);
     for (size_t i = 0; i < b->n; i++) {
@@ -194,6 +201,13 @@ relay_prepare_rows(struct relay *r)
             continue;
         if (row->event_id == NULL || row->event_id[0] == '\0') {
             reject(r, row, "event_id is NULL or empty");
+            continue;
+        }
+        if (row->duplicate_of != 0) {
+            reject(r, row,
+                   batch_sprintf(b, "duplicate event_id \"%s\" (also row %llu)",
+                                 row->event_id,
+                                 (unsigned long long)row->duplicate_of));
             continue;
         }
         row->exchange =
@@ -239,7 +253,7 @@ same_aggregate(const struct outbox_row *x, const struct outbox_row *y)
 static size_t
 place_rows(struct relay *r)
 {
-    struct outbox_batch *b = &r->batch;
+    struct outbox_batch *b = r->batch;
     struct relay_scratch *s = r->scratch;
     size_t waves = b->n ? 1 : 0;
     if (r->outbox->ordering == ORDERING_NONE) {
@@ -272,7 +286,7 @@ static void
 bucket_waves(struct relay *r, size_t waves)
 {
     struct relay_scratch *s = r->scratch;
-    struct outbox_batch *b = &r->batch;
+    struct outbox_batch *b = r->batch;
     memset(s->wave_start, 0, (waves + 1) * sizeof(*s->wave_start));
     for (size_t i = 0; i < b->n; i++)
         s->wave_start[s->place[i].pos + 1]++;
@@ -287,7 +301,7 @@ bucket_waves(struct relay *r, size_t waves)
 static void
 release(struct relay *r, struct outbox_row *row, const char *why)
 {
-    row_enter_state(&r->batch, row, ROW_RELEASED, why);
+    row_enter_state(r->batch, row, ROW_RELEASED, why);
 }
 
 /*
@@ -325,7 +339,7 @@ collect_wave(struct relay *r, size_t w, struct outbox_row **out)
     size_t n = 0;
     for (size_t k = s->wave_start[w]; k < s->wave_start[w + 1]; k++) {
         struct outbox_row *row = s->wave[k];
-        size_t i = (size_t)(row - r->batch.rows);
+        size_t i = (size_t)(row - r->batch->rows);
         if (row->state != ROW_CLAIMED)
             continue;
         if (s->blocked[s->place[i].group])
@@ -341,8 +355,8 @@ static void
 block_failed_groups(struct relay *r)
 {
     struct relay_scratch *s = r->scratch;
-    for (size_t i = 0; i < r->batch.n; i++) {
-        enum row_state st = r->batch.rows[i].state;
+    for (size_t i = 0; i < r->batch->n; i++) {
+        enum row_state st = r->batch->rows[i].state;
         if (st == ROW_FAILED || st == ROW_REJECTED || st == ROW_RELEASED)
             s->blocked[s->place[i].group] = true;
     }
@@ -358,7 +372,7 @@ stop_due(struct relay *r)
                  "batch of %zu events ran out of its lease while publishing; "
                  "the rest go back unattempted (raise lease or lower "
                  "batch_size)",
-                 r->batch.n);
+                 r->batch->n);
         return true;
     }
     return stop != 0 && now >= stop;
@@ -392,14 +406,15 @@ record_wave(struct relay *r, struct outbox_row **rows, size_t n)
     if (r->backend.mark_sent == NULL)
         return true;
     for (size_t i = 0; i < n; i++) {
-        const struct row_place *pl = &s->place[rows[i] - r->batch.rows];
+        const struct row_place *pl = &s->place[rows[i] - r->batch->rows];
         if (rows[i]->state == ROW_ACKED &&
             s->group_len[pl->group] > pl->pos + 1)
             s->marks[k++] = rows[i];
     }
     if (k == 0)
         return true;
-    if (r->backend.mark_sent(r->backend.store, &r->batch, s->marks, k, &lost,
+    job_wait(r); /* the store is the job's until it is done */
+    if (r->backend.mark_sent(r->backend.store, r->batch, s->marks, k, &lost,
                              err, sizeof(err)) < 0) {
         log_error(LOG_KV("outbox", r->outbox->name),
                   "could not record %zu confirmed events, their aggregates' "
@@ -463,7 +478,7 @@ publish_waves(struct relay *r)
     char err[512];
     bool broker_ok = true;
 
-    memset(s->blocked, 0, r->batch.n * sizeof(*s->blocked));
+    memset(s->blocked, 0, r->batch->n * sizeof(*s->blocked));
     bucket_waves(r, waves);
     for (size_t w = 0; w < waves && broker_ok && !stop_due(r); w++) {
         block_failed_groups(r);
@@ -473,7 +488,7 @@ publish_waves(struct relay *r)
             continue;
         if (!await_unblocked(r, &broker_ok))
             break;
-        if (r->backend.publish(r->backend.publisher, &r->batch, rows, n,
+        if (r->backend.publish(r->backend.publisher, r->batch, rows, n,
                                r->outbox->mandatory, wave_deadline(r), err,
                                sizeof(err)) < 0) {
             str_copy(r->last_error, err, sizeof(r->last_error));
@@ -489,13 +504,12 @@ publish_waves(struct relay *r)
 /* ---- outcomes ---- */
 
 static void
-decide_outcomes(struct relay *r)
+decide_outcomes(struct relay *r, struct outbox_batch *b)
 {
-    struct outbox_batch *b = &r->batch;
     for (size_t i = 0; i < b->n; i++) {
         struct outbox_row *row = &b->rows[i];
         if (row->state == ROW_CLAIMED)
-            release(r, row, "not attempted");
+            row_enter_state(b, row, ROW_RELEASED, "not attempted");
         else if (row->state == ROW_FAILED)
             row->dead = row->retry_count + 1 > r->outbox->max_retries;
         else if (row->state == ROW_REJECTED)
@@ -515,9 +529,8 @@ log_dead_row(struct relay *r, const struct outbox_row *row)
 
 /* One line per batch for retries, one per event for dead letters. */
 static void
-count_and_log(struct relay *r)
+count_and_log(struct relay *r, struct outbox_batch *b)
 {
-    struct outbox_batch *b = &r->batch;
     const struct outbox_row *first_retry = NULL;
     uint64_t acked = 0, failed = 0, retried = 0, dead = 0, released = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -547,18 +560,17 @@ count_and_log(struct relay *r)
     r->stats.released += released;
 }
 
+/* Logs and counts what finalize of batch b returned. */
 static bool
-finalize(struct relay *r)
+finalize_done(struct relay *r, struct outbox_batch *b, int rc, size_t lost,
+              const char *err)
 {
-    char err[512];
-    size_t lost = 0;
-    if (r->backend.finalize(r->backend.store, &r->batch, &lost, err,
-                            sizeof(err)) < 0) {
+    if (rc < 0) {
         /* The rows keep their lease and come back after it: no loss. */
         log_error(LOG_KV("outbox", r->outbox->name),
                   "could not record the outcome of %zu events, they will be "
                   "retried after their lease: %s",
-                  r->batch.n, err);
+                  b->n, err);
         str_copy(r->last_error, err, sizeof(r->last_error));
         return false;
     }
@@ -569,44 +581,184 @@ finalize(struct relay *r)
                  "them after the lease expired, their outcome is theirs",
                  lost);
     }
-    count_and_log(r);
+    count_and_log(r, b);
     return true;
 }
 
-/* Publishes and finalizes a claimed batch. */
+static bool
+finalize(struct relay *r, struct outbox_batch *b)
+{
+    char err[512];
+    size_t lost = 0;
+    int rc = r->backend.finalize(r->backend.store, b, &lost, err, sizeof(err));
+    return finalize_done(r, b, rc, lost, err);
+}
+
+/* ---- the database side, run beside publishing ---- */
+
+/*
+ * While a batch is being published the database connection is idle: a
+ * job thread records the previous batch's outcome and claims the next
+ * one meanwhile, so that a drain costs max(database, broker) per batch
+ * rather than their sum.  Safe for ordering: the batch in flight is
+ * PROCESSING, so the claim cannot take a later event of its aggregates,
+ * and the previous batch is recorded before the claim reads.
+ */
+static void *
+job_main(void *arg)
+{
+    struct relay *r = arg;
+    struct relay_job *j = &r->job;
+    if (j->prev != NULL)
+        j->fin_rc = r->backend.finalize(r->backend.store, j->prev, &j->lost,
+                                        j->fin_err, sizeof(j->fin_err));
+    if (j->next != NULL && j->fin_rc == 0) {
+        batch_reset(j->next);
+        j->next_claim_ms = clock_ms();
+        j->claim_rc = r->backend.claim(r->backend.store, r->relay_id, j->next,
+                                       j->claim_err, sizeof(j->claim_err));
+    }
+    return NULL;
+}
+
+static void
+job_start(struct relay *r, struct outbox_batch *prev, struct outbox_batch *next)
+{
+    struct relay_job *j = &r->job;
+    *j = (struct relay_job){.prev = prev, .next = next, .claim_rc = -1};
+    if (prev == NULL && next == NULL)
+        return;
+    j->running = pthread_create(&j->thread, NULL, job_main, r) == 0;
+    if (!j->running)
+        job_main(r); /* no thread to be had: do it now, in line */
+}
+
+/* Waits for the job; the store is ours again. */
+static void
+job_wait(struct relay *r)
+{
+    if (r->job.running)
+        pthread_join(r->job.thread, NULL);
+    r->job.running = false;
+}
+
+static struct outbox_batch *
+free_slot(struct relay *r, const struct outbox_batch *a,
+          const struct outbox_batch *b)
+{
+    for (int i = 0; i < RELAY_SLOTS; i++)
+        if (&r->slot[i] != a && &r->slot[i] != b)
+            return &r->slot[i];
+    return NULL;
+}
+
+/* Gives back a claimed-ahead batch unattempted (stop, connection lost). */
+static void
+release_next(struct relay *r)
+{
+    if (r->next == NULL)
+        return;
+    decide_outcomes(r, r->next);
+    finalize(r, r->next);
+    r->next = NULL;
+}
+
+void
+relay_flush(struct relay *r)
+{
+    job_wait(r);
+    if (r->prev != NULL)
+        finalize(r, r->prev);
+    r->prev = NULL;
+    release_next(r);
+}
+
+/*
+ * Collects the job: the previous batch's outcome and the claim ahead.
+ * false when the database failed.
+ */
+static bool
+job_collect(struct relay *r)
+{
+    struct relay_job *j = &r->job;
+    job_wait(r);
+    bool ok = true;
+    if (j->prev != NULL)
+        ok = finalize_done(r, j->prev, j->fin_rc, j->lost, j->fin_err);
+    r->prev = NULL;
+    if (j->next != NULL && j->claim_rc < 0 && ok) {
+        str_copy(r->last_error, j->claim_err, sizeof(r->last_error));
+        ok = false;
+    }
+    r->next = ok && j->next != NULL && j->next->n > 0 ? j->next : NULL;
+    r->next_claim_ms = j->next_claim_ms;
+    *j = (struct relay_job){0};
+    return ok;
+}
+
+/* Publishes a claimed batch while the job records and claims beside it. */
 static enum relay_result
 relay_batch(struct relay *r)
 {
-    size_t claimed = r->batch.n;
-    r->stats.batches++;
-    relay_prepare_rows(r);
-    bool broker_ok = publish_waves(r);
-    decide_outcomes(r);
-    if (!finalize(r))
-        return RELAY_STORE_DOWN;
-    if (!broker_ok)
-        return RELAY_BROKER_DOWN;
+    size_t claimed = r->batch->n;
     /* A claim that read a full window of candidates and kept some was
      * cut short by ordering, not by an empty table: more rows wait. */
     bool more = claimed >= r->outbox->batch_size ||
-                r->batch.candidates >= r->outbox->batch_size;
+                r->batch->candidates >= r->outbox->batch_size;
+    bool ahead = more && r->stop_deadline_ms == 0;
+    r->stats.batches++;
+    relay_prepare_rows(r);
+    job_start(r, r->prev, ahead ? free_slot(r, r->batch, r->prev) : NULL);
+    bool broker_ok = publish_waves(r);
+    decide_outcomes(r, r->batch);
+    bool store_ok = job_collect(r);
+    if (!store_ok || !broker_ok || r->next == NULL) {
+        /* Nothing to overlap with: record this batch now. */
+        release_next(r);
+        if (store_ok && !finalize(r, r->batch))
+            store_ok = false;
+    } else {
+        r->prev = r->batch;
+    }
+    if (!store_ok)
+        return RELAY_STORE_DOWN;
+    if (!broker_ok)
+        return RELAY_BROKER_DOWN;
     return more ? RELAY_FULL : RELAY_PARTIAL;
+}
+
+/* The batch to publish: the one claimed ahead, or a claim now. */
+static int
+take_batch(struct relay *r)
+{
+    char err[512];
+    if (r->next != NULL) {
+        r->batch = r->next;
+        r->next = NULL;
+        r->claim_ms = r->next_claim_ms;
+        return 0;
+    }
+    r->batch = free_slot(r, r->prev, NULL);
+    batch_reset(r->batch);
+    r->claim_ms = clock_ms();
+    if (r->backend.claim(r->backend.store, r->relay_id, r->batch, err,
+                         sizeof(err)) < 0) {
+        str_copy(r->last_error, err, sizeof(r->last_error));
+        return -1;
+    }
+    return 0;
 }
 
 enum relay_result
 relay_cycle(struct relay *r)
 {
-    char err[512];
     uint64_t t0 = metrics_clock_us();
-    batch_reset(&r->batch);
-    r->claim_ms = clock_ms();
-    if (r->backend.claim(r->backend.store, r->relay_id, &r->batch, err,
-                         sizeof(err)) < 0) {
-        str_copy(r->last_error, err, sizeof(r->last_error));
+    if (take_batch(r) < 0)
         return RELAY_STORE_DOWN;
-    }
-    if (r->batch.n == 0)
+    if (r->batch->n == 0) {
+        relay_flush(r);
         return RELAY_IDLE;
+    }
     enum relay_result rc = relay_batch(r);
     histogram_observe_us(&r->stats.batch_duration,
                          (int64_t)(metrics_clock_us() - t0));

@@ -6,6 +6,7 @@
 #ifndef OUTBOXD_RELAY_H
 #define OUTBOXD_RELAY_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -51,20 +52,40 @@ struct relay_stats {
 };
 
 enum relay_result {
-    RELAY_IDLE,          /* nothing to claim */
-    RELAY_PARTIAL,       /* claimed fewer than batch_size */
-    RELAY_FULL,          /* more rows wait: claim again at once */
-    RELAY_STORE_DOWN,    /* the database failed: reconnect */
-    RELAY_BROKER_DOWN,   /* the broker connection was lost: reconnect */
+    RELAY_IDLE,        /* nothing to claim */
+    RELAY_PARTIAL,     /* claimed fewer than batch_size */
+    RELAY_FULL,        /* more rows wait: claim again at once */
+    RELAY_STORE_DOWN,  /* the database failed: reconnect */
+    RELAY_BROKER_DOWN, /* the broker connection was lost: reconnect */
 };
 
 struct relay_scratch;
+
+/* The database work done while a batch is published (see relay.c). */
+struct relay_job {
+    pthread_t thread;
+    bool running;
+    struct outbox_batch *prev; /* to finalize, or NULL */
+    struct outbox_batch *next; /* to claim into, or NULL */
+    int fin_rc, claim_rc;
+    size_t lost;
+    uint64_t next_claim_ms;
+    char fin_err[512], claim_err[512];
+};
+
+/* The batch in flight, the one being recorded, the one claimed ahead. */
+#define RELAY_SLOTS 3
 
 struct relay {
     const struct outbox_config *outbox;
     const char *relay_id;
     struct relay_backend backend;
-    struct outbox_batch batch;
+    struct outbox_batch slot[RELAY_SLOTS];
+    struct outbox_batch *batch; /* being published */
+    struct outbox_batch *prev;  /* published, outcome not yet recorded */
+    struct outbox_batch *next;  /* claimed ahead, not yet published */
+    uint64_t next_claim_ms;
+    struct relay_job job;
     struct relay_stats stats;
     /* Set by another thread: stop waiting for confirms by this time. */
     _Atomic uint64_t stop_deadline_ms;
@@ -77,8 +98,14 @@ void relay_init(struct relay *r, const struct outbox_config *ob,
                 const char *relay_id, const struct relay_backend *backend);
 void relay_fini(struct relay *r);
 
-/* Runs one claim-publish-finalize cycle. */
+/*
+ * Runs one claim-publish-finalize cycle.  After RELAY_FULL a batch may be
+ * claimed ahead and the last one's outcome not yet recorded: call
+ * relay_cycle again at once, or relay_flush.
+ */
 enum relay_result relay_cycle(struct relay *r);
+/* Records what is pending and gives back what was claimed ahead. */
+void relay_flush(struct relay *r);
 
 /* Resolves exchange and routing key of each row, rejects bad rows. */
 void relay_prepare_rows(struct relay *r);

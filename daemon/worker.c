@@ -237,6 +237,7 @@ run_cycle(struct worker *w)
 {
     char err[512];
     if (publisher_poll(w->pub, err, sizeof(err)) < 0) {
+        relay_flush(&w->relay); /* give back what was claimed ahead */
         link_failed(w, &w->broker, "broker", err);
         schedule(w, reconnect_delay(w));
         return;
@@ -429,6 +430,9 @@ worker_main(void *arg)
     evtimer_add(w->stats, &every);
     retention_schedule(w, w->ob->retention_interval_ms);
     event_base_dispatch(w->base);
+    /* A batch claimed ahead goes back, the last outcome is recorded. */
+    if (store_is_connected(w->store))
+        relay_flush(&w->relay);
     store_disconnect(w->store);
     store_thread_end();
     publisher_disconnect(w->pub);

@@ -1,12 +1,14 @@
 /*
  * check_relay: the cycle's state machine driven with a fake store and a
  * fake broker: waves per aggregate, failures holding back later events,
- * bad rows, broker loss mid-batch, DEAD past max_retries.
+ * bad rows, broker loss mid-batch, DEAD past max_retries, a broker that
+ * blocks publishing, rows given back after a publish.
  */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "relay.h"
@@ -461,6 +463,282 @@ START_TEST(test_lost_lease_mid_batch)
 }
 END_TEST
 
+/* ---- a broker that blocks publishing (connection.blocked) ---- */
+
+static struct {
+    int unblock_after; /* blocked until this many waits; -1: for good */
+    int waits;         /* wait_unblocked calls */
+    int stop_after;    /* a stop request arrives during this wait; 0 none */
+    int wait_rc;       /* -1: the connection dies while waiting */
+} blk;
+
+static bool
+fake_is_blocked(void *arg)
+{
+    (void)arg;
+    return blk.unblock_after < 0 || blk.waits < blk.unblock_after;
+}
+
+static int
+fake_wait_unblocked(void *arg, uint64_t deadline_ms, char *err, size_t errlen)
+{
+    (void)arg;
+    blk.waits++;
+    if (blk.stop_after != 0 && blk.waits == blk.stop_after)
+        relay.stop_deadline_ms = clock_ms() + 60000; /* SIGTERM */
+    if (blk.wait_rc < 0) {
+        err_set(err, errlen, "connection lost");
+        return -1;
+    }
+    uint64_t now = clock_ms();
+    if (fake_is_blocked(NULL) && deadline_ms > now)
+        usleep((useconds_t)(deadline_ms - now) * 1000);
+    return 0;
+}
+
+static void
+use_blocking_broker(int unblock_after)
+{
+    memset(&blk, 0, sizeof(blk));
+    blk.unblock_after = unblock_after;
+    relay.backend.is_blocked = fake_is_blocked;
+    relay.backend.wait_unblocked = fake_wait_unblocked;
+}
+
+/* No wave starts while the broker blocks; the batch goes on after. */
+START_TEST(test_blocked_waits_before_wave)
+{
+    use_blocking_broker(3);
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    add_row(3, "e3", "A");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(blk.waits, 3);
+    ck_assert_int_eq(fake.waves, 2);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(fake.final_state[i], ROW_ACKED);
+}
+END_TEST
+
+/* Blocked to the end of the lease: the rows go back, no attempt spent. */
+START_TEST(test_blocked_past_lease_releases)
+{
+    use_blocking_broker(-1);
+    ob.lease_ms = 500; /* publishing may go on for 400 ms */
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    uint64_t t0 = clock_ms();
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_uint_ge(clock_ms() - t0, 350);
+    ck_assert_int_eq(fake.waves, 0);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(fake.final_state[i], ROW_RELEASED);
+        ck_assert(!fake.final_dead[i]);
+    }
+    ck_assert_uint_eq(relay.stats.released, 2);
+    ck_assert_uint_eq(relay.stats.retried, 0);
+    ck_assert_uint_eq(relay.stats.failed, 0);
+}
+END_TEST
+
+/* A stop request ends the wait at once, whatever is left of the lease. */
+START_TEST(test_blocked_stop_request)
+{
+    use_blocking_broker(-1);
+    blk.stop_after = 2;
+    add_row(1, "e1", "A");
+    uint64_t t0 = clock_ms();
+    relay_cycle(&relay);
+    ck_assert_uint_lt(clock_ms() - t0, 1000);
+    ck_assert_int_eq(blk.waits, 2);
+    ck_assert_int_eq(fake.waves, 0);
+    ck_assert_int_eq(fake.finalized, 1);
+    ck_assert_int_eq(fake.final_state[0], ROW_RELEASED);
+}
+END_TEST
+
+START_TEST(test_blocked_connection_lost)
+{
+    use_blocking_broker(-1);
+    blk.wait_rc = -1;
+    add_row(1, "e1", "A");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_BROKER_DOWN);
+    ck_assert_int_eq(fake.waves, 0);
+    ck_assert_int_eq(fake.final_state[0], ROW_RELEASED);
+    ck_assert_str_eq(relay.last_error, "connection lost");
+}
+END_TEST
+
+/*
+ * The broker closed the channel for row 1's oversized body (406): row 1
+ * fails, row 2 was only caught in flight and comes back unattempted, and
+ * so does the next event of its aggregate; row 4 went through.
+ */
+static int
+fake_publish_406(void *arg, struct outbox_batch *b, struct outbox_row **rows,
+                 size_t n, bool mandatory, uint64_t deadline_ms, char *err,
+                 size_t errlen)
+{
+    struct fake *f = arg;
+    (void)mandatory;
+    (void)deadline_ms;
+    (void)err;
+    (void)errlen;
+    f->waves++;
+    for (size_t i = 0; i < n; i++) {
+        row_enter_state(b, rows[i], ROW_PUBLISHED, NULL);
+        if (rows[i]->id == 1)
+            row_enter_state(b, rows[i], ROW_FAILED, "406 message size");
+        else if (rows[i]->id == 2)
+            row_enter_state(b, rows[i], ROW_RELEASED, "in flight at a 406");
+        else
+            row_enter_state(b, rows[i], ROW_ACKED, NULL);
+    }
+    return 0;
+}
+
+START_TEST(test_released_in_flight_not_counted)
+{
+    relay.backend.publish = fake_publish_406;
+    add_row(1, "big", "A");
+    add_row(2, "e2", "B");
+    add_row(3, "e3", "B");
+    add_row(4, "e4", "C");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.waves, 1); /* B's second event was held back */
+    ck_assert_int_eq(fake.final_state[0], ROW_FAILED);
+    ck_assert(!fake.final_dead[0]);
+    ck_assert_int_eq(fake.final_state[1], ROW_RELEASED);
+    ck_assert_str_eq(fake.final_error[1], "in flight at a 406");
+    ck_assert_int_eq(fake.final_state[2], ROW_RELEASED);
+    ck_assert_int_eq(fake.final_state[3], ROW_ACKED);
+    ck_assert_uint_eq(relay.stats.failed, 1);
+    ck_assert_uint_eq(relay.stats.retried, 1);
+    ck_assert_uint_eq(relay.stats.released, 2);
+}
+END_TEST
+
+/* The store found the event_id on an earlier row, claimed long ago. */
+static int
+fake_claim_dup(void *arg, const char *relay_id, struct outbox_batch *b,
+               char *err, size_t errlen)
+{
+    int rc = fake_claim(arg, relay_id, b, err, errlen);
+    if (rc == 0 && b->n > 1)
+        b->rows[1].duplicate_of = 7;
+    return rc;
+}
+
+START_TEST(test_duplicate_of_earlier_row_dead)
+{
+    relay.backend.claim = fake_claim_dup;
+    add_row(10, "e10", "A");
+    add_row(11, "e1", "B");
+    add_row(12, "e12", "B");
+    relay_cycle(&relay);
+    ck_assert_int_eq(fake.final_state[0], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[1], ROW_REJECTED);
+    ck_assert(fake.final_dead[1]);
+    ck_assert_str_eq(fake.final_error[1],
+                     "duplicate event_id \"e1\" (also row 7)");
+    /* B's next event waits until the duplicate is recorded DEAD */
+    ck_assert_int_eq(fake.final_state[2], ROW_RELEASED);
+    ck_assert_uint_eq(fake.npublished, 1);
+}
+END_TEST
+
+/* ---- claiming ahead while a batch is published ---- */
+
+static int claims_made;
+static size_t acked_recorded, released_recorded;
+
+/* Two full batches of ten distinct aggregates, then an empty table. */
+static int
+fake_claim_two_batches(void *arg, const char *relay_id,
+                       struct outbox_batch *b, char *err, size_t errlen)
+{
+    static char ids[20][16];
+    (void)arg;
+    (void)relay_id;
+    (void)err;
+    (void)errlen;
+    int k = claims_made++;
+    for (int i = 0; k < 2 && i < 10; i++) {
+        struct outbox_row *r = batch_add(b);
+        int n = k * 10 + i;
+        snprintf(ids[n], sizeof(ids[n]), "e%d", n);
+        r->id = (unsigned long long)n + 1;
+        r->event_id = ids[n];
+        r->aggregate_type = "Order";
+        r->aggregate_id = ids[n];
+        r->event_type = "OrderCreated";
+    }
+    return 0;
+}
+
+static int
+fake_finalize_counting(void *arg, struct outbox_batch *b, size_t *lost,
+                       char *err, size_t errlen)
+{
+    acked_recorded += batch_count_state(b, ROW_ACKED);
+    released_recorded += batch_count_state(b, ROW_RELEASED);
+    return fake_finalize(arg, b, lost, err, errlen);
+}
+
+static void
+setup_claim_ahead(void)
+{
+    claims_made = 0;
+    acked_recorded = released_recorded = 0;
+    relay.backend.claim = fake_claim_two_batches;
+    relay.backend.finalize = fake_finalize_counting;
+}
+
+/* A full batch claims the next one while it publishes, and records its
+ * own outcome while the next one publishes. */
+START_TEST(test_claims_ahead_while_publishing)
+{
+    setup_claim_ahead();
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(claims_made, 2);
+    ck_assert_int_eq(fake.finalized, 0); /* recorded beside the next batch */
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(claims_made, 3); /* the table was empty by then */
+    ck_assert_int_eq(fake.finalized, 2);
+    ck_assert_uint_eq(acked_recorded, 20);
+    ck_assert_uint_eq(relay.stats.published, 20);
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_IDLE);
+    ck_assert_int_eq(fake.npublished, 20);
+}
+END_TEST
+
+/* The broker dies: what was claimed ahead goes back unattempted, what
+ * was confirmed is recorded. */
+START_TEST(test_broker_lost_gives_back_claimed_ahead)
+{
+    setup_claim_ahead();
+    fake.die_on_wave = 2;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_BROKER_DOWN);
+    ck_assert_uint_eq(acked_recorded, 10);
+    /* batch 2: five failed, five never sent; nothing else claimed */
+    ck_assert_uint_eq(released_recorded, 5);
+    ck_assert_uint_eq(relay.stats.failed, 5);
+}
+END_TEST
+
+/* A stop after a full batch: flush records it and returns the next. */
+START_TEST(test_flush_gives_back_claimed_ahead)
+{
+    setup_claim_ahead();
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    relay_flush(&relay);
+    ck_assert_uint_eq(acked_recorded, 10);
+    ck_assert_uint_eq(released_recorded, 10);
+    ck_assert_int_eq(fake.npublished, 10);
+}
+END_TEST
+
 Suite *
 relay_suite(void)
 {
@@ -481,6 +759,15 @@ relay_suite(void)
     tcase_add_test(tc, test_routing_key_override_and_too_long);
     tcase_add_test(tc, test_marks_before_next_wave);
     tcase_add_test(tc, test_lost_lease_mid_batch);
+    tcase_add_test(tc, test_blocked_waits_before_wave);
+    tcase_add_test(tc, test_blocked_past_lease_releases);
+    tcase_add_test(tc, test_blocked_stop_request);
+    tcase_add_test(tc, test_blocked_connection_lost);
+    tcase_add_test(tc, test_released_in_flight_not_counted);
+    tcase_add_test(tc, test_duplicate_of_earlier_row_dead);
+    tcase_add_test(tc, test_claims_ahead_while_publishing);
+    tcase_add_test(tc, test_broker_lost_gives_back_claimed_ahead);
+    tcase_add_test(tc, test_flush_gives_back_claimed_ahead);
     suite_add_tcase(s, tc);
     return s;
 }
