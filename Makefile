@@ -156,7 +156,7 @@ fuzz: fuzz-build
 			$$dict $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t \
 			2>$(FUZZ_BUILD)/$$t.log || { tail -n 60 $(FUZZ_BUILD)/$$t.log; \
 			exit 1; }; \
-		grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^#[0-9]+ +DONE' \
+		grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^#[0-9]+[[:space:]]+DONE' \
 			$(FUZZ_BUILD)/$$t.log; \
 	done
 

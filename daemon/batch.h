@@ -59,6 +59,7 @@ struct outbox_row {
     unsigned retry_count;    /* attempts already failed, as claimed */
     enum outbox_status claimed_from;
     unsigned earlier_unfinished; /* unfinished events before it */
+    uint64_t duplicate_of; /* an earlier row with this event_id, 0 if none */
 
     enum row_state state;
     const char *error; /* why FAILED or REJECTED */

@@ -112,9 +112,9 @@ enum frame_result { FRAME_OK, FRAME_LOST };
 /*
  * "amqp://user:secret@host/" -> "amqp://user:***@host/".  The password is
  * found where amqp_parse_url finds it (components start where they stand
- * in the text: it decodes in place).  A url it refuses has everything
- * before its last '@', or after "://" when there is none, masked: there
- * is no telling which part is the password.
+ * in the text: it decodes in place).  A url it refuses has all between
+ * "user:" (or "://") and its last '@' masked, or all after "://" when it
+ * has no '@': there is no telling which part is the password.
  */
 char *
 publisher_mask_url(const char *url)
@@ -136,9 +136,12 @@ publisher_mask_url(const char *url)
     } else if (scheme == NULL) {
         masked = xstrdup("***");
     } else {
+        /* Up to a "user:" before the last '@' stays, as valid ones show. */
         const char *at = strrchr(scheme, '@');
-        masked =
-            xasprintf("%.*s***%s", (int)(scheme + 3 - url), url, at ? at : "");
+        const char *colon =
+            at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
+        const char *keep = colon ? colon + 1 : scheme + 3;
+        masked = xasprintf("%.*s***%s", (int)(keep - url), url, at ? at : "");
     }
     free(copy);
     return masked;
@@ -638,10 +641,13 @@ end_unsettled(struct wave *w, enum row_state to, const char *reason,
               bool over_max, const char *other)
 {
     for (size_t i = w->low; i < w->published; i++) {
-        struct outbox_row *row = w->p->inflight[i].row;
+        const struct inflight *e = &w->p->inflight[i];
+        struct outbox_row *row = e->row;
         if (row->state != ROW_PUBLISHED)
             continue;
-        if (over_max && body_len(row) <= w->p->max_body)
+        if (e->returned != NULL) /* unroutable whatever happens next */
+            row_enter_state(w->b, row, ROW_FAILED, e->returned);
+        else if (over_max && body_len(row) <= w->p->max_body)
             row_enter_state(w->b, row, ROW_RELEASED, other);
         else
             row_enter_state(w->b, row, to, reason);
@@ -1311,8 +1317,8 @@ publish_next(struct wave *w)
 static enum frame_result
 publish_some(struct wave *w, uint64_t deadline_ms)
 {
-    for (int i = 0; i < READ_EVERY && w->next < w->n && clock_ms() < deadline_ms;
-         i++)
+    for (int i = 0;
+         i < READ_EVERY && w->next < w->n && clock_ms() < deadline_ms; i++)
         if (publish_next(w) < 0)
             return FRAME_LOST;
     return read_available(w);
@@ -1420,8 +1426,8 @@ publisher_wait_unblocked(struct publisher *p, uint64_t deadline_ms, char *err,
          now = clock_ms()) {
         bool got;
         uint64_t wait = deadline_ms - now;
-        if (read_frame(&w, wait < STOP_CHECK_MS ? wait : STOP_CHECK_MS,
-                       &got) == FRAME_LOST)
+        if (read_frame(&w, wait < STOP_CHECK_MS ? wait : STOP_CHECK_MS, &got) ==
+            FRAME_LOST)
             return -1;
     }
     return 0;

@@ -723,12 +723,14 @@ add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
 
 /*
  * With ordering: aggregate, a candidate whose aggregate has an earlier
- * event that is leased or backing off cannot be kept: skip it in the
- * read itself.  Otherwise a held-back aggregate with batch_size events
- * waiting would fill every claim's LIMIT with rows the ordering check
- * throws away, and the whole table would stall behind one poison event.
- * The ordering check after the read stays the judge; this only pages
- * past what it would drop.
+ * event backing off in RETRY cannot be kept: skip it in the read itself.
+ * Otherwise a held-back aggregate with batch_size events waiting would
+ * fill every claim's LIMIT with rows the ordering check throws away, and
+ * the whole table would stall behind one poison event.  Events behind a
+ * leased one are not skipped here: that lease ends within seconds, and
+ * skipping them would turn each claim beside a batch in flight into a
+ * scan of the whole backlog.  The ordering check after the read stays
+ * the judge; this only pages past what it would drop.
  */
 static char *
 build_unblocked_filter(const struct store *st)
@@ -736,9 +738,8 @@ build_unblocked_filter(const struct store *st)
     return xasprintf(
         " AND NOT EXISTS (SELECT 1 FROM %s `p` WHERE "
         "`p`.`aggregate_type` = `c`.`aggregate_type` AND "
-        "`p`.`aggregate_id` = `c`.`aggregate_id` AND `p`.`id` < `c`.`id` AND "
-        "((`p`.`status` = 'PROCESSING' AND `p`.`locked_until` > NOW(6)) OR "
-        "(`p`.`status` = 'RETRY' AND `p`.`next_retry_at` > NOW(6))))",
+        "`p`.`aggregate_id` = `c`.`aggregate_id` AND `p`.`status` = 'RETRY' "
+        "AND `p`.`id` < `c`.`id` AND `p`.`next_retry_at` > NOW(6))",
         st->table);
 }
 

@@ -59,7 +59,9 @@ MYSQL *store_session(struct store *st);
  * here).  With
  * ordering: aggregate a row is kept only when every unfinished earlier
  * event of its aggregate is in the batch too.  Rows come back sorted by
- * id, in state ROW_CLAIMED, with b->token in their locked_by.
+ * id, in state ROW_CLAIMED, with b->token in their locked_by; in a table
+ * without a unique key on event_id but with an index on it, a row whose
+ * event_id an earlier row has comes back with duplicate_of set.
  */
 int store_claim_batch(struct store *st, const char *relay_id,
                       struct outbox_batch *b, char *err, size_t errlen)

@@ -47,8 +47,7 @@ START_TEST(test_published_released)
     batch_init(&b);
     struct outbox_row *r = batch_add(&b);
     ck_assert_int_eq(row_enter_state(&b, r, ROW_PUBLISHED, NULL), 0);
-    ck_assert_int_eq(row_enter_state(&b, r, ROW_RELEASED, "broker blocked"),
-                     0);
+    ck_assert_int_eq(row_enter_state(&b, r, ROW_RELEASED, "broker blocked"), 0);
     ck_assert_str_eq(r->error, "broker blocked");
     ck_assert_int_eq(row_enter_state(&b, r, ROW_ACKED, NULL), -1);
     batch_free(&b);

@@ -15,6 +15,7 @@ Suite *reload_suite(void);
 Suite *notify_suite(void);
 Suite *http_suite(void);
 Suite *publisher_suite(void);
+Suite *log_suite(void);
 
 int
 main(void)
@@ -30,6 +31,7 @@ main(void)
     srunner_add_suite(sr, notify_suite());
     srunner_add_suite(sr, http_suite());
     srunner_add_suite(sr, publisher_suite());
+    srunner_add_suite(sr, log_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

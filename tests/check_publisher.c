@@ -28,10 +28,13 @@ static const struct {
      * default "guest" outside the text; that is not an offset into it. */
     {"amqps://", "amqps://"},
     {"amqp://", "amqp://"},
-    /* Refused by amqp_parse_url: nothing between :// and the last '@'. */
+    /* Refused by amqp_parse_url: nothing between "user:" (or "://") and
+     * the last '@', nothing after "://" without an '@'. */
     {"amqp://user:secret", "amqp://***"},
-    {"amqp://u:p@h@x", "amqp://***@x"},
-    {"amqp://u:pa/ss@host", "amqp://***@host"},
+    {"amqp://u:p@h@x", "amqp://u:***@x"},
+    {"amqp://u:pa/ss@host", "amqp://u:***@host"},
+    {"amqp://userpass@h@x", "amqp://***@x"},
+    {"http://guest:guest@127.0.0.1/", "http://guest:***@127.0.0.1/"},
     {"no scheme:secret", "***"},
 };
 

@@ -86,8 +86,7 @@ write_conf(struct fx *f, int i, const char *broker_keys,
                   "        exchange: \"%s\"\n"
                   "%s",
                   f->relay_id[i], shutdown_timeout ? shutdown_timeout : "10s",
-                  strstr(broker, "urls:") ? ""
-                                          : "    url: " IT_AMQP_URL "\n",
+                  strstr(broker, "urls:") ? "" : "    url: " IT_AMQP_URL "\n",
                   broker, f->db, IT_DB_USER, IT_DB_PASSWORD, f->db, f->ex,
                   outbox);
 }
@@ -104,8 +103,7 @@ fx_open(struct fx *f, const char *binding, const char *broker_keys,
     f->sql = it_db_connect(f->db);
     f->consumer = it_consumer_new(f->ex, binding);
     for (int i = 0; i < 2; i++) {
-        snprintf(f->conf[i], sizeof(f->conf[i]), "/tmp/%s_%d.yaml", f->name,
-                 i);
+        snprintf(f->conf[i], sizeof(f->conf[i]), "/tmp/%s_%d.yaml", f->name, i);
         snprintf(f->relay_id[i], sizeof(f->relay_id[i]), "%s-%c", f->name,
                  'a' + i);
         write_conf(f, i, broker_keys, outbox_keys, shutdown_timeout);
@@ -155,8 +153,7 @@ daemon_term(struct fx *f, int i, int limit_ms)
     uint64_t t0 = it_now_ms();
     if (!it_daemon_signal_wait(&f->d[i], SIGTERM, limit_ms)) {
         it_daemon_dump_log(&f->d[i]);
-        ck_abort_msg("outboxd did not exit within %d ms of SIGTERM",
-                     limit_ms);
+        ck_abort_msg("outboxd did not exit within %d ms of SIGTERM", limit_ms);
     }
     int st = f->d[i].status;
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
@@ -178,6 +175,7 @@ fx_close(struct fx *f)
     }
     if (f->consumer)
         it_consumer_free(f->consumer);
+    it_exchange_delete(f->ex);
     mysql_close(f->sql);
     it_db_drop(f->db);
 }
@@ -223,8 +221,7 @@ struct guard {
     char cmd[1024];
 };
 
-static void
-guard_start(struct guard *g, const char *fmt, ...)
+static void guard_start(struct guard *g, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static void
@@ -246,8 +243,7 @@ guard_start(struct guard *g, const char *fmt, ...)
         close(fd);
     while (getppid() == parent)
         usleep(100 * 1000);
-    fprintf(stderr, "it_faults guard: the test died, restoring: %s\n",
-            g->cmd);
+    fprintf(stderr, "it_faults guard: the test died, restoring: %s\n", g->cmd);
     execl("/bin/sh", "sh", "-c", g->cmd, (char *)NULL);
     _exit(127);
 }
@@ -296,8 +292,8 @@ beam_pid(void)
             comm[0] = '\0';
         fclose(c);
     }
-    ck_assert_msg(strncmp(comm, "beam.smp", 8) == 0, "pid %d is %s",
-                  (int)pid, comm);
+    ck_assert_msg(strncmp(comm, "beam.smp", 8) == 0, "pid %d is %s", (int)pid,
+                  comm);
     return pid;
 }
 
@@ -327,8 +323,7 @@ amqp_connect_or_die(void)
                                     AMQP_SASL_METHOD_PLAIN, "guest", "guest");
     ck_assert_int_eq(r.reply_type, AMQP_RESPONSE_NORMAL);
     amqp_channel_open(conn, 1);
-    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type,
-                     AMQP_RESPONSE_NORMAL);
+    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
     return conn;
 }
 
@@ -345,26 +340,22 @@ amqp_done(amqp_connection_state_t conn)
  * reject-publish makes the broker nack each message routed to it.
  */
 static void
-nack_queue_declare(const char *queue, const char *exchange,
-                   const char *binding)
+nack_queue_declare(const char *queue, const char *exchange, const char *binding)
 {
     amqp_connection_state_t conn = amqp_connect_or_die();
     amqp_table_entry_t args[2] = {
-        {amqp_cstring_bytes("x-max-length"),
-         {AMQP_FIELD_KIND_I64, {.i64 = 0}}},
+        {amqp_cstring_bytes("x-max-length"), {AMQP_FIELD_KIND_I64, {.i64 = 0}}},
         {amqp_cstring_bytes("x-overflow"),
          {AMQP_FIELD_KIND_UTF8,
           {.bytes = amqp_cstring_bytes("reject-publish")}}},
     };
     amqp_table_t table = {2, args};
     amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 0, 0, 0, table);
-    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type,
-                     AMQP_RESPONSE_NORMAL);
+    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
     amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
                     amqp_cstring_bytes(exchange), amqp_cstring_bytes(binding),
                     amqp_empty_table);
-    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type,
-                     AMQP_RESPONSE_NORMAL);
+    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
     amqp_done(conn);
 }
 
@@ -475,8 +466,7 @@ tally_add(struct tally *t, const struct it_message *m)
 
 /* Receives until every event arrived (or timeout), then until idle. */
 static void
-receive_all(struct it_consumer *c, struct tally *t, int timeout_ms,
-            int idle_ms)
+receive_all(struct it_consumer *c, struct tally *t, int timeout_ms, int idle_ms)
 {
     uint64_t deadline = it_now_ms() + (uint64_t)timeout_ms;
     struct it_message m;
@@ -558,7 +548,7 @@ check_backoff(const struct watched *w, unsigned dead_at, long long initial,
 START_TEST(test_refusals_backoff_dead)
 {
     struct fx f;
-    char missing[128], nackq[128];
+    char missing[128], never[128], nackq[128];
     /* the first url refuses connections: the second one must be used */
     fx_open(&f, "Order.#",
             "urls: [\"amqp://guest:guest@127.0.0.1:1/\", \"" IT_AMQP_URL "\"]",
@@ -568,6 +558,7 @@ START_TEST(test_refusals_backoff_dead)
             "backoff: { initial: 200ms, max: 800ms }",
             NULL);
     snprintf(missing, sizeof(missing), "ex_missing_%s", f.name);
+    snprintf(never, sizeof(never), "ex_never_%s", f.name);
     snprintf(nackq, sizeof(nackq), "q_nack_%s", f.name);
     nack_queue_declare(nackq, f.ex, "Nack.#");
     it_db_exec(f.sql, "ALTER TABLE outbox_event ADD COLUMN target_exchange "
@@ -578,8 +569,9 @@ START_TEST(test_refusals_backoff_dead)
                "('noroute-1', 'Ghost', 'g-1', 'Boo', '{}', NULL), "
                "('nack-1', 'Nack', 'n-1', 'Refused', '{}', NULL), "
                "('missing-1', 'Order', 'm-1', 'OrderLate', '{}', '%s'), "
-               "('missing-2', 'Order', 'm-1', 'OrderLater', '{}', '%s')",
-               missing, missing);
+               "('missing-2', 'Order', 'm-1', 'OrderLater', '{}', '%s'), "
+               "('never-1', 'Order', 'v-1', 'OrderNever', '{}', '%s')",
+               missing, missing, never);
     insert_range(f.sql, "ok", 0, 50, 5);
     daemon_start(&f, 0);
 
@@ -593,7 +585,7 @@ START_TEST(test_refusals_backoff_dead)
         /* the exchange appears once missing-1 has failed twice */
         if (late == NULL && w[2].last_count >= 2)
             late = it_consumer_new(missing, "#");
-        if (late != NULL && count_status(&f, "DEAD") == 2 &&
+        if (late != NULL && count_status(&f, "DEAD") == 3 &&
             count_status(&f, "SENT") == 52)
             break;
         it_sleep_ms(3);
@@ -601,7 +593,7 @@ START_TEST(test_refusals_backoff_dead)
     if (count_status(&f, "SENT") != 52)
         dump_logs(&f);
     ck_assert_ptr_nonnull(late);
-    ck_assert_int_eq(count_status(&f, "DEAD"), 2);
+    ck_assert_int_eq(count_status(&f, "DEAD"), 3);
     ck_assert_int_eq(count_status(&f, "SENT"), 52);
 
     /* unroutable: NO_ROUTE with exchange and key, five attempts, DEAD */
@@ -631,6 +623,12 @@ START_TEST(test_refusals_backoff_dead)
     err = row_field(&f, "missing-1", "status");
     ck_assert_str_eq(err, "SENT");
     free(err);
+    /* and where none ever appears, DEAD with the broker's 404 */
+    err = row_field(&f, "never-1", "CONCAT(retry_count, ' ', last_error)");
+    ck_assert_msg(err && strncmp(err, "5 ", 2) == 0 && strstr(err, "404") &&
+                      strstr(err, never),
+                  "never-1: %s", err ? err : "(null)");
+    free(err);
     struct it_message m;
     ck_assert_int_eq(it_consumer_next(late, &m, 10000), 1);
     ck_assert_str_eq(m.message_id, "missing-1");
@@ -643,8 +641,9 @@ START_TEST(test_refusals_backoff_dead)
     tally_init(&t, 50, 5);
     receive_all(f.consumer, &t, 20000, 300);
     ck_assert_int_eq(t.distinct, 50);
-    ck_assert_int_eq(log_count(&f, 0, "broker connected: amqp://guest:***@"
-                                      "127.0.0.1:5672"),
+    ck_assert_int_eq(log_count(&f, 0,
+                               "broker connected: amqp://guest:***@"
+                               "127.0.0.1:5672"),
                      1);
     tally_free(&t);
     for (int i = 0; i < 3; i++)
@@ -686,7 +685,10 @@ restart_mariadb(struct fx *f)
 
 START_TEST(test_chaos_drain)
 {
-    enum { N = 20000, AGGS = 200, CHUNK = 500, KILLS = 6 };
+    /* after each chunk's insert, mid-drain: k = SIGKILL and restart of
+     * the relay, r = RabbitMQ restart, m = MariaDB restart, - = nothing */
+    static const char plan[] = "kk-krkmk-k";
+    enum { N = 20000, AGGS = 50, CHUNKS = sizeof(plan) - 1 };
     struct fx f;
     struct guard g;
     fx_open(&f, "#", "confirm_timeout: 5s\nconnect_timeout: 2s",
@@ -702,30 +704,29 @@ START_TEST(test_chaos_drain)
     fprintf(stderr, "chaos: seed %u\n", seed);
     uint64_t t0 = it_now_ms();
     daemon_start(&f, 0);
-    int kills = 0, chunks = N / CHUNK;
-    for (int c = 0; c < chunks; c++) {
-        insert_range(f.sql, "chaos", c * CHUNK, CHUNK, AGGS);
-        it_sleep_ms(50 + (unsigned)(random() % 250));
-        if (c % 6 == 2 && kills < KILLS) {
+    int kills = 0;
+    for (int c = 0; c < CHUNKS; c++) {
+        insert_range(f.sql, "chaos", c * (N / CHUNKS), N / CHUNKS, AGGS);
+        /* the relay drains about 5,000 events a second: strike mid-way */
+        it_sleep_ms(20 + (unsigned)(random() % 200));
+        switch (plan[c]) {
+        case 'k':
             daemon_kill9(&f, 0);
             kills++;
             daemon_start(&f, 0);
-        }
-        if (c == chunks / 3)
+            break;
+        case 'r':
             restart_rabbitmq();
-        if (c == 2 * chunks / 3)
+            break;
+        case 'm':
             restart_mariadb(&f);
-    }
-    while (kills < KILLS) {
-        it_sleep_ms(100 + (unsigned)(random() % 300));
-        daemon_kill9(&f, 0);
-        kills++;
-        daemon_start(&f, 0);
+            break;
+        }
     }
     if (!IT_WAIT(180000, count_status(&f, "SENT") == N)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT, %lld DEAD", count_status(&f, "SENT"),
-                     N, count_status(&f, "DEAD"));
+        ck_abort_msg("%lld of %d SENT, %lld DEAD", count_status(&f, "SENT"), N,
+                     count_status(&f, "DEAD"));
     }
     uint64_t drained = it_now_ms() - t0;
     guard_end(&g);
@@ -740,8 +741,7 @@ START_TEST(test_chaos_drain)
             "chaos: %d events drained in %llu ms through %d kills, a "
             "RabbitMQ and a MariaDB restart: %ld duplicates (%.1f per "
             "kill)\n",
-            N, (unsigned long long)drained, kills, dups,
-            (double)dups / kills);
+            N, (unsigned long long)drained, kills, dups, (double)dups / kills);
     ck_assert_int_eq(count_status(&f, "DEAD"), 0);
     ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
                                       "WHERE locked_by IS NOT NULL OR "
@@ -787,8 +787,8 @@ START_TEST(test_fencing_stalled_relay)
     daemon_start(&f, 0);
     long long held = 0;
     for (int attempt = 0; attempt < 100 && held <= 0; attempt++) {
-        ck_assert(IT_WAIT(20000, it_db_int(f.sql,
-                                           "SELECT COUNT(*) FROM outbox_event "
+        ck_assert(IT_WAIT(20000,
+                          it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
                                            "WHERE status = 'PROCESSING'") > 0));
         kill(f.d[0].pid, SIGSTOP);
         held = held_unlocked(&f, 0);
@@ -821,8 +821,9 @@ START_TEST(test_fencing_stalled_relay)
     }
     it_sleep_ms(500);
     char *after = it_db_str(f.sql, "%s", state);
-    fprintf(stderr, "fencing: %lld events held by the stopped relay; "
-                    "count/sent/unlocked/attempts/last/sum: %s\n",
+    fprintf(stderr,
+            "fencing: %lld events held by the stopped relay; "
+            "count/sent/unlocked/attempts/last/sum: %s\n",
             held, after);
     ck_assert_str_eq(before, after);
     /* each held row was reclaimed once: one attempt counted */
@@ -956,8 +957,9 @@ START_TEST(test_broker_blackholed)
     ck_assert(IT_WAIT(10000, count_status(&f, "PROCESSING") > 0));
     it_sleep_ms(1000);
     uint64_t took = daemon_term(&f, 0, 4500);
-    fprintf(stderr, "blackhole: SIGTERM exited 0 after %llu ms "
-                    "(shutdown_timeout 4s)\n",
+    fprintf(stderr,
+            "blackhole: SIGTERM exited 0 after %llu ms "
+            "(shutdown_timeout 4s)\n",
             (unsigned long long)took);
     /* it recorded what it could not publish instead of leaving a lease */
     ck_assert_int_eq(count_status(&f, "PROCESSING"), 0);
@@ -994,8 +996,8 @@ START_TEST(test_broker_blocked)
     char watermark[64];
     fx_open(&f, "#", "confirm_timeout: 2s",
             "lease: 10s\npoll_interval: 50ms\nmax_retries: 1", NULL);
-    rabbit_eval("vm_memory_monitor:get_vm_memory_high_watermark().",
-                watermark, sizeof(watermark));
+    rabbit_eval("vm_memory_monitor:get_vm_memory_high_watermark().", watermark,
+                sizeof(watermark));
     ck_assert_msg(strtod(watermark, NULL) > 0, "watermark %s", watermark);
     guard_start(&g, "rabbitmqctl -q set_vm_memory_high_watermark %s",
                 watermark);
@@ -1003,11 +1005,10 @@ START_TEST(test_broker_blocked)
     daemon_start(&f, 0);
     ck_assert(IT_WAIT(20000, count_status(&f, "SENT") == 100));
     /* a watermark of 0 raises the memory alarm at once */
-    ck_assert_int_eq(it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0"),
-                     0);
+    ck_assert_int_eq(it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0"), 0);
     insert_range(f.sql, "blk", 100, N - 100, 20);
-    ck_assert(IT_WAIT(10000, log_count(&f, 0, "broker blocked publishing") >
-                                 0));
+    ck_assert(
+        IT_WAIT(10000, log_count(&f, 0, "broker blocked publishing") > 0));
     /* several confirm timeouts later: no attempt burnt, nothing claimed */
     it_sleep_ms(5000);
     long long retries = it_db_int(f.sql, "SELECT COALESCE(SUM(retry_count), "
@@ -1038,6 +1039,40 @@ END_TEST
 
 /* ---- 7. the database lost after the confirms, before the marks ---- */
 
+/*
+ * Locks the rows the relay claimed, as soon as they are committed, and
+ * returns the relay's session once its finalize waits for them (NULL if
+ * it never did).  Large bodies keep the batch in flight long enough.
+ */
+static char *
+lock_claimed_rows(struct fx *f, long long *locked)
+{
+    uint64_t deadline = it_now_ms() + 20000;
+    while (count_status(f, "PROCESSING") == 0 && it_now_ms() < deadline)
+        it_sleep_ms(1);
+    it_db_exec(f->sql, "START TRANSACTION");
+    *locked = it_db_int(f->sql, "SELECT COUNT(*) FROM (SELECT id FROM "
+                                "outbox_event WHERE status = 'PROCESSING' "
+                                "FOR UPDATE) x");
+    ck_assert_msg(*locked > 0, "the batch was recorded before it was locked");
+    char *session = NULL;
+    bool waiting = IT_WAIT(
+        20000, (free(session),
+                session = it_db_str(f->sql,
+                                    "SELECT ID FROM information_schema."
+                                    "PROCESSLIST WHERE DB = '%s' AND ID <> "
+                                    "CONNECTION_ID() AND INFO LIKE "
+                                    "'UPDATE%%SENT%%'",
+                                    f->db)) != NULL);
+    if (!waiting) {
+        dump_logs(f);
+        it_sh("mariadb -h127.0.0.1 -u%s -p%s -e 'SHOW FULL PROCESSLIST' >&2",
+              IT_DB_USER, IT_DB_PASSWORD);
+    }
+    ck_assert_msg(waiting, "the relay never tried to record the batch");
+    return session;
+}
+
 START_TEST(test_db_lost_at_finalize)
 {
     enum { N = 40 };
@@ -1048,29 +1083,8 @@ START_TEST(test_db_lost_at_finalize)
     /* large bodies: the batch stays in flight for a while */
     it_db_insert_events(f.sql, "outbox_event", "lost", N, N, 200000);
     it_db_exec(f.sql, "COMMIT");
-    ck_assert(IT_WAIT(20000, count_status(&f, "PROCESSING") > 0));
-    /* lock the claimed rows: the relay's marks wait for them */
-    it_db_exec(f.sql, "START TRANSACTION");
-    long long locked = it_db_int(f.sql, "SELECT COUNT(*) FROM (SELECT id "
-                                        "FROM outbox_event WHERE status = "
-                                        "'PROCESSING' FOR UPDATE) x");
-    ck_assert_msg(locked > 0, "the batch was recorded before it was locked");
-    char *session = NULL;
-    bool waiting = IT_WAIT(
-        20000, (free(session),
-                session = it_db_str(f.sql,
-                                    "SELECT ID FROM information_schema."
-                                    "PROCESSLIST WHERE DB = '%s' AND ID <> "
-                                    "CONNECTION_ID() AND INFO LIKE "
-                                    "'UPDATE%%SENT%%'",
-                                    f.db)) != NULL);
-    if (!waiting) {
-        dump_logs(&f);
-        it_sh("mariadb -h127.0.0.1 -u%s -p%s -e 'SHOW FULL PROCESSLIST' | "
-              "grep -F '%s' >&2",
-              IT_DB_USER, IT_DB_PASSWORD, f.db);
-    }
-    ck_assert_msg(waiting, "the relay never tried to record the batch");
+    long long locked;
+    char *session = lock_claimed_rows(&f, &locked);
     /* the database goes away for that session: error 2013 */
     it_db_exec(f.sql, "KILL CONNECTION %s", session);
     free(session);
@@ -1088,6 +1102,40 @@ START_TEST(test_db_lost_at_finalize)
     fprintf(stderr, "db lost at finalize: %lld locked, %ld duplicates\n",
             locked, t.total - t.distinct);
     ck_assert_int_ge(t.total - t.distinct, locked);
+    tally_free(&t);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
+/* A lock wait timeout (1205) at finalize is retried: no loss, no dup. */
+START_TEST(test_lock_wait_at_finalize)
+{
+    enum { N = 40 };
+    struct fx f;
+    fx_open(&f, "#", NULL, "batch_size: 40\npoll_interval: 20ms", NULL);
+    daemon_start(&f, 0);
+    it_db_insert_events(f.sql, "outbox_event", "wait", N, N, 200000);
+    it_db_exec(f.sql, "COMMIT");
+    long long locked;
+    char *session = lock_claimed_rows(&f, &locked);
+    /* the relay's session waits 10 s for a row lock: hold it longer */
+    it_sleep_ms(11000);
+    it_db_exec(f.sql, "ROLLBACK");
+    free(session);
+    if (!IT_WAIT(20000, count_status(&f, "SENT") == N)) {
+        dump_logs(&f);
+        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+    }
+    ck_assert_int_eq(log_count(&f, 0, "could not record"), 0);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT MAX(retry_count) FROM "
+                                      "outbox_event"),
+                     0);
+    struct tally t;
+    tally_init(&t, N, N);
+    receive_all(f.consumer, &t, 20000, 500);
+    ck_assert_int_eq(t.distinct, N);
+    ck_assert_int_eq(t.total, N); /* recorded on the retry: no duplicate */
     tally_free(&t);
     daemon_term(&f, 0, 10000);
     fx_close(&f);
@@ -1134,9 +1182,10 @@ START_TEST(test_bad_rows)
             "max_retries: 2\npoll_interval: 20ms\n"
             "backoff: { initial: 100ms, max: 200ms }",
             NULL);
+    /* a plain index on event_id: duplicates across claims are found */
     it_db_exec(f.sql, "ALTER TABLE outbox_event MODIFY payload LONGBLOB "
                       "NULL, MODIFY event_id VARCHAR(64) NULL, DROP INDEX "
-                      "uk_outbox_event_id");
+                      "uk_outbox_event_id, ADD INDEX idx_event_id (event_id)");
     rabbit_eval("application:get_env(rabbit, max_message_size).", limit,
                 sizeof(limit));
     long orig = strtol(limit + strcspn(limit, "0123456789"), NULL, 10);
@@ -1151,28 +1200,31 @@ START_TEST(test_bad_rows)
     insert_bad_rows(&f);
     daemon_start(&f, 0);
     static const struct expect want[] = {
-        {"null-payload", "SENT", NULL},
-        {"empty-payload", "SENT", NULL},
-        {"not-json", "SENT", NULL},
-        {"binary", "SENT", NULL},
-        {"after-null-id", "SENT", NULL},
-        {"after-too-large", "SENT", NULL},
+        {"null-payload", "SENT", NULL},  {"empty-payload", "SENT", NULL},
+        {"not-json", "SENT", NULL},      {"binary", "SENT", NULL},
+        {"after-null-id", "SENT", NULL}, {"after-too-large", "SENT", NULL},
         {"too-large", "DEAD", "65536"},
     };
     bool done = IT_WAIT(30000, count_status(&f, "SENT") == N + 7 &&
                                    count_status(&f, "DEAD") == 3);
     guard_end(&g);
+    /* the first dup-1 is long SENT: a third one, in a later claim */
+    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                      "aggregate_id, event_type, payload) VALUES ('dup-1', "
+                      "'Bad', 'b-9', 'T', '{\"first\":false}')");
+    it_db_exec(f.sql, "COMMIT");
+    done = done && IT_WAIT(10000, count_status(&f, "DEAD") == 4);
     if (!done)
         dump_logs(&f);
     ck_assert_int_eq(count_status(&f, "SENT"), N + 7);
-    ck_assert_int_eq(count_status(&f, "DEAD"), 3);
+    ck_assert_int_eq(count_status(&f, "DEAD"), 4);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         char *st = row_field(&f, want[i].event_id,
                              "CONCAT(status, ' ', COALESCE(last_error, ''))");
-        ck_assert_msg(st && strncmp(st, want[i].status,
-                                    strlen(want[i].status)) == 0 &&
-                          (!want[i].error || strstr(st, want[i].error)),
-                      "%s: %s", want[i].event_id, st ? st : "(null)");
+        ck_assert_msg(
+            st && strncmp(st, want[i].status, strlen(want[i].status)) == 0 &&
+                (!want[i].error || strstr(st, want[i].error)),
+            "%s: %s", want[i].event_id, st ? st : "(null)");
         free(st);
     }
     char *e = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
@@ -1180,12 +1232,16 @@ START_TEST(test_bad_rows)
     ck_assert_msg(e && strstr(e, "NULL"), "NULL event_id: %s",
                   e ? e : "(null)");
     free(e);
-    e = it_db_str(f.sql, "SELECT CONCAT(status, ' ', last_error) FROM "
-                         "outbox_event WHERE event_id = 'dup-1' AND "
-                         "aggregate_id = 'b-7'");
-    ck_assert_msg(e && strncmp(e, "DEAD", 4) == 0 && strstr(e, "duplicate"),
-                  "second dup-1: %s", e ? e : "(null)");
-    free(e);
+    for (int k = 7; k <= 9; k += 2) {
+        e = it_db_str(f.sql,
+                      "SELECT CONCAT(status, ' ', last_error) FROM "
+                      "outbox_event WHERE event_id = 'dup-1' AND "
+                      "aggregate_id = 'b-%d'",
+                      k);
+        ck_assert_msg(e && strncmp(e, "DEAD", 4) == 0 && strstr(e, "duplicate"),
+                      "dup-1 of b-%d: %s", k, e ? e : "(null)");
+        free(e);
+    }
     e = row_field(&f, "too-large", "last_error");
     fprintf(stderr, "bad rows: too-large: %s\n", e);
     free(e);
@@ -1251,6 +1307,7 @@ it_faults_suite(void)
     add_case(s, "poison", test_poison_row_kills_relay, 120);
     add_case(s, "fencing", test_fencing_stalled_relay, 120);
     add_case(s, "db_lost", test_db_lost_at_finalize, 90);
+    add_case(s, "lock_wait", test_lock_wait_at_finalize, 90);
     add_case(s, "blocked", test_broker_blocked, 90);
     add_case(s, "blackhole", test_broker_blackholed, 120);
     add_case(s, "chaos", test_chaos_drain, 300);

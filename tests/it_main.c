@@ -10,6 +10,8 @@ Suite *it_publisher_suite(void);
 Suite *it_relay_suite(void);
 Suite *it_leaks_suite(void);
 Suite *it_tls_suite(void);
+Suite *it_secrets_suite(void);
+Suite *it_privileges_suite(void);
 Suite *it_ops_suite(void);
 Suite *it_outboxctl_suite(void);
 Suite *it_retention_suite(void);
@@ -25,6 +27,8 @@ main(void)
     srunner_add_suite(sr, it_relay_suite());
     srunner_add_suite(sr, it_leaks_suite());
     srunner_add_suite(sr, it_tls_suite());
+    srunner_add_suite(sr, it_secrets_suite());
+    srunner_add_suite(sr, it_privileges_suite());
     srunner_add_suite(sr, it_ops_suite());
     srunner_add_suite(sr, it_outboxctl_suite());
     srunner_add_suite(sr, it_retention_suite());

@@ -2,7 +2,7 @@
  * fuzz_url: broker URLs as the publisher reads them (amqp_parse_url) and
  * as logs show them (publisher_mask_url).  The masked form of a valid URL
  * is the URL with exactly its password replaced by "***"; a URL it
- * refuses shows nothing between "://" and its last '@'.
+ * refuses shows nothing between "user:" and its last '@'.
  */
 #define _GNU_SOURCE
 #include <amqp.h>
@@ -55,14 +55,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(strcmp(masked, want) == 0);
         free(want);
     }
-    /* Refused URLs: everything from "://" to the last '@' is hidden,
-     * which covers wherever a password could sit. */
+    /* Refused URLs: everything after "user:" (or "://") up to the last
+     * '@' is hidden, which covers wherever a password could sit. */
     const char *scheme = strstr(url, "://");
     if (start < 0 && scheme != NULL && !url_valid(url)) {
         const char *at = strrchr(scheme, '@');
-        FUZZ_ASSERT(strncmp(masked, url, (size_t)(scheme + 3 - url)) == 0);
-        FUZZ_ASSERT(strncmp(masked + (scheme + 3 - url), "***", 3) == 0);
-        FUZZ_ASSERT(strcmp(masked + (scheme + 6 - url), at ? at : "") == 0);
+        const char *colon =
+            at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
+        size_t keep = (size_t)((colon ? colon + 1 : scheme + 3) - url);
+        FUZZ_ASSERT(strncmp(masked, url, keep) == 0);
+        FUZZ_ASSERT(strncmp(masked + keep, "***", 3) == 0);
+        FUZZ_ASSERT(strcmp(masked + keep + 3, at ? at : "") == 0);
+        /* What stays before the mask holds no ':' after the scheme. */
+        FUZZ_ASSERT(memchr(scheme + 3, ':',
+                           keep - (size_t)(scheme + 3 - url)) == NULL ||
+                    colon != NULL);
     }
     free(masked);
     free(url);

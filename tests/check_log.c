@@ -1,0 +1,137 @@
+/*
+ * check_log: lines as log.c writes them, from outside text that may be
+ * long or not UTF-8 (the cases fuzz_log found): one line, valid JSON in
+ * the JSON format, escaped control bytes in logfmt.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "log.h"
+
+Suite *log_suite(void);
+
+/* What one log_warn wrote to stderr. */
+static char *
+capture(enum log_format format, const char *value, const char *msg)
+{
+    int sink = memfd_create("check_log", 0), saved = dup(STDERR_FILENO);
+    ck_assert_int_ge(sink, 0);
+    log_init(LOG_DEBUG, format);
+    dup2(sink, STDERR_FILENO);
+    log_warn(LOG_KV("outbox", "db.t", "event_id", value), "%s", msg);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    off_t len = lseek(sink, 0, SEEK_END);
+    char *out = calloc(1, (size_t)len + 1);
+    ck_assert_int_eq(pread(sink, out, (size_t)len, 0), len);
+    close(sink);
+    log_init(LOG_INFO, LOG_FORMAT_TEXT);
+    return out;
+}
+
+static int
+count_cb(void *arg, const char *key, size_t keylen, const struct json_value *v)
+{
+    (void)key;
+    (void)keylen;
+    ck_assert_int_eq(v->type, JSON_STRING);
+    ++*(int *)arg;
+    return 0;
+}
+
+/* One JSON object per line, with n members. */
+static void
+assert_json_line(const char *line, int members)
+{
+    size_t len = strlen(line);
+    ck_assert(len > 0 && line[len - 1] == '\n');
+    ck_assert_ptr_eq(memchr(line, '\n', len - 1), NULL);
+    char *scratch = malloc(len + 1), err[128];
+    int n = 0;
+    ck_assert_msg(json_object_foreach(line, len - 1, scratch, count_cb, &n, err,
+                                      sizeof(err)) == 0,
+                  "%s: %.200s", err, line);
+    ck_assert_int_eq(n, members);
+    free(scratch);
+}
+
+/* fuzz_log: bytes that are not UTF-8 went into the JSON line raw. */
+START_TEST(test_json_invalid_utf8)
+{
+    char *line = capture(LOG_FORMAT_JSON, "e\xf0\x9f\x98x\x80\xc0", "caf\xc3");
+    assert_json_line(line, 5);
+    /* Each byte that starts no valid sequence becomes one U+FFFD. */
+    ck_assert_msg(strstr(line, "\"e\\ufffd\\ufffd\\ufffdx\\ufffd\\ufffd\"") !=
+                      NULL,
+                  "%s", line);
+    free(line);
+}
+END_TEST
+
+/* A value longer than the line: cut, still closed. */
+START_TEST(test_json_long_value)
+{
+    char *big = malloc(20000);
+    for (int i = 0; i < 19999; i++)
+        big[i] = i % 7 == 0 ? '\x01' : i % 5 == 0 ? '"' : "\xc3\xa9"[i % 2];
+    big[19999] = '\0';
+    for (int cut = 0; cut < 64; cut++) {
+        char *line = capture(LOG_FORMAT_JSON, big + cut, "message");
+        ck_assert_uint_le(strlen(line), 4096);
+        size_t len = strlen(line);
+        char *scratch = malloc(len + 1), err[128];
+        int n = 0;
+        ck_assert_msg(json_object_foreach(line, len - 1, scratch, count_cb, &n,
+                                          err, sizeof(err)) == 0,
+                      "cut %d: %s", cut, err);
+        free(scratch);
+        free(line);
+    }
+    free(big);
+}
+END_TEST
+
+START_TEST(test_text_escapes)
+{
+    char *line = capture(LOG_FORMAT_TEXT, "a\rb\tc\x01\xff", "two\nlines");
+    ck_assert_msg(strstr(line, "msg=\"two\\nlines\"") != NULL, "%s", line);
+    ck_assert_msg(strstr(line, "event_id=\"a\\rb\\tc\\x01\\xff\"") != NULL,
+                  "%s", line);
+    ck_assert_ptr_eq(strchr(line, '\r'), NULL);
+    free(line);
+}
+END_TEST
+
+START_TEST(test_text_long_value)
+{
+    char *big = malloc(10000);
+    memset(big, 'x', 9999);
+    big[9999] = '\0';
+    big[10] = ' ';
+    char *line = capture(LOG_FORMAT_TEXT, big, "m");
+    size_t len = strlen(line);
+    ck_assert_uint_le(len, 4096);
+    ck_assert(line[len - 1] == '\n' && line[len - 2] == '"');
+    free(line);
+    free(big);
+}
+END_TEST
+
+Suite *
+log_suite(void)
+{
+    Suite *s = suite_create("log");
+    TCase *tc = tcase_create("lines");
+    tcase_add_test(tc, test_json_invalid_utf8);
+    tcase_add_test(tc, test_json_long_value);
+    tcase_add_test(tc, test_text_escapes);
+    tcase_add_test(tc, test_text_long_value);
+    suite_add_tcase(s, tc);
+    return s;
+}
