@@ -696,6 +696,16 @@ job_collect(struct relay *r)
     return ok;
 }
 
+/* A row whose lease expired may be what killed the last relay. */
+static bool
+has_reclaimed_row(const struct outbox_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->rows[i].claimed_from == OUTBOX_PROCESSING)
+            return true;
+    return false;
+}
+
 /* Publishes a claimed batch while the job records and claims beside it. */
 static enum relay_result
 relay_batch(struct relay *r)
@@ -705,7 +715,16 @@ relay_batch(struct relay *r)
      * cut short by ordering, not by an empty table: more rows wait. */
     bool more = claimed >= r->outbox->batch_size ||
                 r->batch->candidates >= r->outbox->batch_size;
-    bool ahead = more && r->stop_deadline_ms == 0;
+    /* The store reclaims such a row alone; publish it with nothing else
+     * in flight either, so that if it kills us again it costs no other
+     * row an attempt. */
+    bool suspect = has_reclaimed_row(r->batch);
+    bool ahead = more && !suspect && r->stop_deadline_ms == 0;
+    if (suspect && r->prev != NULL) {
+        job_wait(r);
+        finalize(r, r->prev);
+        r->prev = NULL;
+    }
     r->stats.batches++;
     relay_prepare_rows(r);
     job_start(r, r->prev, ahead ? free_slot(r, r->batch, r->prev) : NULL);

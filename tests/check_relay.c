@@ -654,8 +654,8 @@ static size_t acked_recorded, released_recorded;
 
 /* Two full batches of ten distinct aggregates, then an empty table. */
 static int
-fake_claim_two_batches(void *arg, const char *relay_id,
-                       struct outbox_batch *b, char *err, size_t errlen)
+fake_claim_two_batches(void *arg, const char *relay_id, struct outbox_batch *b,
+                       char *err, size_t errlen)
 {
     static char ids[20][16];
     (void)arg;
@@ -739,6 +739,39 @@ START_TEST(test_flush_gives_back_claimed_ahead)
 }
 END_TEST
 
+/* One reclaimed row (its lease expired), handed out alone. */
+static int
+fake_claim_reclaimed(void *arg, const char *relay_id, struct outbox_batch *b,
+                     char *err, size_t errlen)
+{
+    (void)arg;
+    (void)relay_id;
+    (void)err;
+    (void)errlen;
+    claims_made++;
+    struct outbox_row *r = batch_add(b);
+    r->id = 1;
+    r->event_id = "poison";
+    r->aggregate_type = "Order";
+    r->aggregate_id = "A";
+    r->event_type = "OrderCreated";
+    r->claimed_from = OUTBOX_PROCESSING;
+    b->candidates = 10; /* more wait: the store cut the batch short */
+    return 0;
+}
+
+/* A row that may have killed the last relay goes out with nothing else
+ * in flight: no claim ahead beside it. */
+START_TEST(test_reclaimed_row_published_alone)
+{
+    setup_claim_ahead();
+    relay.backend.claim = fake_claim_reclaimed;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(claims_made, 1);
+    ck_assert_int_eq(fake.finalized, 1);
+}
+END_TEST
+
 Suite *
 relay_suite(void)
 {
@@ -768,6 +801,7 @@ relay_suite(void)
     tcase_add_test(tc, test_claims_ahead_while_publishing);
     tcase_add_test(tc, test_broker_lost_gives_back_claimed_ahead);
     tcase_add_test(tc, test_flush_gives_back_claimed_ahead);
+    tcase_add_test(tc, test_reclaimed_row_published_alone);
     suite_add_tcase(s, tc);
     return s;
 }
