@@ -242,9 +242,11 @@ run_cycle(struct worker *w)
         schedule(w, reconnect_delay(w));
         return;
     }
-    /* Claiming now would only hold rows behind the alarm: wait it out
-     * (the poll above reads the unblock and keeps the heartbeats). */
+    /* Claiming now would only hold rows behind the alarm: record what is
+     * pending, give back what was claimed ahead, and wait it out (the
+     * poll above reads the unblock and keeps the heartbeats). */
     if (publisher_is_blocked(w->pub)) {
+        relay_flush(&w->relay);
         schedule(w, w->ob->poll_interval_ms);
         return;
     }
