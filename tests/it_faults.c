@@ -772,8 +772,15 @@ held_unlocked(struct fx *f, int i)
         "SELECT COUNT(*) FROM (SELECT id FROM outbox_event WHERE status = "
         "'PROCESSING' AND locked_by LIKE '%s/%%' FOR UPDATE SKIP LOCKED) x",
         f->relay_id[i]);
+    /* and no claim of it (the one it makes ahead, say) is open either */
+    long long unfinished = it_db_int(f->sql,
+                                     "SELECT COUNT(*) FROM outbox_event WHERE "
+                                     "status <> 'SENT'");
+    long long lockable = it_db_int(
+        f->sql, "SELECT COUNT(*) FROM (SELECT id FROM outbox_event WHERE "
+                "status <> 'SENT' FOR UPDATE SKIP LOCKED) x");
     it_db_exec(f->sql, "ROLLBACK");
-    return held == free_rows ? held : -1;
+    return held == free_rows && unfinished == lockable ? held : -1;
 }
 
 START_TEST(test_fencing_stalled_relay)
