@@ -343,7 +343,47 @@ struct drain_result {
     double rate;
     long rss_kib;
     double statements_per_1000;
+    double cpu_ms_per_1000[3]; /* mariadbd, RabbitMQ, outboxd */
 };
+
+static const char *const cpu_names[3] = {"mariadbd", "rabbitmq", "outboxd"};
+
+/* CPU time (user + system) a process has used, in milliseconds. */
+static double
+cpu_ms(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* fields after the parenthesised name: state is field 3, utime 14 */
+    const char *p = strrchr(buf, ')');
+    unsigned long long utime = 0, stime = 0;
+    if (p == NULL || sscanf(p + 2,
+                            "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                            "%*u %llu %llu",
+                            &utime, &stime) != 2)
+        return 0;
+    return (double)(utime + stime) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+static pid_t
+pid_of(const char *name)
+{
+    char cmd[128], line[32];
+    snprintf(cmd, sizeof(cmd), "pidof -s %s", name);
+    FILE *f = popen(cmd, "r");
+    pid_t pid = 0;
+    if (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        pid = (pid_t)atoi(line);
+    if (f != NULL)
+        pclose(f);
+    return pid;
+}
 
 /* Drains a backlog of n PENDING rows (after `sent` old SENT rows). */
 static struct drain_result
@@ -360,15 +400,24 @@ measure_drain(const struct settings *s, const char *ordering, long sent)
     db_exec(m, "ANALYZE TABLE outbox_event");
     write_config(conf, ordering, NULL);
     long long q0 = db_relay_statements(m);
+    pid_t servers[2] = {pid_of("mariadbd"), pid_of("beam.smp")};
+    double cpu0[3] = {cpu_ms(servers[0]), cpu_ms(servers[1]), 0};
     double t0 = now_s();
     pid_t pid = start_daemon(s, conf);
-    while (db_int(m, "SELECT COUNT(*) FROM outbox_event WHERE status IN "
-                     "('PENDING','PROCESSING','RETRY')") > 0) {
+    /* A cheap probe: counting the backlog would load the server under
+     * test. */
+    while (db_int(m, "SELECT COUNT(*) FROM (SELECT 1 FROM outbox_event "
+                     "WHERE status IN ('PENDING','PROCESSING','RETRY') "
+                     "LIMIT 1) x") > 0) {
         if (now_s() - t0 > 600)
             die("the drain took more than 10 minutes");
         sleep_s(0.05);
     }
     res.rate = (double)s->backlog / (now_s() - t0);
+    double cpu1[3] = {cpu_ms(servers[0]), cpu_ms(servers[1]), cpu_ms(pid)};
+    for (int i = 0; i < 3; i++)
+        res.cpu_ms_per_1000[i] =
+            (cpu1[i] - cpu0[i]) * 1000.0 / (double)s->backlog;
     res.statements_per_1000 =
         (double)(db_relay_statements(m) - q0) * 1000.0 / (double)s->backlog;
     res.rss_kib = peak_rss_kib(pid);
@@ -501,6 +550,10 @@ main(void)
            s.backlog, s.aggregates, agg.rate, agg.rate / ceiling);
     printf("database statements per 1000 events: %.1f\n",
            agg.statements_per_1000);
+    printf("CPU per 1000 events (ordering aggregate):");
+    for (int i = 0; i < 3; i++)
+        printf(" %s %.0f ms%s", cpu_names[i], agg.cpu_ms_per_1000[i],
+               i < 2 ? "," : "\n");
     printf("peak RSS of outboxd (%ld-row backlog): %.1f MiB\n", s.backlog,
            agg.rss_kib / 1024.0);
     struct drain_result none = measure_drain(&s, "none", 0);

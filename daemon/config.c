@@ -1807,3 +1807,17 @@ config_reload_apply(struct config *cur, const struct config *next)
         }
     }
 }
+
+struct config *
+config_load_or_report(const char *path, const char *prog)
+{
+    struct config_errors errs = {0};
+    struct config *cfg = config_load(path, &errs);
+    for (size_t i = 0; i < errs.n; i++)
+        fprintf(stderr, "%s\n", errs.msgs[i]);
+    if (cfg == NULL)
+        fprintf(stderr, "%s: %zu configuration error%s\n", prog, errs.n,
+                errs.n == 1 ? "" : "s");
+    config_errors_free(&errs);
+    return cfg;
+}

@@ -48,18 +48,18 @@ struct outbox_config {
     struct template routing_key; /* "{aggregate_type}.{event_type}" */
     char *exchange_column;       /* per-row override, NULL if unset */
     char *routing_key_column;
-    bool mandatory;               /* true */
-    enum ordering ordering;       /* aggregate */
-    unsigned batch_size;          /* 500 */
-    uint64_t poll_interval_ms;    /* 100ms */
-    uint64_t lease_ms;            /* 30s */
-    unsigned max_retries;         /* 10 */
-    uint64_t backoff_initial_ms;  /* 1s */
-    uint64_t backoff_max_ms;      /* 300s */
-    enum on_sent on_sent;         /* mark */
-    uint64_t retention_sent_ms;   /* 7d */
+    bool mandatory;                 /* true */
+    enum ordering ordering;         /* aggregate */
+    unsigned batch_size;            /* 500 */
+    uint64_t poll_interval_ms;      /* 100ms */
+    uint64_t lease_ms;              /* 30s */
+    unsigned max_retries;           /* 10 */
+    uint64_t backoff_initial_ms;    /* 1s */
+    uint64_t backoff_max_ms;        /* 300s */
+    enum on_sent on_sent;           /* mark */
+    uint64_t retention_sent_ms;     /* 7d */
     uint64_t retention_interval_ms; /* 1m */
-    unsigned retention_batch;     /* 5000 */
+    unsigned retention_batch;       /* 5000 */
     /* Columns named by templates and overrides, deduplicated. */
     char **columns;
     size_t ncolumns;
@@ -67,7 +67,7 @@ struct outbox_config {
 
 struct database_config {
     char *name;
-    char *host;   /* 127.0.0.1 unless socket is set */
+    char *host;    /* 127.0.0.1 unless socket is set */
     unsigned port; /* 3306 */
     char *socket;
     char *user;
@@ -110,6 +110,9 @@ struct config *config_load(const char *path, struct config_errors *errs);
  */
 struct config *config_load_buffer(const char *path, const char *text,
                                   size_t len, struct config_errors *errs);
+/* config_load that prints every problem on stderr, then one summary
+ * line naming prog: what both programs do at start. */
+struct config *config_load_or_report(const char *path, const char *prog);
 void config_free(struct config *cfg);
 void config_errors_free(struct config_errors *errs);
 

@@ -55,20 +55,6 @@ usage(FILE *f)
                "  --version  print the version and exit\n");
 }
 
-static struct config *
-load_config(const char *path)
-{
-    struct config_errors errs = {0};
-    struct config *cfg = config_load(path, &errs);
-    for (size_t i = 0; i < errs.n; i++)
-        fprintf(stderr, "%s\n", errs.msgs[i]);
-    if (cfg == NULL)
-        fprintf(stderr, "outboxd: %zu configuration error%s\n", errs.n,
-                errs.n == 1 ? "" : "s");
-    config_errors_free(&errs);
-    return cfg;
-}
-
 static void notify(struct daemon *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -470,7 +456,7 @@ main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    d.cfg = load_config(path);
+    d.cfg = config_load_or_report(path, "outboxd");
     if (d.cfg == NULL)
         return EXIT_CONFIG;
     if (test_only) {

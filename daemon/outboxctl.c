@@ -713,21 +713,6 @@ cmd_purge(struct ctl *c)
 
 /* ---- main ---- */
 
-/* Every problem, as the daemon prints them, then one summary line. */
-static struct config *
-load_config(const char *path)
-{
-    struct config_errors errs = {0};
-    struct config *cfg = config_load(path, &errs);
-    for (size_t i = 0; i < errs.n; i++)
-        fprintf(stderr, "%s\n", errs.msgs[i]);
-    if (cfg == NULL)
-        fprintf(stderr, "outboxctl: %zu configuration error%s\n", errs.n,
-                errs.n == 1 ? "" : "s");
-    config_errors_free(&errs);
-    return cfg;
-}
-
 /* --outbox NAME or every outbox of the file, in file order. */
 static int
 select_outboxes(struct ctl *c)
@@ -787,7 +772,7 @@ main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     struct ctl c = {.o = &o};
-    c.cfg = load_config(o.config);
+    c.cfg = config_load_or_report(o.config, "outboxctl");
     if (c.cfg == NULL)
         return EXIT_CONFIG;
     rc = run(&c);
