@@ -62,10 +62,10 @@ struct outbox_row {
     uint64_t duplicate_of; /* an earlier row with this event_id, 0 if none */
 
     enum row_state state;
-    const char *error; /* why FAILED or REJECTED */
-    bool dead;         /* FAILED/REJECTED past max_retries: goes DEAD */
-    bool recorded;     /* ACKED and already marked SENT (store_mark_sent) */
-    const char *exchange;    /* resolved at publish time */
+    const char *error;    /* why FAILED or REJECTED */
+    bool dead;            /* FAILED/REJECTED past max_retries: goes DEAD */
+    bool recorded;        /* ACKED and already marked SENT (store_mark_sent) */
+    const char *exchange; /* resolved at publish time */
     const char *routing_key;
 };
 

@@ -17,8 +17,8 @@ enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 
 void log_init(enum log_level level, enum log_format format);
 bool log_enabled(enum log_level level);
-void log_msg(enum log_level level, const char *const *kv, const char *fmt,
-             ...) __attribute__((format(printf, 3, 4)));
+void log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Parses "error", "warn", "info", "debug"; -1 on anything else. */
 int log_level_parse(const char *name);
@@ -26,10 +26,10 @@ int log_level_parse(const char *name);
 #define log_error(kv, ...) log_msg(LOG_ERROR, kv, __VA_ARGS__)
 #define log_warn(kv, ...) log_msg(LOG_WARN, kv, __VA_ARGS__)
 #define log_info(kv, ...) log_msg(LOG_INFO, kv, __VA_ARGS__)
-#define log_debug(kv, ...)                                                    \
-    do {                                                                      \
-        if (log_enabled(LOG_DEBUG))                                           \
-            log_msg(LOG_DEBUG, kv, __VA_ARGS__);                              \
+#define log_debug(kv, ...)                                                     \
+    do {                                                                       \
+        if (log_enabled(LOG_DEBUG))                                            \
+            log_msg(LOG_DEBUG, kv, __VA_ARGS__);                               \
     } while (0)
 
 #endif

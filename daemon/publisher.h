@@ -81,8 +81,8 @@ int publisher_poll(struct publisher *p, char *err, size_t errlen);
  * when the connection had to be dropped (the caller reconnects), else 0.
  */
 int publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
-                           struct outbox_row **rows, size_t n,
-                           bool mandatory, uint64_t deadline_ms, char *err,
-                           size_t errlen) __attribute__((warn_unused_result));
+                           struct outbox_row **rows, size_t n, bool mandatory,
+                           uint64_t deadline_ms, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 
 #endif

@@ -87,9 +87,8 @@ int store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
  * crash must not make the broker see these again after it.
  */
 int store_mark_sent(struct store *st, struct outbox_batch *b,
-                    struct outbox_row **rows, size_t n, size_t *lost,
-                    char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+                    struct outbox_row **rows, size_t n, size_t *lost, char *err,
+                    size_t errlen) __attribute__((warn_unused_result));
 
 /* What one store_purge_sent call did. */
 struct store_purge {

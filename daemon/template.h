@@ -13,7 +13,8 @@ struct template_part {
     char *text;
 };
 
-struct template {
+struct template
+{
     char *source;
     struct template_part *parts;
     size_t nparts;

@@ -16,8 +16,7 @@
 
 struct worker;
 
-struct worker *worker_new(const struct outbox_config *ob,
-                          const char *relay_id);
+struct worker *worker_new(const struct outbox_config *ob, const char *relay_id);
 int worker_start(struct worker *w);
 /* Asks the worker to stop claiming and finish by deadline_ms (clock_ms). */
 void worker_stop(struct worker *w, uint64_t deadline_ms);

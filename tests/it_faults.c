@@ -788,9 +788,9 @@ held_unlocked(struct fx *f, int i)
         "'PROCESSING' AND locked_by LIKE '%s/%%' FOR UPDATE SKIP LOCKED) x",
         f->relay_id[i]);
     /* and no claim of it (the one it makes ahead, say) is open either */
-    long long unfinished = it_db_int(f->sql,
-                                     "SELECT COUNT(*) FROM outbox_event WHERE "
-                                     "status <> 'SENT'");
+    long long unfinished =
+        it_db_int(f->sql, "SELECT COUNT(*) FROM outbox_event WHERE "
+                          "status <> 'SENT'");
     long long lockable = try_db_int(
         f->sql, "SELECT COUNT(*) FROM (SELECT id FROM outbox_event WHERE "
                 "status <> 'SENT' FOR UPDATE SKIP LOCKED) x");

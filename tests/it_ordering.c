@@ -456,11 +456,11 @@ START_TEST(test_held_aggregate_does_not_stall_table)
     it_db_exec(f.sql, "COMMIT");
     fx_start(&f, 0);
     /* every other aggregate gets through while "held" waits */
-    ck_assert_msg(IT_WAIT(20000, it_db_int(f.sql,
-                                           "SELECT COUNT(*) FROM outbox_event "
-                                           "WHERE event_id LIKE 'free-%%' AND "
-                                           "status = 'SENT'") == OTHERS),
-                  "the table stalled behind one held aggregate");
+    ck_assert_msg(
+        IT_WAIT(20000, it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
+                                        "WHERE event_id LIKE 'free-%%' AND "
+                                        "status = 'SENT'") == OTHERS),
+        "the table stalled behind one held aggregate");
     ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
                                       "WHERE aggregate_id = 'held' AND "
                                       "status <> 'PENDING' AND event_id <> "

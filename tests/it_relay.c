@@ -34,8 +34,7 @@ fx_open(struct fx *f, const char *schema, const char *binding,
     it_db_create(f->db, it_src_path(schema));
     f->sql = it_db_connect(f->db);
     f->consumer = it_consumer_new(f->ex, binding);
-    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex,
-                    extra_keys);
+    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex, extra_keys);
 }
 
 static void
@@ -59,8 +58,10 @@ fx_close(struct fx *f)
 static long long
 count_status(struct fx *f, const char *status)
 {
-    return it_db_int(f->sql, "SELECT COUNT(*) FROM outbox_event WHERE "
-                             "status = '%s'", status);
+    return it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM outbox_event WHERE "
+                     "status = '%s'",
+                     status);
 }
 
 /* Index of "<prefix>-<i>"; -1 if the id is not one of ours. */
@@ -77,8 +78,8 @@ event_index(const char *event_id)
  * outbox ids never go down.  Returns the number of new events seen.
  */
 static long
-receive_new_events(struct fx *f, int n, int aggregates, int *copies,
-                   long want, int timeout_ms)
+receive_new_events(struct fx *f, int n, int aggregates, int *copies, long want,
+                   int timeout_ms)
 {
     long long *last = calloc((size_t)aggregates, sizeof(*last));
     long distinct = 0;
@@ -105,8 +106,7 @@ receive_new_events(struct fx *f, int n, int aggregates, int *copies,
 }
 
 static long
-receive_events(struct fx *f, int n, int aggregates, int *copies,
-               int timeout_ms)
+receive_events(struct fx *f, int n, int aggregates, int *copies, int timeout_ms)
 {
     return receive_new_events(f, n, aggregates, copies, n, timeout_ms);
 }
@@ -138,9 +138,10 @@ check_message_properties(struct fx *f)
                      it_db_int(f->sql, "SELECT id FROM outbox_event WHERE "
                                        "event_id = 'props-1'"));
     ck_assert_int_eq(m.timestamp,
-                     it_db_int(f->sql, "SELECT UNIX_TIMESTAMP(created_at) DIV 1 "
-                                       "FROM outbox_event WHERE event_id = "
-                                       "'props-1'"));
+                     it_db_int(f->sql,
+                               "SELECT UNIX_TIMESTAMP(created_at) DIV 1 "
+                               "FROM outbox_event WHERE event_id = "
+                               "'props-1'"));
     /* MariaDB normalises JSON text on insert: compare with what it holds */
     char *payload = it_db_str(f->sql, "SELECT payload FROM outbox_event "
                                       "WHERE event_id = 'props-1'");
