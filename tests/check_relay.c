@@ -739,6 +739,36 @@ START_TEST(test_flush_gives_back_claimed_ahead)
 }
 END_TEST
 
+static int finalize_calls_before_failure;
+
+/* The database fails while recording the batch before: the job claims
+ * nothing ahead after that. */
+static int
+fake_finalize_fails_later(void *arg, struct outbox_batch *b, size_t *lost,
+                          char *err, size_t errlen)
+{
+    struct fake *f = arg;
+    f->finalize_rc = f->finalized >= finalize_calls_before_failure ? -1 : 0;
+    return fake_finalize(arg, b, lost, err, errlen);
+}
+
+/* The database goes away while the job records the last batch beside
+ * the next one's publish: the cycle reports it, and nothing more is
+ * claimed ahead on a dead connection. */
+START_TEST(test_store_lost_in_job)
+{
+    setup_claim_ahead();
+    relay.backend.finalize = fake_finalize_fails_later;
+    finalize_calls_before_failure = 0;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(claims_made, 2);
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    ck_assert_int_eq(claims_made, 2); /* no claim after the failure */
+    ck_assert_int_eq(fake.npublished, 20);
+    ck_assert_uint_eq(relay.stats.published, 0); /* nothing recorded */
+}
+END_TEST
+
 /* One reclaimed row (its lease expired), handed out alone. */
 static int
 fake_claim_reclaimed(void *arg, const char *relay_id, struct outbox_batch *b,
@@ -802,6 +832,7 @@ relay_suite(void)
     tcase_add_test(tc, test_broker_lost_gives_back_claimed_ahead);
     tcase_add_test(tc, test_flush_gives_back_claimed_ahead);
     tcase_add_test(tc, test_reclaimed_row_published_alone);
+    tcase_add_test(tc, test_store_lost_in_job);
     suite_add_tcase(s, tc);
     return s;
 }
