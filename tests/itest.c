@@ -762,8 +762,11 @@ it_http_get(unsigned port, const char *path, char **body)
     char req[512], *raw = NULL;
     if (body != NULL)
         *body = strdup("");
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        fprintf(stderr, "GET :%u%s: connect: %s\n", port, path,
+                strerror(errno));
         goto out;
+    }
     int n = snprintf(req, sizeof(req),
                      "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
     if (write(fd, req, (size_t)n) != n)
@@ -785,8 +788,11 @@ it_http_get(unsigned port, const char *path, char **body)
     }
     raw[len] = '\0';
     char *sep = strstr(raw, "\r\n\r\n");
-    if (sscanf(raw, "HTTP/1.%*d %d", &status) != 1 || sep == NULL)
+    if (sscanf(raw, "HTTP/1.%*d %d", &status) != 1 || sep == NULL) {
+        fprintf(stderr, "GET :%u%s: no answer (%zu bytes read)\n", port, path,
+                len);
         status = -1;
+    }
     if (body != NULL && sep != NULL) {
         free(*body);
         *body = strdup(sep + 4);
