@@ -110,6 +110,12 @@ struct schema {
     unsigned ncolumns;
 };
 
+/* An unfinished row of the candidates' aggregate groups[g]. */
+struct earlier {
+    size_t g;
+    uint64_t id;
+};
+
 struct store {
     const struct outbox_config *ob;
     MYSQL *db;         /* open, version checked, session set up */
@@ -132,8 +138,12 @@ struct store {
     size_t text_cap;
     unsigned char *drop; /* claim: candidates dropped by ordering */
     size_t drop_cap;
-    struct outbox_row **byagg;
+    struct outbox_row **byagg; /* claim: candidates by aggregate, id */
     size_t byagg_cap;
+    size_t *groups; /* claim: where each aggregate starts in byagg */
+    size_t groups_cap, ngroups;
+    struct earlier *earlier; /* claim: unfinished rows of those aggregates */
+    size_t earlier_cap;
     struct fin_item *items;
     size_t items_cap;
     uint64_t *purge_ids; /* retention: the expired ids of one step */
@@ -908,6 +918,8 @@ store_free(struct store *st)
     free(st->text);
     free(st->drop);
     free(st->byagg);
+    free(st->groups);
+    free(st->earlier);
     free(st->items);
     free(st->purge_ids);
     free(st);
@@ -1143,9 +1155,15 @@ is_dying(const struct store *st, const struct outbox_row *row)
            row->retry_count > st->ob->max_retries;
 }
 
+/*
+ * The exact count, one correlated subquery per candidate: the server
+ * matches aggregates by the column's collation.  It reads every index
+ * entry of each candidate's aggregate, SENT history included, so it is
+ * only the fallback for what the fast path below cannot judge.
+ */
 static int
-load_earlier_counts(struct store *st, struct outbox_batch *b, char *err,
-                    size_t errlen)
+load_earlier_counts_exact(struct store *st, struct outbox_batch *b, char *err,
+                          size_t errlen)
 {
     struct sqlbuf *q = &st->sql;
     sql_reset(q);
@@ -1168,6 +1186,163 @@ load_earlier_counts(struct store *st, struct outbox_batch *b, char *err,
     return 0;
 }
 
+/* Splits byagg into aggregates; false when one of them has a NULL part. */
+static bool
+group_candidates(struct store *st, size_t n)
+{
+    st->groups = grow(st->groups, &st->groups_cap, n, sizeof(*st->groups));
+    st->ngroups = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct outbox_row *row = st->byagg[i];
+        if (row->aggregate_type == NULL || row->aggregate_id == NULL)
+            return false;
+        if (i == 0 || !same_aggregate(st->byagg[i - 1], row))
+            st->groups[st->ngroups++] = i;
+    }
+    return true;
+}
+
+/*
+ * One statement: how many distinct aggregates the server sees among the
+ * candidates (by the collation), then every unfinished row of those
+ * aggregates below the highest candidate, read by range on
+ * idx_outbox_aggregate.  Committed state, no locks: see ordering_filter.
+ */
+static void
+build_earlier_sql(struct store *st, const struct outbox_batch *b)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q,
+             "SELECT 0, NULL, NULL, COUNT(DISTINCT `aggregate_type`, "
+             "`aggregate_id`) FROM %s WHERE `id` IN (",
+             st->table);
+    for (size_t i = 0; i < b->n; i++)
+        sql_add_id(q, b->rows[i].id, i == 0);
+    sql_addf(q,
+             ") UNION ALL SELECT 1, `aggregate_type`, `aggregate_id`, `id` "
+             "FROM %s WHERE (`aggregate_type`, `aggregate_id`) IN (",
+             st->table);
+    for (size_t g = 0; g < st->ngroups; g++) {
+        const struct outbox_row *row = st->byagg[st->groups[g]];
+        sql_addf(q, g == 0 ? "(" : ",(");
+        sql_add_string(st, row->aggregate_type);
+        sql_addf(q, ",");
+        sql_add_string(st, row->aggregate_id);
+        sql_addf(q, ")");
+    }
+    sql_addf(q,
+             ") AND `status` IN ('PENDING', 'RETRY', 'PROCESSING') "
+             "AND `id` < %" PRIu64,
+             b->rows[b->n - 1].id);
+}
+
+/* The candidates' aggregate that is byte-for-byte (type, id); or -1. */
+static ssize_t
+find_group(const struct store *st, const char *type, const char *id)
+{
+    size_t lo = 0, hi = st->ngroups;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct outbox_row *row = st->byagg[st->groups[mid]];
+        int c = strcmp(row->aggregate_type, type);
+        if (c == 0)
+            c = strcmp(row->aggregate_id, id);
+        if (c == 0)
+            return (ssize_t)mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+/*
+ * Collects the unfinished rows by aggregate.  Returns 1 when the server
+ * matched aggregates that bytes tell apart ('a' and 'A' under a _ci
+ * collation, trailing spaces under PAD SPACE): the exact count decides.
+ */
+static int
+read_earlier(struct store *st, MYSQL_RES *res, size_t *n)
+{
+    MYSQL_ROW r;
+    int rc = 0;
+    *n = 0;
+    while (rc == 0 && (r = mysql_fetch_row(res)) != NULL) {
+        if (r[0][0] == '0') {
+            if (strtoull(r[3], NULL, 10) != st->ngroups)
+                rc = 1;
+            continue;
+        }
+        ssize_t g = find_group(st, r[1], r[2]);
+        if (g < 0) {
+            rc = 1;
+            continue;
+        }
+        st->earlier = grow(st->earlier, &st->earlier_cap, *n + 1,
+                           sizeof(*st->earlier));
+        st->earlier[(*n)++] =
+            (struct earlier){(size_t)g, strtoull(r[3], NULL, 10)};
+    }
+    return rc;
+}
+
+static int
+earlier_cmp(const void *a, const void *b)
+{
+    const struct earlier *x = a, *y = b;
+    if (x->g != y->g)
+        return x->g < y->g ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Each candidate's count: the unfinished rows of its aggregate below it. */
+static void
+count_earlier(struct store *st, size_t nrows, size_t nearlier)
+{
+    qsort(st->earlier, nearlier, sizeof(*st->earlier), earlier_cmp);
+    size_t e = 0;
+    for (size_t g = 0; g < st->ngroups; g++) {
+        size_t end = g + 1 < st->ngroups ? st->groups[g + 1] : nrows;
+        while (e < nearlier && st->earlier[e].g < g)
+            e++;
+        size_t first = e;
+        for (size_t i = st->groups[g]; i < end; i++) {
+            struct outbox_row *row = st->byagg[i];
+            while (e < nearlier && st->earlier[e].g == g &&
+                   st->earlier[e].id < row->id)
+                e++;
+            row->earlier_unfinished = (unsigned)(e - first);
+        }
+    }
+}
+
+/*
+ * Counts, for each candidate, the unfinished events of its aggregate
+ * before it.  Fast path: one range read of the unfinished rows of the
+ * candidates' aggregates, matched here byte for byte; the exact query
+ * when a NULL aggregate or a collation makes bytes a poor judge.
+ */
+static int
+load_earlier_counts(struct store *st, struct outbox_batch *b, char *err,
+                    size_t errlen)
+{
+    if (!group_candidates(st, b->n))
+        return load_earlier_counts_exact(st, b, err, errlen);
+    build_earlier_sql(st, b);
+    MYSQL_RES *res = run_select(st, "claim ordering check", err, errlen);
+    if (res == NULL)
+        return -1;
+    size_t n;
+    int rc = read_earlier(st, res, &n);
+    mysql_free_result(res);
+    if (rc != 0)
+        return load_earlier_counts_exact(st, b, err, errlen);
+    count_earlier(st, b->n, n);
+    return 0;
+}
+
 /*
  * Keeps a candidate only when every unfinished earlier event of its
  * aggregate is in the batch: the k-th candidate of an aggregate (by id)
@@ -1183,12 +1358,12 @@ static int
 ordering_filter(struct store *st, struct outbox_batch *b, char *err,
                 size_t errlen)
 {
-    if (load_earlier_counts(st, b, err, errlen) < 0)
-        return -1;
     st->byagg = grow(st->byagg, &st->byagg_cap, b->n, sizeof(*st->byagg));
     for (size_t i = 0; i < b->n; i++)
         st->byagg[i] = &b->rows[i];
     qsort(st->byagg, b->n, sizeof(*st->byagg), row_cmp_aggregate);
+    if (load_earlier_counts(st, b, err, errlen) < 0)
+        return -1;
     unsigned k = 0;
     bool broken = false;
     for (size_t i = 0; i < b->n; i++, k++) {
