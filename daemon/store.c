@@ -48,6 +48,9 @@ enum {
 /* Where claim candidates come from, in the order they are taken. */
 enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
 
+/* At most this long between two looks for expired leases. */
+#define EXPIRED_LOOK_MS 1000
+
 static const enum outbox_status source_status[SRC_COUNT] = {
     OUTBOX_PROCESSING, OUTBOX_RETRY, OUTBOX_PENDING};
 
@@ -122,9 +125,11 @@ struct store {
     bool ready;        /* table checked, claim statements built */
     bool schema_error; /* last failure: schema, version or privilege */
     unsigned last_errno;
-    char *where;     /* "schema.table" for messages */
-    char *table;     /* quoted identifier */
-    char *count_sql; /* ordering: unfinished earlier events, "IN (" */
+    uint64_t expired_none_ms; /* when the last look for expired leases
+                                 found none */
+    char *where;              /* "schema.table" for messages */
+    char *table;              /* quoted identifier */
+    char *count_sql;          /* ordering: unfinished earlier events, "IN (" */
     char *claim_sql[SRC_COUNT];   /* candidates: select list and WHERE */
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
@@ -1280,8 +1285,8 @@ read_earlier(struct store *st, MYSQL_RES *res, size_t *n)
             rc = 1;
             continue;
         }
-        st->earlier = grow(st->earlier, &st->earlier_cap, *n + 1,
-                           sizeof(*st->earlier));
+        st->earlier =
+            grow(st->earlier, &st->earlier_cap, *n + 1, sizeof(*st->earlier));
         st->earlier[(*n)++] =
             (struct earlier){(size_t)g, strtoull(r[3], NULL, 10)};
     }
@@ -1487,7 +1492,26 @@ claim_expired(struct store *st, struct outbox_batch *b, size_t cap, char *err,
         return -1;
     if (b->n > 1)
         b->n = 1; /* the lowest id: the first unfinished of its aggregate */
+    if (b->n == 0)
+        st->expired_none_ms = clock_ms();
     return 0;
+}
+
+/*
+ * The look for expired leases reads every PROCESSING row, the batches in
+ * flight included, to find none on most claims: it ran at every claim
+ * and cost an eighth of the database's time in a drain.  A lease is
+ * seconds long, so once a second is soon enough; after a find it looks
+ * again at once, as a dead relay leaves a batch of them.
+ */
+static bool
+expired_look_due(const struct store *st)
+{
+    uint64_t every = st->ob->lease_ms / 4 < EXPIRED_LOOK_MS
+                         ? st->ob->lease_ms / 4
+                         : EXPIRED_LOOK_MS;
+    return st->expired_none_ms == 0 ||
+           clock_ms() - st->expired_none_ms >= every;
 }
 
 /*
@@ -1528,7 +1552,7 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
 {
     make_token(st, b->token, relay_id);
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
-    if (claim_expired(st, b, cap, err, errlen) < 0)
+    if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
         return -1;
     if (b->n > 0) {
         b->candidates = cap; /* cut short on purpose: claim again at once */
