@@ -133,7 +133,8 @@ struct store {
     char *claim_sql[SRC_COUNT];   /* candidates: select list and WHERE */
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
-    int pos_optional[NOPTIONAL];  /* select list positions, -1 if absent */
+    char *retry_index; /* an index led by next_retry_at, quoted, or NULL */
+    int pos_optional[NOPTIONAL]; /* select list positions, -1 if absent */
     int pos_columns;
     enum dup_check dup_check;
     unsigned token_chars, error_chars;
@@ -689,6 +690,23 @@ pick_dup_check(MYSQL_ROW *rows, size_t n)
     return check;
 }
 
+/* Rows of STATISTICS as load_claim_order reads them: see build_claim_sql. */
+static char *
+pick_retry_index(MYSQL_ROW *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bool first = i == 0 || strcmp(rows[i - 1][0], rows[i][0]) != 0;
+        if (first && ident_eq(rows[i][1], "next_retry_at") &&
+            rows[i][2] == NULL) {
+            struct sqlbuf q = {0};
+            sql_reset(&q);
+            sql_add_ident(&q, rows[i][0]);
+            return q.p;
+        }
+    }
+    return NULL;
+}
+
 static char *
 load_claim_order(struct store *st, char *err, size_t errlen)
 {
@@ -707,6 +725,8 @@ load_claim_order(struct store *st, char *err, size_t errlen)
     for (size_t i = 0; i < n; i++)
         rows[i] = mysql_fetch_row(res);
     st->dup_check = pick_dup_check(rows, n);
+    free(st->retry_index);
+    st->retry_index = pick_retry_index(rows, n);
     char *order = pick_claim_order(rows, n);
     free(rows);
     mysql_free_result(res);
@@ -733,7 +753,7 @@ add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
         sql_addf(q, ", ");
         sql_add_ident(q, st->ob->columns[i]);
     }
-    sql_addf(q, " FROM %s `c` WHERE ", st->table);
+    sql_addf(q, " FROM %s `c`", st->table);
 }
 
 /*
@@ -758,6 +778,12 @@ build_unblocked_filter(const struct store *st)
         st->table);
 }
 
+/*
+ * Due retries are read in next_retry_at order.  On an index led by
+ * next_retry_at (sql/outbox.sql's, which only RETRY rows fill) the
+ * optimizer would rather take (status, id) and sort, which locks every
+ * due RETRY row before LIMIT: the index is forced.
+ */
 static void
 build_claim_sql(struct store *st, const struct schema *sc, const char *order)
 {
@@ -770,7 +796,9 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
         struct sqlbuf q = {0};
         sql_reset(&q);
         add_select_list(st, sc, &q);
-        sql_addf(&q, "%s", cond[s]);
+        if (s == SRC_RETRY && st->retry_index != NULL)
+            sql_addf(&q, " FORCE INDEX (%s)", st->retry_index);
+        sql_addf(&q, " WHERE %s", cond[s]);
         free(st->claim_sql[s]);
         st->claim_sql[s] = q.p;
         free(st->claim_order[s]);
@@ -916,6 +944,7 @@ store_free(struct store *st)
         free(st->claim_order[s]);
     }
     free(st->unblocked_sql);
+    free(st->retry_index);
     free(st->where);
     free(st->table);
     free(st->count_sql);
@@ -1391,7 +1420,8 @@ kill_expired(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
     struct sqlbuf *q = &st->sql;
     sql_reset(q);
     sql_addf(q,
-             "UPDATE %s SET `status` = 'DEAD', `last_error` = CONCAT("
+             "UPDATE %s SET `status` = 'DEAD', `next_retry_at` = NULL, "
+             "`last_error` = CONCAT("
              "'lease expired after ', `retry_count` + 1, ' attempts without "
              "a confirm (relay crashed or hung while publishing)'), "
              "`retry_count` = `retry_count` + 1, `locked_by` = NULL, "
@@ -1432,7 +1462,7 @@ mark_claimed(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
     sql_addf(q,
              "UPDATE %s SET `retry_count` = `retry_count` + "
              "(`status` = 'PROCESSING'), `status` = 'PROCESSING', "
-             "`locked_by` = ",
+             "`next_retry_at` = NULL, `locked_by` = ",
              st->table);
     sql_add_string(st, b->token);
     sql_addf(q,
@@ -1711,15 +1741,15 @@ add_outcome_head(struct store *st, const struct fin_item *it)
         sql_addf(q, ", `retry_count` = `retry_count` + 1");
         break;
     case FIN_DEAD:
-        sql_addf(q, "`status` = 'DEAD', `last_error` = ");
+        sql_addf(q, "`status` = 'DEAD', `next_retry_at` = NULL, "
+                    "`last_error` = ");
         sql_add_string(st, clean_text(st, it->error));
         sql_addf(q, ", `retry_count` = `retry_count` + 1");
         break;
     case FIN_RELEASE:
         /* No attempt counted; a row that has failed before goes back to
-         * RETRY, due now (a reclaimed one may never have had a time). */
-        sql_addf(q, "`next_retry_at` = IF(`retry_count` > 0, "
-                    "COALESCE(`next_retry_at`, NOW(6)), `next_retry_at`), "
+         * RETRY, due now. */
+        sql_addf(q, "`next_retry_at` = IF(`retry_count` > 0, NOW(6), NULL), "
                     "`status` = IF(`retry_count` > 0, 'RETRY', 'PENDING')");
         break;
     }

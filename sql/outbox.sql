@@ -24,8 +24,9 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   UNIQUE KEY uk_outbox_event_id (event_id),
   -- Claim of PENDING rows in id order; status counts for outboxctl.
   KEY idx_outbox_status (status, id),
-  -- Claim of RETRY rows whose backoff is over.
-  KEY idx_outbox_due (status, next_retry_at),
+  -- Claim of RETRY rows whose backoff is over.  next_retry_at is NULL
+  -- but on RETRY rows, so a row's claim and SENT never write this index.
+  KEY idx_outbox_due (next_retry_at),
   -- Ordering: unfinished earlier events of one aggregate.
   KEY idx_outbox_aggregate (aggregate_type, aggregate_id, status, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
