@@ -435,7 +435,8 @@ static const char *const cpu_names[3] = {"mariadbd", "rabbitmq", "outboxd"};
 
 /* Drains a backlog of n PENDING rows (after `sent` old SENT rows). */
 static struct drain_result
-measure_drain(const struct settings *s, const char *ordering, long sent)
+measure_drain(const struct settings *s, const char *ordering, long sent,
+              long held)
 {
     struct drain_result res;
     const char *conf = "/tmp/outboxd-bench.yaml";
@@ -444,7 +445,16 @@ measure_drain(const struct settings *s, const char *ordering, long sent)
     MYSQL *m = db_connect(DB_NAME);
     if (sent > 0)
         db_fill(m, "SENT", 0, sent, s->aggregates);
-    db_fill(m, "PENDING", sent, s->backlog, s->aggregates);
+    if (held > 0) {
+        /* Backing off for an hour, in aggregates of their own so that
+         * ordering holds nothing of the backlog behind them. */
+        db_fill(m, "RETRY", sent, held, s->aggregates);
+        db_exec(m, "UPDATE outbox_event SET aggregate_type = 'Held', "
+                   "retry_count = 1, next_retry_at = NOW(6) + INTERVAL 1 "
+                   "HOUR WHERE status = 'RETRY'");
+        db_exec(m, "COMMIT");
+    }
+    db_fill(m, "PENDING", sent + held, s->backlog, s->aggregates);
     db_exec(m, "ANALYZE TABLE outbox_event");
     write_config(conf, ordering, NULL);
     long long q0 = db_relay_statements(m);
@@ -454,9 +464,12 @@ measure_drain(const struct settings *s, const char *ordering, long sent)
     pid_t pid = start_daemon(s, conf);
     /* A cheap probe: counting the backlog would load the server under
      * test. */
-    while (db_int(m, "SELECT COUNT(*) FROM (SELECT 1 FROM outbox_event "
-                     "WHERE status IN ('PENDING','PROCESSING','RETRY') "
-                     "LIMIT 1) x") > 0) {
+    while (db_int(m, held > 0 ? "SELECT COUNT(*) FROM (SELECT 1 FROM "
+                                "outbox_event WHERE status IN ('PENDING',"
+                                "'PROCESSING') LIMIT 1) x"
+                              : "SELECT COUNT(*) FROM (SELECT 1 FROM "
+                                "outbox_event WHERE status IN ('PENDING',"
+                                "'PROCESSING','RETRY') LIMIT 1) x") > 0) {
         if (now_s() - t0 > 600)
             die("the drain took more than 10 minutes");
         sleep_s(0.05);
@@ -595,7 +608,7 @@ main(void)
                   "mandatory)",
                   &shaped);
     double ceiling = shaped.rate;
-    struct drain_result agg = measure_drain(&s, "aggregate", 0);
+    struct drain_result agg = measure_drain(&s, "aggregate", 0, 0);
     printf("drain %ld events, %ld aggregates, ordering aggregate: %.0f "
            "events/s = %.2f of the shaped ceiling (%.2f of the bare one)\n",
            s.backlog, s.aggregates, agg.rate, agg.rate / ceiling,
@@ -608,16 +621,24 @@ main(void)
                i < 2 ? "," : "\n");
     printf("peak RSS of outboxd (%ld-row backlog): %.1f MiB\n", s.backlog,
            agg.rss_kib / 1024.0);
-    struct drain_result none = measure_drain(&s, "none", 0);
+    struct drain_result none = measure_drain(&s, "none", 0, 0);
     printf("drain %ld events, ordering none: %.0f events/s = %.2f of the "
            "shaped ceiling (%.2f of the bare one)\n",
            s.backlog, none.rate, none.rate / ceiling, none.rate / bare.rate);
     long sent_rows = env_long("BENCH_SENT_ROWS", 0);
     if (sent_rows > 0) {
-        struct drain_result big = measure_drain(&s, "aggregate", sent_rows);
+        struct drain_result big = measure_drain(&s, "aggregate", sent_rows, 0);
         printf("drain with %ld old SENT rows in the table: %.0f events/s = "
                "%.2f of the drain without them\n",
                sent_rows, big.rate, big.rate / agg.rate);
+    }
+    long retry_rows = env_long("BENCH_RETRY_ROWS", 0);
+    if (retry_rows > 0) {
+        struct drain_result held =
+            measure_drain(&s, "aggregate", 0, retry_rows);
+        printf("drain with %ld RETRY rows waiting in the table: %.0f "
+               "events/s = %.2f of the drain without them\n",
+               retry_rows, held.rate, held.rate / agg.rate);
     }
     measure_latency(&s);
     return 0;
