@@ -7,6 +7,7 @@
  */
 #include "store.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <mysql.h>
@@ -111,6 +112,7 @@ struct schema {
     unsigned locked_by_len, last_error_len;
     enum text_charset last_error_charset;
     unsigned ncolumns;
+    bool unfinished; /* the generated column sql/outbox.sql defines */
 };
 
 /* An unfinished row of the candidates' aggregate groups[g]. */
@@ -133,6 +135,7 @@ struct store {
     char *claim_sql[SRC_COUNT];   /* candidates: select list and WHERE */
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
+    bool unfinished;   /* ordering reads `unfinished` = 1, not status IN */
     char *retry_index; /* an index led by next_retry_at, quoted, or NULL */
     int pos_optional[NOPTIONAL]; /* select list positions, -1 if absent */
     int pos_columns;
@@ -536,6 +539,30 @@ parse_charset(const char *name)
     return TEXT_ASCII;
 }
 
+/*
+ * sql/outbox.sql's `unfinished` is status IN ('PENDING', 'RETRY',
+ * 'PROCESSING'), generated: the ordering index holds it instead of
+ * status, so that a claim does not move the row's entry there.  Each
+ * server prints the expression its own way; a column of that name is
+ * trusted only when its expression names status and the three
+ * unfinished states and nothing else, else status is read as before.
+ */
+static bool
+is_unfinished_expression(const char *expr)
+{
+    if (expr == NULL)
+        return false;
+    char low[256];
+    size_t n = 0;
+    for (const char *c = expr; *c != '\0' && n + 1 < sizeof(low); c++)
+        low[n++] = (char)tolower((unsigned char)*c);
+    low[n] = '\0';
+    return strstr(low, "status") && strstr(low, "'pending'") &&
+           strstr(low, "'retry'") && strstr(low, "'processing'") &&
+           strstr(low, " in ") && !strstr(low, "not") && !strstr(low, "sent") &&
+           !strstr(low, "dead") && n < 200;
+}
+
 static void
 note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
 {
@@ -557,6 +584,8 @@ note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
         sc->last_error_len = len;
         sc->last_error_charset = parse_charset(r[2]);
     }
+    if (strcasecmp(name, "unfinished") == 0)
+        sc->unfinished = is_unfinished_expression(r[3]);
 }
 
 static int
@@ -565,7 +594,8 @@ load_columns(struct store *st, struct schema *sc, char *err, size_t errlen)
     struct sqlbuf *q = &st->sql;
     sql_reset(q);
     sql_addf(q, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, "
-                "CHARACTER_SET_NAME FROM information_schema.COLUMNS "
+                "CHARACTER_SET_NAME, GENERATION_EXPRESSION "
+                "FROM information_schema.COLUMNS "
                 "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
     sql_add_string(st, st->ob->table);
     MYSQL_RES *res = run_select(st, "schema check", err, errlen);
@@ -773,8 +803,24 @@ build_unblocked_filter(const struct store *st)
     return xasprintf(
         " AND NOT EXISTS (SELECT 1 FROM %s `p` WHERE "
         "`p`.`aggregate_type` = `c`.`aggregate_type` AND "
-        "`p`.`aggregate_id` = `c`.`aggregate_id` AND `p`.`status` = 'RETRY' "
-        "AND `p`.`id` < `c`.`id` AND `p`.`next_retry_at` > NOW(6))",
+        "`p`.`aggregate_id` = `c`.`aggregate_id`%s AND `p`.`status` = "
+        "'RETRY' AND `p`.`id` < `c`.`id` AND `p`.`next_retry_at` > NOW(6))",
+        st->table, st->unfinished ? " AND `p`.`unfinished` = 1" : "");
+}
+
+/* The exact count's statement up to its subquery's end: see
+ * load_earlier_counts_exact.  Committed state, read without locks. */
+static char *
+build_count_sql(const struct store *st)
+{
+    return xasprintf(
+        "SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
+        "WHERE p.`aggregate_type` = c.`aggregate_type` "
+        "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
+        "AND %s) FROM %s c WHERE c.`id` IN (",
+        st->table,
+        st->unfinished ? "p.`unfinished` = 1"
+                       : "p.`status` IN ('PENDING', 'RETRY', 'PROCESSING')",
         st->table);
 }
 
@@ -807,11 +853,14 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
     }
     free(st->unblocked_sql);
     st->unblocked_sql = build_unblocked_filter(st);
+    free(st->count_sql);
+    st->count_sql = build_count_sql(st);
 }
 
 static void
 apply_schema(struct store *st, const struct schema *sc, const char *order)
 {
+    st->unfinished = sc->unfinished;
     build_claim_sql(st, sc, order);
     unsigned tok = sc->locked_by_len;
     st->token_chars = tok < TOKEN_MAX_CHARS ? tok : (unsigned)TOKEN_MAX_CHARS;
@@ -919,17 +968,7 @@ store_new(const struct outbox_config *ob)
     struct sqlbuf q = {0};
     sql_reset(&q);
     sql_add_ident(&q, ob->table);
-    st->table = xstrdup(q.p);
-    /* Committed state, read without locks: see ordering_filter. */
-    sql_reset(&q);
-    sql_addf(&q,
-             "SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
-             "WHERE p.`aggregate_type` = c.`aggregate_type` "
-             "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
-             "AND p.`status` IN ('PENDING', 'RETRY', 'PROCESSING')) "
-             "FROM %s c WHERE c.`id` IN (",
-             st->table, st->table);
-    st->count_sql = q.p;
+    st->table = q.p;
     return st;
 }
 
@@ -1265,9 +1304,9 @@ build_earlier_sql(struct store *st, const struct outbox_batch *b)
         sql_add_string(st, row->aggregate_id);
         sql_addf(q, ")");
     }
-    sql_addf(q,
-             ") AND `status` IN ('PENDING', 'RETRY', 'PROCESSING') "
-             "AND `id` < %" PRIu64,
+    sql_addf(q, ") AND %s AND `id` < %" PRIu64,
+             st->unfinished ? "`unfinished` = 1"
+                            : "`status` IN ('PENDING', 'RETRY', 'PROCESSING')",
              b->rows[b->n - 1].id);
 }
 

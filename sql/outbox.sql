@@ -20,6 +20,11 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   created_at     TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
   sent_at        TIMESTAMP(6) NULL,
   last_error     VARCHAR(1024) NULL,
+  -- Generated, never written: 1 while the event is not yet SENT or DEAD.
+  -- The ordering index holds it instead of status, so that claiming a
+  -- row (PENDING to PROCESSING) does not move its entry there.
+  unfinished     TINYINT GENERATED ALWAYS AS
+                   (status IN ('PENDING', 'RETRY', 'PROCESSING')) VIRTUAL,
   PRIMARY KEY (id),
   UNIQUE KEY uk_outbox_event_id (event_id),
   -- Claim of PENDING rows in id order; status counts for outboxctl.
@@ -28,5 +33,5 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   -- but on RETRY rows, so a row's claim and SENT never write this index.
   KEY idx_outbox_due (next_retry_at),
   -- Ordering: unfinished earlier events of one aggregate.
-  KEY idx_outbox_aggregate (aggregate_type, aggregate_id, status, id)
+  KEY idx_outbox_aggregate (aggregate_type, aggregate_id, unfinished, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

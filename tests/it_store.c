@@ -689,6 +689,37 @@ START_TEST(test_ordering_collation_aliases)
 }
 END_TEST
 
+/*
+ * A column named unfinished that does not say what sql/outbox.sql's says
+ * (here it forgets PROCESSING) is not trusted: the ordering check reads
+ * status, and an event leased elsewhere still holds its aggregate.
+ */
+START_TEST(test_ordering_distrusts_other_unfinished)
+{
+    struct fx fx;
+    uint64_t id[6];
+    fx_init(&fx, 0);
+    it_db_exec(fx.sql, "ALTER TABLE outbox_event MODIFY unfinished TINYINT "
+                       "GENERATED ALWAYS AS (status IN ('PENDING', "
+                       "'RETRY')) VIRTUAL");
+    insert_xy(&fx, id);
+    it_db_exec(fx.sql,
+               "UPDATE outbox_event SET status = 'PROCESSING', locked_by = "
+               "'other/1', locked_until = NOW() + INTERVAL 1 HOUR "
+               "WHERE id = %llu",
+               (unsigned long long)id[1]);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    assert_batch_is(&b, id, "45");
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
 /* Handler reads of the whole server since the last call. */
 static long long
 handler_reads(struct fx *fx)
@@ -1291,6 +1322,7 @@ it_store_suite(void)
     tcase_add_loop_test(tc, test_ordering_sees_claim_in_flight, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_ordering_collation_aliases, 0, NSCHEMAS);
     tcase_add_test(tc, test_ordering_ignores_history);
+    tcase_add_test(tc, test_ordering_distrusts_other_unfinished);
     tcase_add_loop_test(tc, test_outcomes, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_retry_backoff_doubles, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_release_after_reclaim, 0, NSCHEMAS);
