@@ -788,7 +788,10 @@ add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
 
 /*
  * With ordering: aggregate, a candidate whose aggregate has an earlier
- * event backing off in RETRY cannot be kept: skip it in the read itself.
+ * event backing off in RETRY cannot be kept: skip it in the read itself
+ * (with the unfinished column, when that event is the aggregate's first
+ * unfinished one: a read of one index entry, where looking for any held
+ * RETRY row would scan every unfinished event of the aggregate).
  * Otherwise a held-back aggregate with batch_size events waiting would
  * fill every claim's LIMIT with rows the ordering check throws away, and
  * the whole table would stall behind one poison event.  Events behind a
@@ -800,12 +803,21 @@ add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
 static char *
 build_unblocked_filter(const struct store *st)
 {
+    if (st->unfinished)
+        return xasprintf(
+            " AND NOT EXISTS (SELECT 1 FROM %s `h` WHERE `h`.`id` = "
+            "(SELECT `p`.`id` FROM %s `p` WHERE `p`.`aggregate_type` = "
+            "`c`.`aggregate_type` AND `p`.`aggregate_id` = `c`.`aggregate_id` "
+            "AND `p`.`unfinished` = 1 ORDER BY `p`.`id` LIMIT 1) AND "
+            "`h`.`status` = 'RETRY' AND `h`.`id` < `c`.`id` AND "
+            "`h`.`next_retry_at` > NOW(6))",
+            st->table, st->table);
     return xasprintf(
         " AND NOT EXISTS (SELECT 1 FROM %s `p` WHERE "
         "`p`.`aggregate_type` = `c`.`aggregate_type` AND "
-        "`p`.`aggregate_id` = `c`.`aggregate_id`%s AND `p`.`status` = "
-        "'RETRY' AND `p`.`id` < `c`.`id` AND `p`.`next_retry_at` > NOW(6))",
-        st->table, st->unfinished ? " AND `p`.`unfinished` = 1" : "");
+        "`p`.`aggregate_id` = `c`.`aggregate_id` AND `p`.`status` = 'RETRY' "
+        "AND `p`.`id` < `c`.`id` AND `p`.`next_retry_at` > NOW(6))",
+        st->table);
 }
 
 /* The exact count's statement up to its subquery's end: see

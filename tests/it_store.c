@@ -766,6 +766,45 @@ START_TEST(test_ordering_ignores_history)
 }
 END_TEST
 
+/*
+ * Nor the events waiting behind the candidates: a claim of 500 over ten
+ * aggregates with 3,000 events each, beside 5,000 retries backing off,
+ * reads about what one over a short backlog does (3,200 here; looking
+ * for a held retry among every unfinished event of each candidate's
+ * aggregate read 1,500,000).
+ */
+START_TEST(test_ordering_ignores_backlog_depth)
+{
+    struct fx fx;
+    fx_init(&fx, 0);
+    fx.ob.batch_size = 500;
+    /* Retries backing off elsewhere give the optimizer other roads. */
+    it_db_insert_events(fx.sql, "outbox_event", "held", 5000, 50, 16);
+    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'RETRY', "
+                       "aggregate_type = 'Held', retry_count = 1, "
+                       "next_retry_at = NOW() + INTERVAL 1 HOUR");
+    it_db_insert_events(fx.sql, "outbox_event", "deep", 30000, 10, 16);
+    it_db_exec(fx.sql, "ANALYZE TABLE outbox_event");
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    handler_reads(&fx);
+    claim_ok(st, &b);
+    long long reads = handler_reads(&fx);
+    ck_assert_uint_eq(b.n, 500);
+    ck_assert_msg(reads < 20000, "claim of 500 made %lld handler reads", reads);
+    if (getenv("IT_STORE_VERBOSE"))
+        fprintf(stderr,
+                "claim of 500 from a 30000 backlog in 10 "
+                "aggregates: %lld reads\n",
+                reads);
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
 /* Seconds from now to next_retry_at of a row, as the database sees it. */
 static double
 retry_delay_s(struct fx *fx, uint64_t id)
@@ -1322,6 +1361,7 @@ it_store_suite(void)
     tcase_add_loop_test(tc, test_ordering_sees_claim_in_flight, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_ordering_collation_aliases, 0, NSCHEMAS);
     tcase_add_test(tc, test_ordering_ignores_history);
+    tcase_add_test(tc, test_ordering_ignores_backlog_depth);
     tcase_add_test(tc, test_ordering_distrusts_other_unfinished);
     tcase_add_loop_test(tc, test_outcomes, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_retry_backoff_doubles, 0, NSCHEMAS);
