@@ -1386,7 +1386,8 @@ earlier_cmp(const void *a, const void *b)
 static void
 count_earlier(struct store *st, size_t nrows, size_t nearlier)
 {
-    qsort(st->earlier, nearlier, sizeof(*st->earlier), earlier_cmp);
+    if (nearlier > 1) /* qsort may not be given NULL, even for none */
+        qsort(st->earlier, nearlier, sizeof(*st->earlier), earlier_cmp);
     size_t e = 0;
     for (size_t g = 0; g < st->ngroups; g++) {
         size_t end = g + 1 < st->ngroups ? st->groups[g + 1] : nrows;
@@ -1559,6 +1560,29 @@ filter_candidates(struct store *st, struct outbox_batch *b, char *err,
 }
 
 /*
+ * Whether any lease has expired, read without locks, before the locking
+ * read: that one skips a row someone holds locked at that instant, and
+ * a look that runs once a second must not take that for "none" again
+ * and again (until the row is taken, every claim looks).
+ */
+static int
+expired_exists(struct store *st, bool *exists, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q,
+             "SELECT 1 FROM %s WHERE `status` = 'PROCESSING' AND "
+             "`locked_until` <= NOW(6) LIMIT 1",
+             st->table);
+    MYSQL_RES *res = run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    *exists = mysql_fetch_row(res) != NULL;
+    mysql_free_result(res);
+    return 0;
+}
+
+/*
  * A lease that expired means its relay died or hung, maybe because of
  * one of its rows: such rows are reclaimed one per batch.  Alone, a row
  * that crashes the relay counts attempts against itself only and ends
@@ -1568,13 +1592,18 @@ static int
 claim_expired(struct store *st, struct outbox_batch *b, size_t cap, char *err,
               size_t errlen)
 {
+    bool exists;
+    if (expired_exists(st, &exists, err, errlen) < 0)
+        return -1;
+    if (!exists) {
+        st->expired_none_ms = clock_ms();
+        return 0;
+    }
     if (fetch_candidates(st, b, SRC_EXPIRED, cap, err, errlen) < 0 ||
         filter_candidates(st, b, err, errlen) < 0)
         return -1;
     if (b->n > 1)
         b->n = 1; /* the lowest id: the first unfinished of its aggregate */
-    if (b->n == 0)
-        st->expired_none_ms = clock_ms();
     return 0;
 }
 
