@@ -420,12 +420,34 @@ suffix_number(const char *s)
 }
 
 /* What a consumer saw of events "<prefix>-<i>", i < n. */
+#define TALLY_RECENT 48
+
+struct arrival {
+    long agg;
+    long long id;
+    int copy;
+};
+
 struct tally {
     int n, aggs;
     int *copies;
     long long *last; /* per aggregate: the highest outbox id seen */
     long distinct, total;
+    struct arrival recent[TALLY_RECENT]; /* printed when the order breaks */
 };
+
+/* Oldest first: aggregate, outbox id and which copy of the event. */
+static void
+tally_print_recent(const struct tally *t)
+{
+    long n = t->total < TALLY_RECENT ? t->total : TALLY_RECENT;
+    fprintf(stderr, "the last %ld arrivals (aggregate:id#copy):", n);
+    for (long k = t->total - n; k < t->total; k++) {
+        const struct arrival *r = &t->recent[k % TALLY_RECENT];
+        fprintf(stderr, " %ld:%lld#%d", r->agg, r->id, r->copy);
+    }
+    fprintf(stderr, "\n");
+}
 
 static void
 tally_init(struct tally *t, int n, int aggs)
@@ -455,13 +477,18 @@ tally_add(struct tally *t, const struct it_message *m)
     ck_assert_msg(i >= 0 && i < t->n, "unexpected message %s", m->message_id);
     long agg = suffix_number(m->h_aggregate_id);
     ck_assert_msg(agg >= 0 && agg < t->aggs, "aggregate %s", m->h_aggregate_id);
+    t->recent[t->total % TALLY_RECENT].agg = agg;
+    t->recent[t->total % TALLY_RECENT].id = m->h_outbox_id;
+    t->recent[t->total % TALLY_RECENT].copy = t->copies[i] + 1;
+    t->total++;
+    if (m->h_outbox_id < t->last[agg])
+        tally_print_recent(t);
     ck_assert_msg(m->h_outbox_id >= t->last[agg],
                   "aggregate %ld went back from id %lld to %lld (%s)", agg,
                   t->last[agg], m->h_outbox_id, m->message_id);
     t->last[agg] = m->h_outbox_id;
     if (t->copies[i]++ == 0)
         t->distinct++;
-    t->total++;
 }
 
 /* Receives until every event arrived (or timeout), then until idle. */

@@ -774,6 +774,19 @@ waves_until_failure(struct fx *f, const char *ex, uint64_t budget_ms)
     return rc;
 }
 
+/* Whether err contains one of the '|'-separated phrases of want. */
+static bool
+err_matches(const char *err, const char *want)
+{
+    char copy[256], *save = NULL;
+    snprintf(copy, sizeof(copy), "%s", want);
+    for (char *w = strtok_r(copy, "|", &save); w != NULL;
+         w = strtok_r(NULL, "|", &save))
+        if (strstr(err, w) != NULL)
+            return true;
+    return false;
+}
+
 static void
 broker_close_test(const char *action, int delay_ms, const char *want_err)
 {
@@ -795,7 +808,7 @@ broker_close_test(const char *action, int delay_ms, const char *want_err)
     ck_assert(!stopped || IT_WAIT(60000, rabbit_up()));
     ck_assert_int_eq(cl.rc, 0);
     ck_assert_int_eq(rc, -1);
-    ck_assert_msg(strstr(f.err, want_err) != NULL, "%s", f.err);
+    ck_assert_msg(err_matches(f.err, want_err), "%s", f.err);
     ck_assert(!publisher_is_connected(f.p));
     size_t failed = assert_acked_queued(&f, q, f.b.n + 1);
     ck_assert_uint_gt(failed, 0);
@@ -820,9 +833,11 @@ START_TEST(test_broker_closes_connection)
 }
 END_TEST
 
+/* A stopping broker usually says 320 CONNECTION_FORCED first; under
+ * load it has been seen to drop the socket without a word (CI). */
 START_TEST(test_broker_stop_app)
 {
-    broker_close_test("stop_app", 500, "320 CONNECTION_FORCED");
+    broker_close_test("stop_app", 500, "320 CONNECTION_FORCED|connection lost");
 }
 END_TEST
 

@@ -307,14 +307,14 @@ check_retrying(struct fx *f, const char *still)
 {
     wait_log(f, still, 30000);
     ck_assert_msg(it_daemon_alive(&f->d), "outboxd exited");
-    /* A refused or unanswered probe is printed by it_http_get and tried
-     * again (seen once in CI, not reproduced); the answer must say not
-     * ready. */
+    /* A refused or unanswered probe is printed and tried again (seen
+     * once in CI, not reproduced); the answer must say not ready. */
     char *body;
     int status;
     uint64_t deadline = it_now_ms() + 10000;
     while ((status = it_http_get(f->port, "/readyz", &body)) == -1 &&
            it_now_ms() < deadline) {
+        fprintf(stderr, "tls: %s\n", it_http_why);
         free(body);
         it_sleep_ms(200);
     }

@@ -753,6 +753,8 @@ it_free_port(void)
     return ntohs(a.sin_port);
 }
 
+char it_http_why[256];
+
 int
 it_http_get(unsigned port, const char *path, char **body)
 {
@@ -763,8 +765,8 @@ it_http_get(unsigned port, const char *path, char **body)
     if (body != NULL)
         *body = strdup("");
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        fprintf(stderr, "GET :%u%s: connect: %s\n", port, path,
-                strerror(errno));
+        snprintf(it_http_why, sizeof(it_http_why), "GET :%u%s: connect: %s",
+                 port, path, strerror(errno));
         goto out;
     }
     int n = snprintf(req, sizeof(req),
@@ -789,8 +791,8 @@ it_http_get(unsigned port, const char *path, char **body)
     raw[len] = '\0';
     char *sep = strstr(raw, "\r\n\r\n");
     if (sscanf(raw, "HTTP/1.%*d %d", &status) != 1 || sep == NULL) {
-        fprintf(stderr, "GET :%u%s: no answer (%zu bytes read)\n", port, path,
-                len);
+        snprintf(it_http_why, sizeof(it_http_why),
+                 "GET :%u%s: no answer (%zu bytes read)", port, path, len);
         status = -1;
     }
     if (body != NULL && sep != NULL) {

@@ -141,6 +141,8 @@ char *it_file_read(const char *path);
 unsigned it_free_port(void);
 /* GET http://127.0.0.1:port/path: the status (-1 when nothing answered)
  * and, if body is not NULL, the body, malloc'd. */
+/* Why the last it_http_get returned -1. */
+extern char it_http_why[256];
 int it_http_get(unsigned port, const char *path, char **body);
 
 #endif
