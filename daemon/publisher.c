@@ -576,6 +576,10 @@ publisher_connect(struct publisher *p, char *err, size_t errlen)
         size_t used = strlen(all);
         snprintf(all + used, sizeof(all) - used, "%s%s: %s", k ? "; " : "",
                  p->masked_urls[i], why);
+        /* A node that fails while another answers is worth knowing. */
+        if (k + 1 < n)
+            log_warn(LOG_KV("broker", p->broker->name),
+                     "%s: %s; trying the next url", p->masked_urls[i], why);
     }
     err_set(err, errlen, "%s", all);
     return -1;
