@@ -419,15 +419,16 @@ suffix_number(const char *s)
     return dash ? strtol(dash + 1, NULL, 10) : -1;
 }
 
-/* What a consumer saw of events "<prefix>-<i>", i < n. */
 #define TALLY_RECENT 48
 
+/* One message as it arrived: its aggregate, outbox id and copy number. */
 struct arrival {
     long agg;
     long long id;
     int copy;
 };
 
+/* What a consumer saw of events "<prefix>-<i>", i < n. */
 struct tally {
     int n, aggs;
     int *copies;
