@@ -118,19 +118,6 @@ metric(const char *text, const char *series)
     return -1;
 }
 
-static unsigned
-free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* ---- fixture ---- */
 
 struct fx {
@@ -189,7 +176,7 @@ fx_open(struct fx *f, const char *outbox_extra)
     snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
     snprintf(f->series, sizeof(f->series), "{outbox=\"%s.outbox_event\"}",
              f->db);
-    f->port = free_port();
+    f->port = it_free_port();
     it_db_create(f->db, it_src_path("sql/outbox.sql"));
     f->sql = it_db_connect(f->db);
     f->consumer = it_consumer_new(f->ex, "#");
@@ -554,7 +541,7 @@ START_TEST(test_sighup_refused_and_broken)
     fx_start(&f);
     fx_wait_ready(&f);
     unsigned old_port = f.port;
-    f.port = free_port();
+    f.port = it_free_port();
     fx_write_config(&f, "  log_format: json\n", "        max_retries: 4\n");
     f.port = old_port;
     kill(f.d.pid, SIGHUP);

@@ -534,6 +534,17 @@ assert_batch_is(const struct outbox_batch *b, const uint64_t *id,
     ck_assert_uint_eq(b->n, n);
 }
 
+/* Another relay holds row id under a lease that lasts. */
+static void
+lease_elsewhere(struct fx *fx, uint64_t id)
+{
+    it_db_exec(fx->sql,
+               "UPDATE outbox_event SET status = 'PROCESSING', locked_by = "
+               "'other/1', locked_until = NOW() + INTERVAL 1 HOUR "
+               "WHERE id = %llu",
+               (unsigned long long)id);
+}
+
 /* 4. Ordering: a prefix of each aggregate, and nothing past a gap. */
 START_TEST(test_ordering_prefix)
 {
@@ -599,11 +610,7 @@ START_TEST(test_ordering_waits_for_other_relay)
     uint64_t id[6];
     fx_init(&fx, _i);
     insert_xy(&fx, id);
-    it_db_exec(fx.sql,
-               "UPDATE outbox_event SET status = 'PROCESSING', locked_by = "
-               "'other/1', locked_until = NOW() + INTERVAL 1 HOUR "
-               "WHERE id = %llu",
-               (unsigned long long)id[1]);
+    lease_elsewhere(&fx, id[1]);
     struct store *st = store_open(&fx);
     struct outbox_batch b;
     batch_init(&b);
@@ -674,11 +681,7 @@ START_TEST(test_ordering_collation_aliases)
     ck_assert(has_id(&b, lower) && has_id(&b, other));
     release_all(st, &b);
     /* The first spelling leased elsewhere: the others wait for it. */
-    it_db_exec(fx.sql,
-               "UPDATE outbox_event SET status = 'PROCESSING', locked_by = "
-               "'other/1', locked_until = NOW() + INTERVAL 1 HOUR "
-               "WHERE id = %llu",
-               (unsigned long long)lower);
+    lease_elsewhere(&fx, lower);
     claim_ok(st, &b);
     ck_assert_uint_eq(b.n, 1);
     ck_assert(has_id(&b, other));
@@ -703,11 +706,7 @@ START_TEST(test_ordering_distrusts_other_unfinished)
                        "GENERATED ALWAYS AS (status IN ('PENDING', "
                        "'RETRY')) VIRTUAL");
     insert_xy(&fx, id);
-    it_db_exec(fx.sql,
-               "UPDATE outbox_event SET status = 'PROCESSING', locked_by = "
-               "'other/1', locked_until = NOW() + INTERVAL 1 HOUR "
-               "WHERE id = %llu",
-               (unsigned long long)id[1]);
+    lease_elsewhere(&fx, id[1]);
     struct store *st = store_open(&fx);
     struct outbox_batch b;
     batch_init(&b);
@@ -734,6 +733,26 @@ handler_reads(struct fx *fx)
     return d;
 }
 
+/* A claim of 500 costs the server under 20,000 handler reads. */
+static void
+assert_cheap_claim(struct fx *fx, const char *what)
+{
+    struct store *st = store_open(fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    handler_reads(fx);
+    claim_ok(st, &b);
+    long long reads = handler_reads(fx);
+    ck_assert_uint_eq(b.n, 500);
+    ck_assert_msg(reads < 20000, "claim of 500 %s made %lld handler reads",
+                  what, reads);
+    if (getenv("IT_STORE_VERBOSE"))
+        fprintf(stderr, "claim of 500 %s: %lld reads\n", what, reads);
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+}
+
 /*
  * The ordering check reads the unfinished rows of the candidates'
  * aggregates, not their SENT history: a claim of 500 over aggregates
@@ -749,19 +768,7 @@ START_TEST(test_ordering_ignores_history)
     it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'SENT'");
     it_db_insert_events(fx.sql, "outbox_event", "new", 1000, 10, 16);
     it_db_exec(fx.sql, "ANALYZE TABLE outbox_event");
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    handler_reads(&fx);
-    claim_ok(st, &b);
-    long long reads = handler_reads(&fx);
-    ck_assert_uint_eq(b.n, 500);
-    ck_assert_msg(reads < 20000, "claim of 500 made %lld handler reads", reads);
-    if (getenv("IT_STORE_VERBOSE"))
-        fprintf(stderr, "claim of 500 beside 30000 SENT: %lld reads\n", reads);
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
+    assert_cheap_claim(&fx, "beside 30000 SENT");
     fx_fini(&fx);
 }
 END_TEST
@@ -785,22 +792,7 @@ START_TEST(test_ordering_ignores_backlog_depth)
                        "next_retry_at = NOW() + INTERVAL 1 HOUR");
     it_db_insert_events(fx.sql, "outbox_event", "deep", 30000, 10, 16);
     it_db_exec(fx.sql, "ANALYZE TABLE outbox_event");
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    handler_reads(&fx);
-    claim_ok(st, &b);
-    long long reads = handler_reads(&fx);
-    ck_assert_uint_eq(b.n, 500);
-    ck_assert_msg(reads < 20000, "claim of 500 made %lld handler reads", reads);
-    if (getenv("IT_STORE_VERBOSE"))
-        fprintf(stderr,
-                "claim of 500 from a 30000 backlog in 10 "
-                "aggregates: %lld reads\n",
-                reads);
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
+    assert_cheap_claim(&fx, "from a 30000 backlog in 10 aggregates");
     fx_fini(&fx);
 }
 END_TEST
