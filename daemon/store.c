@@ -112,7 +112,8 @@ struct schema {
     unsigned locked_by_len, last_error_len;
     enum text_charset last_error_charset;
     unsigned ncolumns;
-    bool unfinished; /* the generated column sql/outbox.sql defines */
+    bool unfinished;           /* the generated column sql/outbox.sql defines */
+    unsigned binary_aggregate; /* aggregate columns with a _bin collation */
 };
 
 /* An unfinished row of the candidates' aggregate groups[g]. */
@@ -135,7 +136,10 @@ struct store {
     char *claim_sql[SRC_COUNT];   /* candidates: select list and WHERE */
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
-    bool unfinished;   /* ordering reads `unfinished` = 1, not status IN */
+    bool unfinished; /* ordering reads `unfinished` = 1, not status IN */
+    /* Both aggregate columns compare as bytes (a _bin collation): the
+     * server tells apart what strcmp does, but for trailing spaces. */
+    bool binary_aggregate;
     char *retry_index; /* an index led by next_retry_at, quoted, or NULL */
     int pos_optional[NOPTIONAL]; /* select list positions, -1 if absent */
     int pos_columns;
@@ -563,6 +567,18 @@ is_unfinished_expression(const char *expr)
            !strstr(low, "dead") && n < 200;
 }
 
+/*
+ * utf8mb4_bin, latin1_bin, utf8mb4_nopad_bin, MySQL's utf8mb4_0900_bin:
+ * equal by collation is equal as bytes, once trailing spaces are set
+ * aside (PAD SPACE collations ignore them).
+ */
+static bool
+is_binary_collation(const char *collation)
+{
+    size_t len = collation != NULL ? strlen(collation) : 0;
+    return len > 4 && strcmp(collation + len - 4, "_bin") == 0;
+}
+
 static void
 note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
 {
@@ -586,6 +602,10 @@ note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
     }
     if (strcasecmp(name, "unfinished") == 0)
         sc->unfinished = is_unfinished_expression(r[3]);
+    if ((strcasecmp(name, "aggregate_type") == 0 ||
+         strcasecmp(name, "aggregate_id") == 0) &&
+        is_binary_collation(r[4]))
+        sc->binary_aggregate++;
 }
 
 static int
@@ -594,7 +614,7 @@ load_columns(struct store *st, struct schema *sc, char *err, size_t errlen)
     struct sqlbuf *q = &st->sql;
     sql_reset(q);
     sql_addf(q, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, "
-                "CHARACTER_SET_NAME, GENERATION_EXPRESSION "
+                "CHARACTER_SET_NAME, GENERATION_EXPRESSION, COLLATION_NAME "
                 "FROM information_schema.COLUMNS "
                 "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
     sql_add_string(st, st->ob->table);
@@ -873,6 +893,7 @@ static void
 apply_schema(struct store *st, const struct schema *sc, const char *order)
 {
     st->unfinished = sc->unfinished;
+    st->binary_aggregate = sc->binary_aggregate == 2;
     build_claim_sql(st, sc, order);
     unsigned tok = sc->locked_by_len;
     st->token_chars = tok < TOKEN_MAX_CHARS ? tok : (unsigned)TOKEN_MAX_CHARS;
@@ -1287,25 +1308,55 @@ group_candidates(struct store *st, size_t n)
     return true;
 }
 
+static bool
+ends_in_space(const char *s)
+{
+    size_t len = strlen(s);
+    return len > 0 && s[len - 1] == ' ';
+}
+
+/*
+ * Whether the server may see two of the candidates' aggregates, apart
+ * byte for byte, as one: under a _bin collation only when a value ends
+ * in a space.
+ */
+static bool
+aliases_possible(const struct store *st)
+{
+    if (!st->binary_aggregate)
+        return true;
+    for (size_t g = 0; g < st->ngroups; g++) {
+        const struct outbox_row *row = st->byagg[st->groups[g]];
+        if (ends_in_space(row->aggregate_type) ||
+            ends_in_space(row->aggregate_id))
+            return true;
+    }
+    return false;
+}
+
 /*
  * One statement: how many distinct aggregates the server sees among the
- * candidates (by the collation), then every unfinished row of those
- * aggregates below the highest candidate, read by range on
- * idx_outbox_aggregate.  Committed state, no locks: see ordering_filter.
+ * candidates (by the collation; left out when aliases_possible says it
+ * cannot differ), then every unfinished row of those aggregates below
+ * the highest candidate, read by range on idx_outbox_aggregate.
+ * Committed state, no locks: see ordering_filter.
  */
 static void
 build_earlier_sql(struct store *st, const struct outbox_batch *b)
 {
     struct sqlbuf *q = &st->sql;
     sql_reset(q);
+    if (aliases_possible(st)) {
+        sql_addf(q,
+                 "SELECT 0, NULL, NULL, COUNT(DISTINCT `aggregate_type`, "
+                 "`aggregate_id`) FROM %s WHERE `id` IN (",
+                 st->table);
+        for (size_t i = 0; i < b->n; i++)
+            sql_add_id(q, b->rows[i].id, i == 0);
+        sql_addf(q, ") UNION ALL ");
+    }
     sql_addf(q,
-             "SELECT 0, NULL, NULL, COUNT(DISTINCT `aggregate_type`, "
-             "`aggregate_id`) FROM %s WHERE `id` IN (",
-             st->table);
-    for (size_t i = 0; i < b->n; i++)
-        sql_add_id(q, b->rows[i].id, i == 0);
-    sql_addf(q,
-             ") UNION ALL SELECT 1, `aggregate_type`, `aggregate_id`, `id` "
+             "SELECT 1, `aggregate_type`, `aggregate_id`, `id` "
              "FROM %s WHERE (`aggregate_type`, `aggregate_id`) IN (",
              st->table);
     for (size_t g = 0; g < st->ngroups; g++) {

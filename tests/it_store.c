@@ -693,6 +693,34 @@ START_TEST(test_ordering_collation_aliases)
 END_TEST
 
 /*
+ * Under a _bin collation (sql/outbox.sql's utf8mb4_bin) the server still
+ * ignores trailing spaces: "ab" and "ab " are one aggregate, and the
+ * check that looks for such aliases among the candidates must run even
+ * where bytes are otherwise the collation's own judge.
+ */
+START_TEST(test_ordering_binary_trailing_space)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    insert_event(&fx, "plain", "ab");
+    insert_event(&fx, "spaced", "ab ");
+    insert_event(&fx, "other", "cd");
+    uint64_t plain = event_row_id(&fx, "plain"),
+             other = event_row_id(&fx, "other");
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 2);
+    ck_assert(has_id(&b, plain) && has_id(&b, other));
+    release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/*
  * A column named unfinished that does not say what sql/outbox.sql's says
  * (here it forgets PROCESSING) is not trusted: the ordering check reads
  * status, and an event leased elsewhere still holds its aggregate.
@@ -1352,6 +1380,7 @@ it_store_suite(void)
     tcase_add_loop_test(tc, test_ordering_waits_for_other_relay, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_ordering_sees_claim_in_flight, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_ordering_collation_aliases, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_ordering_binary_trailing_space, 0, NSCHEMAS);
     tcase_add_test(tc, test_ordering_ignores_history);
     tcase_add_test(tc, test_ordering_ignores_backlog_depth);
     tcase_add_test(tc, test_ordering_distrusts_other_unfinished);
