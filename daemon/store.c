@@ -840,6 +840,14 @@ build_unblocked_filter(const struct store *st)
         st->table);
 }
 
+/* "Not yet SENT or DEAD", by the generated column where it is trusted. */
+static const char *
+unfinished_cond(const struct store *st)
+{
+    return st->unfinished ? "`unfinished` = 1"
+                          : "`status` IN ('PENDING', 'RETRY', 'PROCESSING')";
+}
+
 /* The exact count's statement up to its subquery's end: see
  * load_earlier_counts_exact.  Committed state, read without locks. */
 static char *
@@ -849,11 +857,8 @@ build_count_sql(const struct store *st)
         "SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
         "WHERE p.`aggregate_type` = c.`aggregate_type` "
         "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
-        "AND %s) FROM %s c WHERE c.`id` IN (",
-        st->table,
-        st->unfinished ? "p.`unfinished` = 1"
-                       : "p.`status` IN ('PENDING', 'RETRY', 'PROCESSING')",
-        st->table);
+        "AND p.%s) FROM %s c WHERE c.`id` IN (",
+        st->table, unfinished_cond(st), st->table);
 }
 
 /*
@@ -1367,9 +1372,7 @@ build_earlier_sql(struct store *st, const struct outbox_batch *b)
         sql_add_string(st, row->aggregate_id);
         sql_addf(q, ")");
     }
-    sql_addf(q, ") AND %s AND `id` < %" PRIu64,
-             st->unfinished ? "`unfinished` = 1"
-                            : "`status` IN ('PENDING', 'RETRY', 'PROCESSING')",
+    sql_addf(q, ") AND %s AND `id` < %" PRIu64, unfinished_cond(st),
              b->rows[b->n - 1].id);
 }
 
