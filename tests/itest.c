@@ -50,11 +50,18 @@ it_src_path(const char *rel)
     return buf;
 }
 
+/*
+ * pid and counter alone repeat: a run spawns more processes than
+ * pid_max (32768 here), and a test that fails leaves its durable queue
+ * behind with whatever it held, which a later test of the same pid would
+ * then declare and read.  The clock tells them apart.
+ */
 void
 it_unique_name(char *buf, size_t size, const char *prefix)
 {
     static int counter;
-    snprintf(buf, size, "%s_%d_%d", prefix, (int)getpid(), ++counter);
+    snprintf(buf, size, "%s_%d_%x_%d", prefix, (int)getpid(),
+             (unsigned)time(NULL), ++counter);
 }
 
 /* ---- database ---- */
@@ -385,9 +392,12 @@ it_consumer_new(const char *exchange, const char *binding_key)
         it_exchange_declare(exchange, "topic");
     c->conn = amqp_open();
     it_unique_name(c->queue, sizeof(c->queue), "it_queue");
-    /* durable so that a broker restart in a fault test keeps it */
+    /* Durable so that a broker restart in a fault test keeps it; gone
+     * by itself a while after a failed test left it unused. */
+    amqp_table_entry_t expires = {amqp_cstring_bytes("x-expires"),
+                                  {AMQP_FIELD_KIND_I32, {.i32 = 900000}}};
     amqp_queue_declare(c->conn, 1, amqp_cstring_bytes(c->queue), 0, 1, 0, 0,
-                       amqp_empty_table);
+                       (amqp_table_t){1, &expires});
     amqp_check(amqp_get_rpc_reply(c->conn), "queue.declare");
     if (exchange[0] != '\0') {
         amqp_queue_bind(c->conn, 1, amqp_cstring_bytes(c->queue),
