@@ -199,6 +199,60 @@ delete_queue(const char *exchange, const char *queue)
     }
 }
 
+/*
+ * How many members of the quorum queue node c<node+1> reports online, or
+ * -1 when that node does not answer.  A member that has not (re)started
+ * does not count: killing a node while only two are online would leave
+ * the queue without a quorum, which no relay can publish through.
+ */
+static int
+queue_online(int node, const char *queue)
+{
+    char cmd[256], line[1024];
+    snprintf(cmd, sizeof(cmd),
+             "timeout 30 rabbitmqctl -q -n outboxd-c%d@$(hostname -s) "
+             "list_queues name online 2>/dev/null",
+             node + 1);
+    FILE *fp = popen(cmd, "r");
+    int online = -1;
+    size_t qlen = strlen(queue);
+    while (fp != NULL && fgets(line, sizeof(line), fp) != NULL) {
+        if (strncmp(line, queue, qlen) != 0 || line[qlen] != '\t')
+            continue;
+        online = 0;
+        for (const char *s = line; (s = strchr(s, '@')) != NULL; s++)
+            online++;
+    }
+    if (fp != NULL && pclose(fp) != 0)
+        online = -1;
+    return online;
+}
+
+/* Polls node until all NNODES members of queue are online. */
+static void
+await_queue_online(int node, const char *queue)
+{
+    if (!IT_WAIT(60000, queue_online(node, queue) == NNODES))
+        ck_abort_msg("queue %s: %d of %d quorum members online after 60 s",
+                     queue, queue_online(node, queue), NNODES);
+}
+
+/* What a failed failover leaves to read: the queue as each live node sees
+ * it, and what the relay said (its debug lines left out). */
+static void
+report_failover(const char *queue, const char *log_path)
+{
+    for (int i = 0; i < NNODES; i++)
+        it_sh("echo '--- queue %s as c%d sees it:' >&2; timeout 30 "
+              "rabbitmqctl -q -n outboxd-c%d@$(hostname -s) list_queues "
+              "name messages consumers members online leader 2>&1 | "
+              "grep -F '%s' >&2",
+              queue, i + 1, i + 1, queue);
+    it_sh("echo '--- %s, without debug lines:' >&2; grep -v level=debug "
+          "'%s' | tail -n 40 >&2",
+          log_path, log_path);
+}
+
 /* ---- a consumer that survives the death of its node ---- */
 
 struct consumer {
@@ -474,8 +528,10 @@ drain_through_node_death(struct cfx *f, struct tally *t, long want, int expect)
             expect + 1, sent, want);
     ck_assert_msg(sent < want, "the drain ended before the node died");
     receive_until(&f->c, t, want, 120000);
-    ck_assert_msg(t->distinct == want, "%ld of %ld events arrived", t->distinct,
-                  want);
+    if (t->distinct != want)
+        report_failover(f->queue, f->d.log_path);
+    ck_assert_msg(t->distinct == want, "%ld of %ld events arrived (%lld SENT)",
+                  t->distinct, want, count_sent(f));
     return connects;
 }
 
@@ -497,6 +553,7 @@ START_TEST(test_failover_to_next_node)
     f.c.queue = f.queue;
     f.c.node = 2;
     consumer_connect(&f.c);
+    await_queue_online(f.c.node, f.queue);
     write_config(&f);
     struct tally t = {.n = N1 + N2, .aggregates = AGGS};
     t.copies = calloc(N1 + N2, sizeof(*t.copies));
@@ -513,6 +570,7 @@ START_TEST(test_failover_to_next_node)
             N1, (unsigned long long)ms, N1 * 1000.0 / (double)(ms ? ms : 1));
     /* c1 is back; when c2 dies the relay goes on to c3, not back to c1 */
     ck_assert_int_eq(cluster_sh("start"), 0);
+    await_queue_online(f.c.node, f.queue);
     insert_events(f.sql, N1, N2, AGGS);
     int before = drain_through_node_death(&f, &t, N1 + N2, 1);
     /* The first connect after c2's death is to c3, or to c1 only once c3
