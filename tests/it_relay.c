@@ -46,13 +46,7 @@ fx_start(struct fx *f)
 static void
 fx_close(struct fx *f)
 {
-    if (f->d.pid > 0 && !it_daemon_signal_wait(&f->d, SIGKILL, 5000))
-        ck_abort_msg("outboxd did not die");
-    if (f->consumer)
-        it_consumer_free(f->consumer);
-    mysql_close(f->sql);
-    it_db_drop(f->db);
-    unlink(f->conf);
+    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
 }
 
 static long long

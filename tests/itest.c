@@ -700,6 +700,18 @@ it_daemon_signal_wait(struct it_daemon *d, int sig, int timeout_ms)
 }
 
 void
+it_teardown(struct it_daemon *d, struct it_consumer *c, MYSQL *sql,
+            const char *db, const char *conf)
+{
+    if (d->pid > 0 && !it_daemon_signal_wait(d, SIGKILL, 5000))
+        ck_abort_msg("outboxd did not die");
+    it_consumer_free(c);
+    mysql_close(sql);
+    it_db_drop(db);
+    unlink(conf);
+}
+
+void
 it_daemon_dump_log(const struct it_daemon *d)
 {
     it_sh("echo '--- %s'; tail -n 60 '%s' >&2", d->log_path, d->log_path);

@@ -127,6 +127,11 @@ void it_daemon_start(struct it_daemon *d, const char *config_path,
                      const char *log_name);
 /* Sends sig, waits up to timeout_ms; returns true if it exited. */
 bool it_daemon_signal_wait(struct it_daemon *d, int sig, int timeout_ms);
+/* What a test leaves behind: kills its daemon if one runs (failing the
+ * test if it will not die), frees its consumer (may be NULL), drops its
+ * database and removes its config file. */
+void it_teardown(struct it_daemon *d, struct it_consumer *c, MYSQL *sql,
+                 const char *db, const char *conf);
 bool it_daemon_alive(struct it_daemon *d);
 /* Prints the daemon's log to stderr (for failing tests). */
 void it_daemon_dump_log(const struct it_daemon *d);
