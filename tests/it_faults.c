@@ -799,12 +799,31 @@ try_db_int(MYSQL *db, const char *sql)
 }
 
 /*
+ * Statements of other sessions running on this test's database.  A relay
+ * stopped just after sending one (a claim's COMMIT, say) still has it
+ * run by the server: until that is done, what the relay holds can change.
+ */
+static long long
+others_running(struct fx *f)
+{
+    return it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                     "WHERE DB = '%s' AND ID <> CONNECTION_ID() AND "
+                     "COMMAND <> 'Sleep'",
+                     f->db);
+}
+
+/*
  * Rows relay i holds under a committed claim that no open transaction
  * of it locks: stopped there, it can neither finalize nor hold them.
+ * -1 while a statement of the relay's is still running, before or after
+ * the counts.
  */
 static long long
 held_unlocked(struct fx *f, int i)
 {
+    if (others_running(f) > 0)
+        return -1;
     long long held = it_db_int(f->sql,
                                "SELECT COUNT(*) FROM outbox_event WHERE "
                                "status = 'PROCESSING' AND locked_by LIKE "
@@ -823,7 +842,38 @@ held_unlocked(struct fx *f, int i)
         f->sql, "SELECT COUNT(*) FROM (SELECT id FROM outbox_event WHERE "
                 "status <> 'SENT' FOR UPDATE SKIP LOCKED) x");
     it_db_exec(f->sql, "ROLLBACK");
+    if (others_running(f) > 0)
+        return -1;
     return held == free_rows && unfinished == lockable ? held : -1;
+}
+
+/*
+ * Stops relay a at a moment it holds committed claims and nothing more,
+ * and lists their rows in the temporary table `held`; returns how many.
+ * Two looks that agree, with the table made between them.
+ */
+static long long
+stop_holding(struct fx *f)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        ck_assert(IT_WAIT(20000, it_db_int(f->sql,
+                                           "SELECT COUNT(*) FROM outbox_event "
+                                           "WHERE status = 'PROCESSING'") > 0));
+        kill(f->d[0].pid, SIGSTOP);
+        long long held = held_unlocked(f, 0);
+        if (held > 0) {
+            it_db_exec(f->sql, "CREATE TEMPORARY TABLE held AS SELECT id FROM "
+                               "outbox_event WHERE status = 'PROCESSING'");
+            if (it_db_int(f->sql, "SELECT COUNT(*) FROM held") == held &&
+                held_unlocked(f, 0) == held)
+                return held;
+            it_db_exec(f->sql, "DROP TEMPORARY TABLE held");
+        }
+        kill(f->d[0].pid, SIGCONT);
+        it_sleep_ms((unsigned)(random() % 40));
+    }
+    ck_abort_msg("could not stop relay a holding a claim");
+    return -1;
 }
 
 START_TEST(test_fencing_stalled_relay)
@@ -835,21 +885,7 @@ START_TEST(test_fencing_stalled_relay)
     it_db_insert_events(f.sql, "outbox_event", "fence", N, N, 256);
     it_db_exec(f.sql, "COMMIT");
     daemon_start(&f, 0);
-    long long held = 0;
-    for (int attempt = 0; attempt < 100 && held <= 0; attempt++) {
-        ck_assert(IT_WAIT(20000,
-                          it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
-                                           "WHERE status = 'PROCESSING'") > 0));
-        kill(f.d[0].pid, SIGSTOP);
-        held = held_unlocked(&f, 0);
-        if (held <= 0) {
-            kill(f.d[0].pid, SIGCONT);
-            it_sleep_ms((unsigned)(random() % 40));
-        }
-    }
-    ck_assert_msg(held > 0, "could not stop relay a holding a claim");
-    it_db_exec(f.sql, "CREATE TEMPORARY TABLE held AS SELECT id FROM "
-                      "outbox_event WHERE status = 'PROCESSING'");
+    long long held = stop_holding(&f);
     /* relay b takes over after the lease, a stays stopped */
     daemon_start(&f, 1);
     if (!IT_WAIT(60000, count_status(&f, "SENT") == N)) {
