@@ -326,10 +326,12 @@ proxy_main(void *arg)
         bool fwd = c >= 0 && px->mode == PROXY_FORWARD;
         poll(fds, fwd ? 3 : 1, 20);
         if (c >= 0 && px->cut_after > 0 && px->up >= px->cut_after) {
-            reset_close(&c);
-            reset_close(&u);
+            /* Said before it is done: the publisher, woken by the reset,
+             * may look at cut_done before this thread runs again. */
             px->cut_after = 0;
             px->cut_done = true;
+            reset_close(&c);
+            reset_close(&u);
             continue;
         }
         if (fds[0].revents & POLLIN) {
@@ -700,7 +702,10 @@ START_TEST(test_cut_mid_wave)
     for (size_t i = 0; i < N; i++)
         f.b.rows[i].payload_len = strlen(f.b.rows[i].payload);
     ck_assert_int_eq(fx_wave(&f, true, 30000), -1);
-    ck_assert(px.cut_done);
+    ck_assert_msg(px.cut_done,
+                  "the wave ended before the cut (%ld bytes "
+                  "through): %s",
+                  (long)px.up, f.err);
     ck_assert_msg(strstr(f.err, "connection lost") != NULL, "%s", f.err);
     ck_assert_msg(strstr(f.err, "guest:***@") != NULL, "%s", f.err);
     ck_assert(!publisher_is_connected(f.p));
