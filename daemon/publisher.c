@@ -1093,12 +1093,13 @@ declare_passive(struct wave *w, struct exchange_seen *e)
     struct publisher *p = w->p;
     amqp_rpc_reply_t r;
     /* The wave's deadline bounds the check too; a timeout drops the
-     * connection (the library closes the socket). */
+     * connection (the library closes the socket).  The library polls in
+     * whole milliseconds rounded down, so its timer can fire up to 1 ms
+     * early: 1 ms more keeps the check from ending before the deadline. */
     uint64_t now = clock_ms(), left = p->broker->connect_timeout_ms;
-    if (w->deadline_ms <= now)
-        left = 1;
-    else if (w->deadline_ms - now < left)
-        left = w->deadline_ms - now;
+    bool by_deadline = w->deadline_ms <= now || w->deadline_ms - now <= left;
+    if (by_deadline)
+        left = w->deadline_ms > now ? w->deadline_ms - now + 1 : 1;
     struct timeval tv = ms_to_tv(left);
     amqp_set_rpc_timeout(p->conn, &tv);
     if (!p->check_channel_open) {
@@ -1128,7 +1129,7 @@ failed:
     if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION)
         return handle_method(w, 0, &r.reply);
     char text[256], reason[300];
-    if (r.library_error == AMQP_STATUS_TIMEOUT && clock_ms() >= w->deadline_ms)
+    if (r.library_error == AMQP_STATUS_TIMEOUT && by_deadline)
         return lose_connection(w, timeout_reason(w, reason, sizeof(reason)));
     reply_text(r, text, sizeof(text));
     snprintf(reason, sizeof(reason), "connection lost: %s", text);
