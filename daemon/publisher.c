@@ -85,6 +85,9 @@ struct publisher {
     size_t max_body;
     /* The relay's stop deadline (another thread sets it), or NULL. */
     const _Atomic uint64_t *stop_deadline_ms;
+    /* The first nack since the last ack on this connection; 0 when the
+     * last confirm was an ack. */
+    uint64_t nacking_since_ms;
 };
 
 /* One call of publisher_publish_wave (or publisher_poll, with n == 0). */
@@ -210,6 +213,7 @@ drop_connection(struct publisher *p)
     p->blocked = false;
     p->check_channel_open = false;
     p->max_body = 0; /* the next broker may be configured otherwise */
+    p->nacking_since_ms = 0;
     forget_exchanges(p);
 }
 
@@ -617,6 +621,10 @@ settle(struct wave *w, uint64_t tag, bool multiple, bool ack)
                   (unsigned long long)tag);
         return;
     }
+    if (ack)
+        w->p->nacking_since_ms = 0;
+    else if (w->p->nacking_since_ms == 0)
+        w->p->nacking_since_ms = clock_ms();
     size_t k = (size_t)(tag - w->first_tag);
     struct inflight *inflight = w->p->inflight;
     if (multiple)
@@ -1381,6 +1389,30 @@ wave_init(struct wave *w, struct publisher *p, struct outbox_batch *b,
     }
 }
 
+/*
+ * A connection on which the broker has nacked every publish for a whole
+ * confirm_timeout is given up like one that stopped confirming, and the
+ * next connect starts at the next url.  Seen in CI with RabbitMQ 3.10: a
+ * quorum queue whose new leader had a quorum nacked every publish of the
+ * connection the relay had opened during the election, for minutes.
+ */
+static bool
+nacked_too_long(struct wave *w)
+{
+    struct publisher *p = w->p;
+    uint64_t limit = p->broker->confirm_timeout_ms;
+    if (p->nacking_since_ms == 0 || clock_ms() - p->nacking_since_ms < limit)
+        return false;
+    char span[32];
+    duration_format(limit, span, sizeof(span));
+    err_set(w->err, w->errlen,
+            "%s: every publish nacked for %s since the last ack: "
+            "reconnecting",
+            publisher_url(p), span);
+    publisher_disconnect(p);
+    return true;
+}
+
 int
 publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
                        struct outbox_row **rows, size_t n, bool mandatory,
@@ -1412,7 +1444,7 @@ publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
         if (r == FRAME_LOST)
             return -1;
     }
-    return 0;
+    return nacked_too_long(&w) ? -1 : 0;
 }
 
 int

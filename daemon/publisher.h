@@ -78,7 +78,9 @@ int publisher_poll(struct publisher *p, char *err, size_t errlen);
  * its own (the broker blocked publishing until the deadline, or closed
  * the channel for another row's oversized body); or still CLAIMED when
  * it was never sent (connection lost first, or blocked).  Returns -1
- * when the connection had to be dropped (the caller reconnects), else 0.
+ * when the connection had to be dropped (the caller reconnects): lost,
+ * silent past the deadline, or nacking every publish for a whole
+ * confirm_timeout since its last ack; else 0.
  */
 int publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
                            struct outbox_row **rows, size_t n, bool mandatory,

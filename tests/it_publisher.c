@@ -1029,6 +1029,97 @@ START_TEST(test_deadline_silent_broker)
 }
 END_TEST
 
+/* A queue that nacks everything: x-max-length 0, x-overflow reject-publish. */
+static void
+nacking_queue(const char *queue, const char *exchange)
+{
+    amqp_connection_state_t conn = raw_open();
+    amqp_table_entry_t args[2] = {
+        {amqp_cstring_bytes("x-max-length"), {AMQP_FIELD_KIND_I64, {.i64 = 0}}},
+        {amqp_cstring_bytes("x-overflow"),
+         {AMQP_FIELD_KIND_UTF8,
+          {.bytes = amqp_cstring_bytes("reject-publish")}}},
+    };
+    amqp_table_t table = {2, args};
+    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 0, 0, 1, table);
+    raw_check(amqp_get_rpc_reply(conn), "queue.declare");
+    amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
+                    amqp_cstring_bytes(exchange), amqp_cstring_bytes("#"),
+                    amqp_empty_table);
+    raw_check(amqp_get_rpc_reply(conn), "queue.bind");
+    raw_close(conn);
+}
+
+/* One row to exchange: the wave's return, its row's state in *state. */
+static int
+wave_of_one(struct fx *f, uint64_t id, const char *exchange,
+            enum row_state *state)
+{
+    batch_reset(&f->b);
+    add_row(f, id, exchange, "k");
+    int rc = fx_wave(f, true, 5000);
+    *state = f->b.rows[0].state;
+    return rc;
+}
+
+/*
+ * A broker that nacks every publish for a whole confirm_timeout gets a
+ * new connection, as one that stopped confirming would; an ack in
+ * between starts the count again.  Every nacked row stays FAILED with
+ * the nack's reason: nothing is lost on the way.
+ */
+START_TEST(test_nacking_connection_dropped)
+{
+    enum { LIMIT_MS = 500 };
+    struct fx f;
+    fx_init(&f);
+    f.broker.confirm_timeout_ms = LIMIT_MS;
+    char bad[96], good[96], q[96];
+    snprintf(bad, sizeof(bad), "exn_%s", f.name);
+    snprintf(good, sizeof(good), "ex_%s", f.name);
+    snprintf(q, sizeof(q), "q_%s", f.name);
+    it_exchange_declare(bad, "topic");
+    it_exchange_declare(good, "topic");
+    nacking_queue(q, bad);
+    enum row_state st;
+    ck_assert_int_eq(wave_of_one(&f, 1, bad, &st), 0);
+    ck_assert_int_eq(st, ROW_FAILED);
+    ck_assert_msg(strstr(f.b.rows[0].error, "broker nack"), "%s",
+                  f.b.rows[0].error);
+    it_sleep_ms(LIMIT_MS + 100); /* the limit is a time: let it pass */
+    /* an ack (unroutable: a basic.return, then the ack) resets the count */
+    ck_assert_msg(wave_of_one(&f, 2, good, &st) == 0, "%s", f.err);
+    ck_assert(publisher_is_connected(f.p));
+    uint64_t t0 = clock_ms();
+    int rc = 0, waves = 0;
+    for (uint64_t id = 3; rc == 0 && clock_ms() - t0 < 10 * LIMIT_MS; id++) {
+        rc = wave_of_one(&f, id, bad, &st);
+        ck_assert_int_eq(st, ROW_FAILED);
+        waves++;
+        it_sleep_ms(20); /* pace the waves, not a wait for anything */
+    }
+    uint64_t took = clock_ms() - t0;
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(took >= LIMIT_MS, "dropped after %llu ms",
+                  (unsigned long long)took);
+    ck_assert_msg(strstr(f.err, "every publish nacked for 500ms since the "
+                                "last ack: reconnecting"),
+                  "%s", f.err);
+    ck_assert(!publisher_is_connected(f.p));
+    fprintf(stderr,
+            "it_publisher: nacking broker dropped after %d waves, "
+            "%llu ms\n",
+            waves, (unsigned long long)took);
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    ck_assert_msg(wave_of_one(&f, 100, good, &st) == 0, "%s", f.err);
+    raw_queue_delete(q);
+    it_exchange_delete(bad);
+    it_exchange_delete(good);
+    fx_free(&f);
+}
+END_TEST
+
 /* ---- 6. connect errors ---- */
 
 static void
@@ -1208,6 +1299,7 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_broker_closes_connection);
     tcase_add_test(tc, test_deadline_large_wave);
     tcase_add_test(tc, test_deadline_silent_broker);
+    tcase_add_test(tc, test_nacking_connection_dropped);
     tcase_add_test(tc, test_connect_errors);
     tcase_add_test(tc, test_connect_second_url);
     tcase_add_test(tc, test_poll_keeps_heartbeats);
