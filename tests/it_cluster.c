@@ -237,11 +237,46 @@ await_queue_online(int node, const char *queue)
                      queue, queue_online(node, queue), NNODES);
 }
 
+/* A persistent message to queue through node c<node+1> on a new
+ * connection: "ack", "nack", or why there was neither. */
+static const char *
+probe_publish(int node, const char *queue)
+{
+    amqp_connection_state_t conn = node_open(NODE_PORT(node));
+    if (conn == NULL)
+        return "no connection";
+    amqp_confirm_select(conn, 1);
+    const char *what = "confirm.select refused";
+    if (amqp_get_rpc_reply(conn).reply_type == AMQP_RESPONSE_NORMAL) {
+        amqp_basic_properties_t props = {
+            ._flags = AMQP_BASIC_DELIVERY_MODE_FLAG, .delivery_mode = 2};
+        amqp_basic_publish(conn, 1, amqp_empty_bytes, amqp_cstring_bytes(queue),
+                           0, 0, &props, amqp_cstring_bytes("probe"));
+        amqp_frame_t f;
+        struct timeval tv = {5, 0};
+        int rc = amqp_simple_wait_frame_noblock(conn, &f, &tv);
+        what = rc != AMQP_STATUS_OK ? "no confirm within 5 s"
+               : f.frame_type == AMQP_FRAME_METHOD &&
+                       f.payload.method.id == AMQP_BASIC_ACK_METHOD
+                   ? "ack"
+               : f.frame_type == AMQP_FRAME_METHOD &&
+                       f.payload.method.id == AMQP_BASIC_NACK_METHOD
+                   ? "nack"
+                   : "another frame";
+    }
+    node_close(conn);
+    return what;
+}
+
 /* What a failed failover leaves to read: the queue as each live node sees
- * it, and what the relay said (its debug lines left out). */
+ * it, whether a new connection to each can publish to it, and what the
+ * relay said (its debug lines left out). */
 static void
 report_failover(const char *queue, const char *log_path)
 {
+    for (int i = 0; i < NNODES; i++)
+        fprintf(stderr, "--- a new connection to c%d publishing to %s: %s\n",
+                i + 1, queue, probe_publish(i, queue));
     for (int i = 0; i < NNODES; i++)
         it_sh("echo '--- queue %s as c%d sees it:' >&2; timeout 30 "
               "rabbitmqctl -q -n outboxd-c%d@$(hostname -s) list_queues "
