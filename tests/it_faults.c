@@ -860,13 +860,18 @@ stop_holding(struct fx *f)
                                            "SELECT COUNT(*) FROM outbox_event "
                                            "WHERE status = 'PROCESSING'") > 0));
         kill(f->d[0].pid, SIGSTOP);
+        /* the statement it sent last still runs: let the server end it */
+        ck_assert(IT_WAIT(5000, others_running(f) == 0));
         long long held = held_unlocked(f, 0);
         if (held > 0) {
             it_db_exec(f->sql, "CREATE TEMPORARY TABLE held AS SELECT id FROM "
                                "outbox_event WHERE status = 'PROCESSING'");
             if (it_db_int(f->sql, "SELECT COUNT(*) FROM held") == held &&
-                held_unlocked(f, 0) == held)
+                held_unlocked(f, 0) == held) {
+                fprintf(stderr, "fencing: relay a stopped at attempt %d\n",
+                        attempt + 1);
                 return held;
+            }
             it_db_exec(f->sql, "DROP TEMPORARY TABLE held");
         }
         kill(f->d[0].pid, SIGCONT);
