@@ -335,30 +335,6 @@ amqp_done(amqp_connection_state_t conn)
     amqp_destroy_connection(conn);
 }
 
-/*
- * A queue that refuses everything: x-max-length 0 with x-overflow
- * reject-publish makes the broker nack each message routed to it.
- */
-static void
-nack_queue_declare(const char *queue, const char *exchange, const char *binding)
-{
-    amqp_connection_state_t conn = amqp_connect_or_die();
-    amqp_table_entry_t args[2] = {
-        {amqp_cstring_bytes("x-max-length"), {AMQP_FIELD_KIND_I64, {.i64 = 0}}},
-        {amqp_cstring_bytes("x-overflow"),
-         {AMQP_FIELD_KIND_UTF8,
-          {.bytes = amqp_cstring_bytes("reject-publish")}}},
-    };
-    amqp_table_t table = {2, args};
-    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 0, 0, 0, table);
-    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
-    amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
-                    amqp_cstring_bytes(exchange), amqp_cstring_bytes(binding),
-                    amqp_empty_table);
-    ck_assert_int_eq(amqp_get_rpc_reply(conn).reply_type, AMQP_RESPONSE_NORMAL);
-    amqp_done(conn);
-}
-
 static void
 queue_delete(const char *queue)
 {
@@ -588,7 +564,7 @@ START_TEST(test_refusals_backoff_dead)
     snprintf(missing, sizeof(missing), "ex_missing_%s", f.name);
     snprintf(never, sizeof(never), "ex_never_%s", f.name);
     snprintf(nackq, sizeof(nackq), "q_nack_%s", f.name);
-    nack_queue_declare(nackq, f.ex, "Nack.#");
+    it_nacking_queue_declare(nackq, f.ex, "Nack.#");
     it_db_exec(f.sql, "ALTER TABLE outbox_event ADD COLUMN target_exchange "
                       "VARCHAR(255) NULL");
     it_db_exec(f.sql,

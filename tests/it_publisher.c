@@ -1029,27 +1029,6 @@ START_TEST(test_deadline_silent_broker)
 }
 END_TEST
 
-/* A queue that nacks everything: x-max-length 0, x-overflow reject-publish. */
-static void
-nacking_queue(const char *queue, const char *exchange)
-{
-    amqp_connection_state_t conn = raw_open();
-    amqp_table_entry_t args[2] = {
-        {amqp_cstring_bytes("x-max-length"), {AMQP_FIELD_KIND_I64, {.i64 = 0}}},
-        {amqp_cstring_bytes("x-overflow"),
-         {AMQP_FIELD_KIND_UTF8,
-          {.bytes = amqp_cstring_bytes("reject-publish")}}},
-    };
-    amqp_table_t table = {2, args};
-    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 0, 0, 1, table);
-    raw_check(amqp_get_rpc_reply(conn), "queue.declare");
-    amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
-                    amqp_cstring_bytes(exchange), amqp_cstring_bytes("#"),
-                    amqp_empty_table);
-    raw_check(amqp_get_rpc_reply(conn), "queue.bind");
-    raw_close(conn);
-}
-
 /* One row to exchange: the wave's return, its row's state in *state. */
 static int
 wave_of_one(struct fx *f, uint64_t id, const char *exchange,
@@ -1080,7 +1059,7 @@ START_TEST(test_nacking_connection_dropped)
     snprintf(q, sizeof(q), "q_%s", f.name);
     it_exchange_declare(bad, "topic");
     it_exchange_declare(good, "topic");
-    nacking_queue(q, bad);
+    it_nacking_queue_declare(q, bad, "#");
     enum row_state st;
     ck_assert_int_eq(wave_of_one(&f, 1, bad, &st), 0);
     ck_assert_int_eq(st, ROW_FAILED);
