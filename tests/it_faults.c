@@ -792,14 +792,12 @@ others_running(struct fx *f)
 /*
  * Rows relay i holds under a committed claim that no open transaction
  * of it locks: stopped there, it can neither finalize nor hold them.
- * -1 while a statement of the relay's is still running, before or after
- * the counts.
+ * -1 when a statement of the relay's was still running after the counts
+ * (the caller waits for the one before them to end).
  */
 static long long
 held_unlocked(struct fx *f, int i)
 {
-    if (others_running(f) > 0)
-        return -1;
     long long held = it_db_int(f->sql,
                                "SELECT COUNT(*) FROM outbox_event WHERE "
                                "status = 'PROCESSING' AND locked_by LIKE "

@@ -654,12 +654,6 @@ START_TEST(test_ordering_sees_claim_in_flight)
 END_TEST
 
 /*
- * Aggregates equal by the column's collation but not byte for byte
- * ("ab", "AB" and "ab " under utf8mb4_general_ci, PAD SPACE) are one
- * aggregate to the server: the ordering check must judge them as the
- * exact per-candidate count does, never publish past the other spelling.
- */
-/*
  * Events "first" and later ones spelling its aggregate otherwise, then
  * "other": of all spellings only the first goes, and with the first
  * leased elsewhere the others wait for it.
@@ -685,6 +679,12 @@ assert_first_spelling_goes(struct fx *fx)
     store_free(st);
 }
 
+/*
+ * Aggregates equal by the column's collation but not byte for byte
+ * ("ab", "AB" and "ab " under utf8mb4_general_ci, PAD SPACE) are one
+ * aggregate to the server: the ordering check must judge them as the
+ * exact per-candidate count does, never publish past the other spelling.
+ */
 START_TEST(test_ordering_collation_aliases)
 {
     struct fx fx;
