@@ -55,6 +55,13 @@ enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
 static const enum outbox_status source_status[SRC_COUNT] = {
     OUTBOX_PROCESSING, OUTBOX_RETRY, OUTBOX_PENDING};
 
+/* What makes a row a candidate of each source. */
+static const char *const claim_cond[SRC_COUNT] = {
+    [SRC_EXPIRED] = "`status` = 'PROCESSING' AND `locked_until` <= NOW(6)",
+    [SRC_RETRY] = "`status` = 'RETRY' AND `next_retry_at` <= NOW(6)",
+    [SRC_PENDING] = "`status` = 'PENDING'",
+};
+
 /* Columns of the claim's select list, in order; optional ones follow. */
 enum {
     COL_ID,
@@ -133,7 +140,8 @@ struct store {
     char *where;              /* "schema.table" for messages */
     char *table;              /* quoted identifier */
     char *count_sql;          /* ordering: unfinished earlier events, "IN (" */
-    char *claim_sql[SRC_COUNT];   /* candidates: select list and WHERE */
+    char *select_list;        /* claim: "SELECT" and the columns */
+    char *claim_where[SRC_COUNT]; /* candidates: index hint and WHERE */
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
     bool unfinished; /* ordering reads `unfinished` = 1, not status IN */
@@ -141,6 +149,7 @@ struct store {
      * server tells apart what strcmp does, but for trailing spaces. */
     bool binary_aggregate;
     char *retry_index; /* an index led by next_retry_at, quoted, or NULL */
+    bool id_primary;   /* the primary key is led by id: fetch_candidates */
     int pos_optional[NOPTIONAL]; /* select list positions, -1 if absent */
     int pos_columns;
     enum dup_check dup_check;
@@ -159,6 +168,8 @@ struct store {
     size_t earlier_cap;
     struct fin_item *items;
     size_t items_cap;
+    uint64_t *located; /* claim: candidate ids, then those locked */
+    size_t located_cap;
     uint64_t *purge_ids; /* retention: the expired ids of one step */
     size_t purge_cap;
     uint64_t purge_from; /* retention resumes after this id */
@@ -757,6 +768,17 @@ pick_retry_index(MYSQL_ROW *rows, size_t n)
     return NULL;
 }
 
+/* Rows of STATISTICS as load_claim_order reads them: the primary key is
+ * led by id, so a claim can lock the rows it located by id through it. */
+static bool
+pick_id_primary(MYSQL_ROW *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i][0], "PRIMARY") == 0)
+            return ident_eq(rows[i][1], "id");
+    return false;
+}
+
 static char *
 load_claim_order(struct store *st, char *err, size_t errlen)
 {
@@ -777,13 +799,14 @@ load_claim_order(struct store *st, char *err, size_t errlen)
     st->dup_check = pick_dup_check(rows, n);
     free(st->retry_index);
     st->retry_index = pick_retry_index(rows, n);
+    st->id_primary = pick_id_primary(rows, n);
     char *order = pick_claim_order(rows, n);
     free(rows);
     mysql_free_result(res);
     return order;
 }
 
-/* The select list: fixed columns, optional ones present, config's. */
+/* The claim's select list: fixed columns, optional ones present, config's. */
 static void
 add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
 {
@@ -803,7 +826,6 @@ add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
         sql_addf(q, ", ");
         sql_add_ident(q, st->ob->columns[i]);
     }
-    sql_addf(q, " FROM %s `c`", st->table);
 }
 
 /*
@@ -870,20 +892,19 @@ build_count_sql(const struct store *st)
 static void
 build_claim_sql(struct store *st, const struct schema *sc, const char *order)
 {
-    static const char *const cond[SRC_COUNT] = {
-        [SRC_EXPIRED] = "`status` = 'PROCESSING' AND `locked_until` <= NOW(6)",
-        [SRC_RETRY] = "`status` = 'RETRY' AND `next_retry_at` <= NOW(6)",
-        [SRC_PENDING] = "`status` = 'PENDING'",
-    };
+    struct sqlbuf list = {0};
+    sql_reset(&list);
+    add_select_list(st, sc, &list);
+    free(st->select_list);
+    st->select_list = list.p;
     for (int s = 0; s < SRC_COUNT; s++) {
         struct sqlbuf q = {0};
         sql_reset(&q);
-        add_select_list(st, sc, &q);
         if (s == SRC_RETRY && st->retry_index != NULL)
             sql_addf(&q, " FORCE INDEX (%s)", st->retry_index);
-        sql_addf(&q, " WHERE %s", cond[s]);
-        free(st->claim_sql[s]);
-        st->claim_sql[s] = q.p;
+        sql_addf(&q, " WHERE %s", claim_cond[s]);
+        free(st->claim_where[s]);
+        st->claim_where[s] = q.p;
         free(st->claim_order[s]);
         st->claim_order[s] = xasprintf(
             " ORDER BY %s", s == SRC_RETRY ? "`next_retry_at`" : order);
@@ -1016,10 +1037,12 @@ store_free(struct store *st)
     if (st == NULL)
         return;
     close_db(st);
+    free(st->select_list);
     for (int s = 0; s < SRC_COUNT; s++) {
-        free(st->claim_sql[s]);
+        free(st->claim_where[s]);
         free(st->claim_order[s]);
     }
+    free(st->located);
     free(st->unblocked_sql);
     free(st->retry_index);
     free(st->where);
@@ -1193,22 +1216,116 @@ add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
 }
 
 static int
-fetch_candidates(struct store *st, struct outbox_batch *b,
-                 enum claim_source src, size_t limit, char *err, size_t errlen)
+u64_cmp(const void *a, const void *b)
 {
-    sql_reset(&st->sql);
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The candidates' statement from FROM to LIMIT. */
+static void
+add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
+{
     bool filter = src != SRC_EXPIRED && st->ob->ordering == ORDERING_AGGREGATE;
-    sql_addf(&st->sql, "%s%s%s LIMIT %zu FOR UPDATE SKIP LOCKED",
-             st->claim_sql[src], filter ? st->unblocked_sql : "",
+    sql_addf(&st->sql, " FROM %s `c`%s%s%s LIMIT %zu", st->table,
+             st->claim_where[src], filter ? st->unblocked_sql : "",
              st->claim_order[src], limit);
+}
+
+/* Adds the rows a locking read returns; with skip (sorted ids), not those. */
+static int
+add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
+                const uint64_t *skip, size_t nskip, size_t limit, char *err,
+                size_t errlen)
+{
     MYSQL_RES *res = run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
     MYSQL_ROW r;
-    while ((r = mysql_fetch_row(res)) != NULL)
+    size_t added = 0;
+    while (added < limit && (r = mysql_fetch_row(res)) != NULL) {
+        uint64_t id = strtoull(r[COL_ID], NULL, 10);
+        if (nskip > 0 && bsearch(&id, skip, nskip, sizeof(*skip), u64_cmp))
+            continue;
         add_candidate(st, b, r, mysql_fetch_lengths(res), source_status[src]);
+        added++;
+    }
     mysql_free_result(res);
     return 0;
+}
+
+/* Step one: the candidates' ids, by a read that takes no lock. */
+static int
+locate_candidates(struct store *st, enum claim_source src, size_t limit,
+                  size_t *n, char *err, size_t errlen)
+{
+    sql_reset(&st->sql);
+    sql_addf(&st->sql, "SELECT `c`.`id`");
+    add_candidate_scan(st, src, limit);
+    MYSQL_RES *res = run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    st->located = grow(st->located, &st->located_cap, limit, sizeof(uint64_t));
+    MYSQL_ROW r;
+    *n = 0;
+    while (*n < limit && (r = mysql_fetch_row(res)) != NULL)
+        st->located[(*n)++] = strtoull(r[0], NULL, 10);
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Step two: those rows locked by id, if still candidates and not held. */
+static int
+lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
+             size_t n, char *err, size_t errlen)
+{
+    sql_reset(&st->sql);
+    sql_addf(&st->sql,
+             "%s FROM %s `c` FORCE INDEX (PRIMARY) WHERE `c`.`id` IN (",
+             st->select_list, st->table);
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(&st->sql, st->located[i], i == 0);
+    sql_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED", claim_cond[src]);
+    return add_locked_rows(st, b, src, NULL, 0, n, err, errlen);
+}
+
+/*
+ * The rows of one source, at most limit, locked.  They are found by a
+ * plain read, then locked by id: a locking read along the status index
+ * also locks every entry that the last claims left delete-marked at the
+ * head of the PENDING range, until purge removes them, and that cost
+ * grew with the purge lag to four fifths of the claim's read in a drain.
+ * The lock re-reads the condition on the latest version, so a row that
+ * another relay took in between is not taken again.  When rows were
+ * taken in between and more may wait, the locking read along the index
+ * tops the batch up, past what other relays hold; it alone claims from a
+ * table whose primary key is not (id).
+ */
+static int
+fetch_candidates(struct store *st, struct outbox_batch *b,
+                 enum claim_source src, size_t limit, char *err, size_t errlen)
+{
+    size_t located = limit, locked = 0, before = b->n;
+    if (st->id_primary) {
+        if (locate_candidates(st, src, limit, &located, err, errlen) < 0)
+            return -1;
+        if (located == 0)
+            return 0;
+        if (lock_located(st, b, src, located, err, errlen) < 0)
+            return -1;
+        locked = b->n - before;
+        if (locked == located || located < limit)
+            return 0;
+        for (size_t i = 0; i < locked; i++)
+            st->located[i] = b->rows[before + i].id;
+        qsort(st->located, locked, sizeof(*st->located), u64_cmp);
+    }
+    sql_reset(&st->sql);
+    sql_addf(&st->sql, "%s", st->select_list);
+    add_candidate_scan(st, src, limit);
+    sql_addf(&st->sql, " FOR UPDATE SKIP LOCKED");
+    return add_locked_rows(st, b, src, st->located, locked, limit - locked, err,
+                           errlen);
 }
 
 static int

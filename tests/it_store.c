@@ -207,7 +207,9 @@ START_TEST(test_claim_and_ack)
     s0 = store_statement_count(st);
     ck_assert_uint_eq(finalize_ok(st, &b), 0);
     ck_assert_uint_eq(store_statement_count(st) - s0, 2);
-    ck_assert_uint_le(claim_cost, 6);
+    /* The look for expired leases, the due retries' read, the backlog's
+     * read and its lock by id, the ordering check, the update, commit. */
+    ck_assert_uint_le(claim_cost, 7);
     ck_assert_int_eq(count_where(&fx, "status = 'SENT' AND sent_at IS NOT "
                                       "NULL AND locked_by IS NULL AND "
                                       "locked_until IS NULL"),
@@ -1170,6 +1172,29 @@ assert_no_filesort(struct fx *fx, const char *sql)
     free(q);
 }
 
+/* The index each table of the statement's plan reads (EXPLAIN's key). */
+static void
+assert_plan_key(struct fx *fx, const char *sql, const char *key)
+{
+    char *q = NULL;
+    ck_assert_int_ge(asprintf(&q, "EXPLAIN %s", sql), 0);
+    ck_assert_int_eq(mysql_query(fx->sql, q), 0);
+    MYSQL_RES *res = mysql_store_result(fx->sql);
+    ck_assert_ptr_nonnull(res);
+    int col = -1;
+    MYSQL_FIELD *f = mysql_fetch_fields(res);
+    for (unsigned i = 0; i < mysql_num_fields(res); i++)
+        if (strcasecmp(f[i].name, "key") == 0)
+            col = (int)i;
+    ck_assert_int_ge(col, 0);
+    MYSQL_ROW row;
+    while ((row = mysql_fetch_row(res)) != NULL)
+        ck_assert_msg(row[col] != NULL && strcmp(row[col], key) == 0,
+                      "%s: reads %s", sql, row[col] ? row[col] : "no index");
+    mysql_free_result(res);
+    free(q);
+}
+
 START_TEST(test_claim_uses_index)
 {
     struct fx fx;
@@ -1209,6 +1234,26 @@ START_TEST(test_claim_uses_index)
              "BY %s LIMIT 500 FOR UPDATE SKIP LOCKED",
              cols, order);
     assert_no_filesort(&fx, sql);
+    /* The store finds candidates with a plain read along the same index,
+     * then locks them by id: by the primary key, whatever the plan's
+     * estimates, so that no lock falls outside the located rows. */
+    snprintf(sql, sizeof(sql),
+             "SELECT `c`.`id` FROM `outbox_event` `c` WHERE `status` = "
+             "'PENDING' ORDER BY %s LIMIT 500",
+             order);
+    assert_no_filesort(&fx, sql);
+    snprintf(sql, sizeof(sql),
+             "%s`id` IN (4, 8, 12, 2000) AND `status` = 'PENDING' FOR "
+             "UPDATE SKIP LOCKED",
+             cols);
+    char *forced = NULL;
+    const char *from = "FROM `outbox_event` ";
+    char *at = strstr(sql, from) + strlen(from);
+    ck_assert_int_ge(asprintf(&forced, "%.*sFORCE INDEX (PRIMARY) %s",
+                              (int)(at - sql), sql, at),
+                     0);
+    assert_plan_key(&fx, forced, "PRIMARY");
+    free(forced);
     /* And the store claims a full batch over that table. */
     fx.ob.batch_size = 500;
     struct store *st = store_open(&fx);
@@ -1217,6 +1262,37 @@ START_TEST(test_claim_uses_index)
     claim_ok(st, &b);
     ck_assert_uint_eq(b.n, 500);
     release_all(st, &b);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
+/*
+ * 8a. A table without a primary key led by id (here id is only unique)
+ * cannot have its rows locked by id through one: the claim takes them
+ * with the locking read along the status index instead, oldest first as
+ * ever.  Forcing PRIMARY there would fail every claim.
+ */
+START_TEST(test_claim_without_id_primary)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_exec(fx.sql, "ALTER TABLE outbox_event DROP PRIMARY KEY, ADD "
+                       "UNIQUE KEY uk_id (id)");
+    it_db_insert_events(fx.sql, "outbox_event", "np", 25, 25, 50);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    for (uint64_t first = 1; first <= 21; first += 10) {
+        claim_ok(st, &b);
+        ck_assert_uint_eq(b.n, first == 21 ? 5 : 10);
+        assert_sorted_claimed(&b);
+        ck_assert_uint_eq(b.rows[0].id, first);
+        ack_all(&b);
+        ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    }
+    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), 25);
     batch_free(&b);
     store_free(st);
     fx_fini(&fx);
@@ -1391,6 +1467,7 @@ it_store_suite(void)
     tcase_add_test(tc, test_missing_table);
     tcase_add_test(tc, test_missing_columns);
     tcase_add_loop_test(tc, test_row_fields, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_claim_without_id_primary, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_claim_uses_index, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_claim_order_follows_index, 0, NSCHEMAS);
     tcase_add_test(tc, test_server_gone);
