@@ -1147,52 +1147,51 @@ END_TEST
  * not change the plan's order); the seed's table is claimed in the
  * order of its (status, next_retry_at, created_at) index.
  */
-static void
-assert_no_filesort(struct fx *fx, const char *sql)
+/* EXPLAIN of sql under READ COMMITTED; *col: the column named name. */
+static MYSQL_RES *
+explain(struct fx *fx, const char *sql, const char *name, int *col)
 {
     it_db_exec(fx->sql, "SET SESSION TRANSACTION ISOLATION LEVEL READ "
                         "COMMITTED");
     char *q = NULL;
     ck_assert_int_ge(asprintf(&q, "EXPLAIN %s", sql), 0);
     ck_assert_int_eq(mysql_query(fx->sql, q), 0);
+    free(q);
     MYSQL_RES *res = mysql_store_result(fx->sql);
     ck_assert_ptr_nonnull(res);
-    int extra = -1;
+    *col = -1;
     MYSQL_FIELD *f = mysql_fetch_fields(res);
     for (unsigned i = 0; i < mysql_num_fields(res); i++)
-        if (strcasecmp(f[i].name, "Extra") == 0)
-            extra = (int)i;
-    ck_assert_int_ge(extra, 0);
+        if (strcasecmp(f[i].name, name) == 0)
+            *col = (int)i;
+    ck_assert_int_ge(*col, 0);
+    return res;
+}
+
+static void
+assert_no_filesort(struct fx *fx, const char *sql)
+{
+    int extra;
+    MYSQL_RES *res = explain(fx, sql, "Extra", &extra);
     MYSQL_ROW row;
     while ((row = mysql_fetch_row(res)) != NULL)
         ck_assert_msg(row[extra] == NULL ||
                           strstr(row[extra], "filesort") == NULL,
                       "%s: %s", sql, row[extra]);
     mysql_free_result(res);
-    free(q);
 }
 
 /* The index each table of the statement's plan reads (EXPLAIN's key). */
 static void
 assert_plan_key(struct fx *fx, const char *sql, const char *key)
 {
-    char *q = NULL;
-    ck_assert_int_ge(asprintf(&q, "EXPLAIN %s", sql), 0);
-    ck_assert_int_eq(mysql_query(fx->sql, q), 0);
-    MYSQL_RES *res = mysql_store_result(fx->sql);
-    ck_assert_ptr_nonnull(res);
-    int col = -1;
-    MYSQL_FIELD *f = mysql_fetch_fields(res);
-    for (unsigned i = 0; i < mysql_num_fields(res); i++)
-        if (strcasecmp(f[i].name, "key") == 0)
-            col = (int)i;
-    ck_assert_int_ge(col, 0);
+    int col;
+    MYSQL_RES *res = explain(fx, sql, "key", &col);
     MYSQL_ROW row;
     while ((row = mysql_fetch_row(res)) != NULL)
         ck_assert_msg(row[col] != NULL && strcmp(row[col], key) == 0,
                       "%s: reads %s", sql, row[col] ? row[col] : "no index");
     mysql_free_result(res);
-    free(q);
 }
 
 START_TEST(test_claim_uses_index)
