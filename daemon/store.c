@@ -1292,14 +1292,15 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
 /*
  * The rows of one source, at most limit, locked.  They are found by a
  * plain read, then locked by id: a locking read along the status index
- * also locks every entry that the last claims left delete-marked at the
- * head of the PENDING range, until purge removes them, and that cost
- * grew with the purge lag to four fifths of the claim's read in a drain.
- * The lock re-reads the condition on the latest version, so a row that
+ * also goes through the lock system for every entry that the last claims
+ * left delete-marked at the head of the PENDING range, until purge
+ * removes them, and that grew with the purge lag to four fifths of the
+ * claim's read in a drain, where a plain read passes them cheaply.  The
+ * lock re-reads the condition on the latest version, so a row that
  * another relay took in between is not taken again.  When rows were
  * taken in between and more may wait, the locking read along the index
  * tops the batch up, past what other relays hold; it alone claims from a
- * table whose primary key is not (id).
+ * table whose primary key is not led by id.
  */
 static int
 fetch_candidates(struct store *st, struct outbox_batch *b,
