@@ -1141,12 +1141,6 @@ START_TEST(test_row_fields)
 }
 END_TEST
 
-/*
- * 8. The claim walks an index: no filesort, so LIMIT bounds the locks.
- * The statements mirror store.c's claim (select list abridged: it does
- * not change the plan's order); the seed's table is claimed in the
- * order of its (status, next_retry_at, created_at) index.
- */
 /* EXPLAIN of sql under READ COMMITTED; *col: the column named name. */
 static MYSQL_RES *
 explain(struct fx *fx, const char *sql, const char *name, int *col)
@@ -1194,6 +1188,12 @@ assert_plan_key(struct fx *fx, const char *sql, const char *key)
     mysql_free_result(res);
 }
 
+/*
+ * 8. The claim walks an index: no filesort, so LIMIT bounds the locks.
+ * The statements mirror store.c's claim (select list abridged: it does
+ * not change the plan's order); the seed's table is claimed in the
+ * order of its (status, next_retry_at, created_at) index.
+ */
 START_TEST(test_claim_uses_index)
 {
     struct fx fx;
