@@ -163,21 +163,6 @@ raw_close(amqp_connection_state_t conn)
     amqp_destroy_connection(conn);
 }
 
-/* A durable queue bound to exchange, that outlives a broker restart. */
-static void
-raw_queue(const char *queue, const char *exchange, const char *key)
-{
-    amqp_connection_state_t conn = raw_open();
-    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 1, 0, 0,
-                       amqp_empty_table);
-    raw_check(amqp_get_rpc_reply(conn), "queue.declare");
-    amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
-                    amqp_cstring_bytes(exchange), amqp_cstring_bytes(key),
-                    amqp_empty_table);
-    raw_check(amqp_get_rpc_reply(conn), "queue.bind");
-    raw_close(conn);
-}
-
 static void
 raw_queue_delete(const char *queue)
 {
@@ -480,7 +465,7 @@ START_TEST(test_headers_column)
     snprintf(ex, sizeof(ex), "ex_%s", f.name);
     snprintf(q, sizeof(q), "q_%s", f.name);
     it_exchange_declare(ex, "topic");
-    raw_queue(q, ex, "#");
+    it_queue_declare(q, ex, "#");
     struct outbox_row *r = add_row(&f, 42, ex, "k");
     r->headers = "{\"tenant\":\"acme \\u00e9\",\"count\":-12,\"ratio\":0.25,"
                  "\"ok\":true,\"no\":false,\"gone\":null,"
@@ -694,7 +679,7 @@ START_TEST(test_cut_mid_wave)
     snprintf(ex, sizeof(ex), "ex_%s", f.name);
     snprintf(q, sizeof(q), "q_%s", f.name);
     it_exchange_declare(ex, "topic");
-    raw_queue(q, ex, "#");
+    it_queue_declare(q, ex, "#");
     add_rows(&f, 1, N, ex, "k");
     for (size_t i = 0; i < N; i++) /* about 300 bytes per message */
         f.b.rows[i].payload =
@@ -801,7 +786,7 @@ broker_close_test(const char *action, int delay_ms, const char *want_err)
     snprintf(ex, sizeof(ex), "ex_%s", f.name);
     snprintf(q, sizeof(q), "q_%s", f.name);
     it_exchange_declare(ex, "topic");
-    raw_queue(q, ex, "#");
+    it_queue_declare(q, ex, "#");
     struct closer cl = {.delay_ms = delay_ms, .action = action};
     snprintf(cl.name, sizeof(cl.name), "%s", f.name);
     pthread_create(&cl.thread, NULL, closer_main, &cl);
@@ -876,7 +861,7 @@ START_TEST(test_broker_blocked)
     snprintf(ex, sizeof(ex), "ex_%s", f.name);
     snprintf(q, sizeof(q), "q_%s", f.name);
     it_exchange_declare(ex, "topic");
-    raw_queue(q, ex, "#");
+    it_queue_declare(q, ex, "#");
     add_rows(&f, 1, 1, ex, "k");
     ck_assert_msg(fx_wave(&f, true, 5000) == 0, "%s", f.err);
     /* record everything, restore the broker, then assert */
@@ -945,7 +930,7 @@ START_TEST(test_deadline_large_wave)
     snprintf(ex, sizeof(ex), "ex_%s", f.name);
     snprintf(q, sizeof(q), "q_%s", f.name);
     it_exchange_declare(ex, "topic");
-    raw_queue(q, ex, "#");
+    it_queue_declare(q, ex, "#");
     add_rows(&f, 1, N, ex, "k");
     ck_assert_int_eq(fx_wave(&f, true, 100), -1);
     ck_assert_msg(strstr(f.err, "no confirm within 10s") != NULL, "%s", f.err);
@@ -1240,7 +1225,7 @@ START_TEST(test_throughput_20k)
     snprintf(ex, sizeof(ex), "ex_%s", f.name);
     snprintf(q, sizeof(q), "q_%s", f.name);
     it_exchange_declare(ex, "topic");
-    raw_queue(q, ex, "#");
+    it_queue_declare(q, ex, "#");
     add_rows(&f, 1, N, ex, "k");
     char pad[257];
     memset(pad, 'x', 256);

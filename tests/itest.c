@@ -374,25 +374,39 @@ it_exchange_delete(const char *exchange)
     amqp_close_all(conn);
 }
 
-void
-it_nacking_queue_declare(const char *queue, const char *exchange,
-                         const char *binding)
+static void
+queue_declare_bound(const char *queue, const char *exchange,
+                    const char *binding, bool durable, amqp_table_t args)
 {
     amqp_connection_state_t conn = amqp_open();
-    amqp_table_entry_t args[2] = {
-        {amqp_cstring_bytes("x-max-length"), {AMQP_FIELD_KIND_I64, {.i64 = 0}}},
-        {amqp_cstring_bytes("x-overflow"),
-         {AMQP_FIELD_KIND_UTF8,
-          {.bytes = amqp_cstring_bytes("reject-publish")}}},
-    };
-    amqp_table_t table = {2, args};
-    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, 0, 0, 0, table);
+    amqp_queue_declare(conn, 1, amqp_cstring_bytes(queue), 0, durable, 0, 0,
+                       args);
     amqp_check(amqp_get_rpc_reply(conn), "queue.declare");
     amqp_queue_bind(conn, 1, amqp_cstring_bytes(queue),
                     amqp_cstring_bytes(exchange), amqp_cstring_bytes(binding),
                     amqp_empty_table);
     amqp_check(amqp_get_rpc_reply(conn), "queue.bind");
     amqp_close_all(conn);
+}
+
+void
+it_queue_declare(const char *queue, const char *exchange, const char *binding)
+{
+    queue_declare_bound(queue, exchange, binding, true, amqp_empty_table);
+}
+
+void
+it_nacking_queue_declare(const char *queue, const char *exchange,
+                         const char *binding)
+{
+    amqp_table_entry_t args[2] = {
+        {amqp_cstring_bytes("x-max-length"), {AMQP_FIELD_KIND_I64, {.i64 = 0}}},
+        {amqp_cstring_bytes("x-overflow"),
+         {AMQP_FIELD_KIND_UTF8,
+          {.bytes = amqp_cstring_bytes("reject-publish")}}},
+    };
+    queue_declare_bound(queue, exchange, binding, false,
+                        (amqp_table_t){2, args});
 }
 
 static void

@@ -104,6 +104,10 @@ void it_consumer_close(struct it_consumer *c);
 /* Declares or deletes an exchange on a short-lived connection. */
 void it_exchange_declare(const char *exchange, const char *type);
 void it_exchange_delete(const char *exchange);
+/* A durable queue bound to exchange, that outlives a broker restart; the
+ * test deletes it. */
+void it_queue_declare(const char *queue, const char *exchange,
+                      const char *binding);
 /* A queue that refuses everything bound to exchange: x-max-length 0 with
  * x-overflow reject-publish makes the broker nack each message routed to
  * it.  The test deletes it. */
