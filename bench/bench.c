@@ -593,13 +593,15 @@ main(void)
         .outboxd = getenv("OUTBOXD_BIN"),
         .src = getenv("OUTBOXD_SRC"),
         .backlog = env_long("BENCH_BACKLOG", 100000),
-        .aggregates = 1000,
+        .aggregates = env_long("BENCH_AGGREGATES", 1000),
         .ceiling_messages = env_long("BENCH_CEILING_MESSAGES", 100000),
         .latency_rate = 1000,
         .latency_seconds = env_long("BENCH_LATENCY_SECONDS", 10),
     };
     if (!s.outboxd || !s.src)
         die("run me through `make bench` (OUTBOXD_BIN, OUTBOXD_SRC)");
+    if (s.aggregates < 1 || s.backlog < 1)
+        die("BENCH_AGGREGATES and BENCH_BACKLOG must be at least 1");
     setvbuf(stdout, NULL, _IOLBF, 0);
     struct ceiling bare = measure_ceiling(s.ceiling_messages, false);
     print_ceiling("bare messages", &bare);
