@@ -51,6 +51,9 @@ enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
 
 /* At most this long between two looks for expired leases. */
 #define EXPIRED_LOOK_MS 1000
+/* How often a claim reads the table's definition again: see
+ * refresh_schema. */
+#define SCHEMA_RECHECK_MS 60000
 
 static const enum outbox_status source_status[SRC_COUNT] = {
     OUTBOX_PROCESSING, OUTBOX_RETRY, OUTBOX_PENDING};
@@ -131,9 +134,11 @@ struct earlier {
 
 struct store {
     const struct outbox_config *ob;
-    MYSQL *db;         /* open, version checked, session set up */
-    bool ready;        /* table checked, claim statements built */
-    bool schema_error; /* last failure: schema, version or privilege */
+    MYSQL *db;                  /* open, version checked, session set up */
+    bool ready;                 /* table checked, claim statements built */
+    bool schema_error;          /* last failure: schema, version or privilege */
+    uint64_t schema_checked_ms; /* when the table was last checked */
+    bool schema_stale;          /* store_recheck_schema: check it now */
     unsigned last_errno;
     uint64_t expired_none_ms; /* when the last look for expired leases
                                  found none */
@@ -1008,6 +1013,10 @@ check_schema(struct store *st, char *err, size_t errlen)
     apply_schema(st, &sc, order);
     /* End the transaction the information_schema reads opened. */
     rc = db_commit(st, "schema check", err, errlen);
+    if (rc == 0) {
+        st->schema_checked_ms = clock_ms();
+        st->schema_stale = false;
+    }
 out:
     free(order);
     free(sc.extra);
@@ -1855,10 +1864,41 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
     return db_commit(st, "claim", err, errlen);
 }
 
+/*
+ * An ALTER TABLE does not end the session, yet the claim leans on what
+ * the last check read: the columns' collations (whether bytes alone may
+ * judge which candidates share an aggregate), the primary key, the
+ * indexes, the privileges.  So a claim checks the table again every
+ * SCHEMA_RECHECK_MS.  A failed check leaves the store not ready, as at
+ * connect: the next store_connect checks again and names what is wrong.
+ */
+static int
+refresh_schema(struct store *st, char *err, size_t errlen)
+{
+    if (!st->schema_stale &&
+        clock_ms() - st->schema_checked_ms < SCHEMA_RECHECK_MS)
+        return 0;
+    if (check_schema(st, err, errlen) == 0)
+        return 0;
+    db_rollback(st);
+    st->ready = false;
+    return -1;
+}
+
+void
+store_recheck_schema(struct store *st)
+{
+    st->schema_stale = true;
+}
+
 int
 store_claim_batch(struct store *st, const char *relay_id,
                   struct outbox_batch *b, char *err, size_t errlen)
 {
+    batch_reset(b);
+    if (require_ready(st, "claim", err, errlen) < 0 ||
+        refresh_schema(st, err, errlen) < 0)
+        return -1;
     for (int attempt = 1;; attempt++) {
         batch_reset(b);
         if (require_ready(st, "claim", err, errlen) < 0)

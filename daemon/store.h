@@ -66,6 +66,11 @@ MYSQL *store_session(struct store *st);
 int store_claim_batch(struct store *st, const char *relay_id,
                       struct outbox_batch *b, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+/*
+ * Has the next claim check the table again, as claims do every minute
+ * on their own (an ALTER TABLE does not end the session).
+ */
+void store_recheck_schema(struct store *st);
 
 /*
  * Writes every outcome of the batch, one statement per outcome, each

@@ -685,11 +685,10 @@ END_TEST
  * leased elsewhere the others wait for it.
  */
 static void
-assert_first_spelling_goes(struct fx *fx)
+assert_first_spelling_goes_in(struct fx *fx, struct store *st)
 {
     uint64_t first = event_row_id(fx, "first"),
              other = event_row_id(fx, "other");
-    struct store *st = store_open(fx);
     struct outbox_batch b;
     batch_init(&b);
     claim_ok(st, &b);
@@ -702,6 +701,13 @@ assert_first_spelling_goes(struct fx *fx)
     ck_assert(has_id(&b, other));
     release_all(st, &b);
     batch_free(&b);
+}
+
+static void
+assert_first_spelling_goes(struct fx *fx)
+{
+    struct store *st = store_open(fx);
+    assert_first_spelling_goes_in(fx, st);
     store_free(st);
 }
 
@@ -723,6 +729,32 @@ START_TEST(test_ordering_collation_aliases)
     insert_event(&fx, "spaced", "ab ");
     insert_event(&fx, "other", "cd");
     assert_first_spelling_goes(&fx);
+    fx_fini(&fx);
+}
+END_TEST
+
+/*
+ * A collation changed under a running relay (an ALTER TABLE does not end
+ * its session): once the claim checks the table again, as it does every
+ * minute, spellings the new collation equates are one aggregate.
+ */
+START_TEST(test_ordering_follows_collation_change)
+{
+    struct fx fx;
+    fx_init(&fx, _i);
+    it_db_exec(fx.sql, "ALTER TABLE outbox_event MODIFY aggregate_id "
+                       "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE "
+                       "utf8mb4_bin NOT NULL");
+    struct store *st = store_open(&fx);
+    it_db_exec(fx.sql, "ALTER TABLE outbox_event MODIFY aggregate_id "
+                       "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE "
+                       "utf8mb4_general_ci NOT NULL");
+    insert_event(&fx, "first", "ab");
+    insert_event(&fx, "upper", "AB");
+    insert_event(&fx, "other", "cd");
+    store_recheck_schema(st);
+    assert_first_spelling_goes_in(&fx, st);
+    store_free(st);
     fx_fini(&fx);
 }
 END_TEST
@@ -1471,6 +1503,8 @@ it_store_suite(void)
     tcase_add_loop_test(tc, test_ordering_waits_for_other_relay, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_ordering_sees_claim_in_flight, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_ordering_collation_aliases, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_ordering_follows_collation_change, 0,
+                        NSCHEMAS);
     tcase_add_loop_test(tc, test_ordering_binary_trailing_space, 0, NSCHEMAS);
     tcase_add_test(tc, test_ordering_ignores_history);
     tcase_add_test(tc, test_ordering_ignores_backlog_depth);
