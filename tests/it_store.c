@@ -711,6 +711,15 @@ assert_first_spelling_goes(struct fx *fx)
     store_free(st);
 }
 
+static void
+set_aggregate_collation(struct fx *fx, const char *collation)
+{
+    it_db_exec(fx->sql,
+               "ALTER TABLE outbox_event MODIFY aggregate_id VARCHAR(128) "
+               "CHARACTER SET utf8mb4 COLLATE %s NOT NULL",
+               collation);
+}
+
 /*
  * Aggregates equal by the column's collation but not byte for byte
  * ("ab", "AB" and "ab " under utf8mb4_general_ci, PAD SPACE) are one
@@ -721,9 +730,7 @@ START_TEST(test_ordering_collation_aliases)
 {
     struct fx fx;
     fx_init(&fx, _i);
-    it_db_exec(fx.sql, "ALTER TABLE outbox_event MODIFY aggregate_id "
-                       "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE "
-                       "utf8mb4_general_ci NOT NULL");
+    set_aggregate_collation(&fx, "utf8mb4_general_ci");
     insert_event(&fx, "first", "ab");
     insert_event(&fx, "upper", "AB");
     insert_event(&fx, "spaced", "ab ");
@@ -742,13 +749,9 @@ START_TEST(test_ordering_follows_collation_change)
 {
     struct fx fx;
     fx_init(&fx, _i);
-    it_db_exec(fx.sql, "ALTER TABLE outbox_event MODIFY aggregate_id "
-                       "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE "
-                       "utf8mb4_bin NOT NULL");
+    set_aggregate_collation(&fx, "utf8mb4_bin");
     struct store *st = store_open(&fx);
-    it_db_exec(fx.sql, "ALTER TABLE outbox_event MODIFY aggregate_id "
-                       "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE "
-                       "utf8mb4_general_ci NOT NULL");
+    set_aggregate_collation(&fx, "utf8mb4_general_ci");
     insert_event(&fx, "first", "ab");
     insert_event(&fx, "upper", "AB");
     insert_event(&fx, "other", "cd");
