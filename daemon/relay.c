@@ -675,10 +675,10 @@ relay_flush(struct relay *r)
 
 /*
  * Collects the job: the previous batch's outcome and the claim ahead.
- * false when the database failed.
+ * false when the database failed; *claim_failed when only the claim did.
  */
 static bool
-job_collect(struct relay *r)
+job_collect(struct relay *r, bool *claim_failed)
 {
     struct relay_job *j = &r->job;
     job_wait(r);
@@ -686,7 +686,8 @@ job_collect(struct relay *r)
     if (j->prev != NULL)
         ok = finalize_done(r, j->prev, j->fin_rc, j->lost, j->fin_err);
     r->prev = NULL;
-    if (j->next != NULL && j->claim_rc < 0 && ok) {
+    *claim_failed = j->next != NULL && j->claim_rc < 0 && ok;
+    if (*claim_failed) {
         str_copy(r->last_error, j->claim_err, sizeof(r->last_error));
         ok = false;
     }
@@ -730,11 +731,15 @@ relay_batch(struct relay *r)
     job_start(r, r->prev, ahead ? free_slot(r, r->batch, r->prev) : NULL);
     bool broker_ok = publish_waves(r);
     decide_outcomes(r, r->batch);
-    bool store_ok = job_collect(r);
+    bool claim_failed;
+    bool store_ok = job_collect(r, &claim_failed);
     if (!store_ok || !broker_ok || r->next == NULL) {
-        /* Nothing to overlap with: record this batch now. */
+        /* Nothing to overlap with: record this batch now, also when only
+         * the claim ahead failed (a lock, a table changed under us): its
+         * confirmed events are SENT now rather than sent again after
+         * their lease.  A session that is gone refuses at once. */
         release_next(r);
-        if (store_ok && !finalize(r, r->batch))
+        if ((store_ok || claim_failed) && !finalize(r, r->batch))
             store_ok = false;
     } else {
         r->prev = r->batch;

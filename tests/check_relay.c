@@ -29,6 +29,7 @@ struct fake {
     struct fake_row rows[MAX_ROWS];
     size_t nrows;
     int claim_rc, finalize_rc;
+    int claims, claim_fails_at; /* the claim with this number fails */
     /* publish behaviour */
     unsigned long long fail_id; /* this row is nacked */
     int die_on_wave;            /* the connection dies on this wave (1-based) */
@@ -55,7 +56,7 @@ fake_claim(void *arg, const char *relay_id, struct outbox_batch *b, char *err,
 {
     struct fake *f = arg;
     (void)relay_id;
-    if (f->claim_rc < 0) {
+    if (f->claim_rc < 0 || ++f->claims == f->claim_fails_at) {
         err_set(err, errlen, "claim failed");
         return -1;
     }
@@ -343,6 +344,29 @@ START_TEST(test_store_failures)
     fake.finalize_rc = -1;
     ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
     ck_assert_uint_eq(relay.stats.published, 0);
+}
+END_TEST
+
+/*
+ * The claim ahead fails while a full batch is published: the batch is
+ * still recorded, its confirmed events SENT rather than sent again
+ * after their lease, and the cycle reports the database down.
+ */
+START_TEST(test_claim_ahead_fails)
+{
+    static char ids[10][8];
+    for (int i = 0; i < 10; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "e%d", i);
+        add_row((unsigned long long)i + 1, ids[i], ids[i]);
+    }
+    fake.claim_fails_at = 2;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    ck_assert_int_eq(fake.claims, 2);
+    ck_assert_int_eq(fake.finalized, 1);
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(fake.final_state[i], ROW_ACKED);
+    ck_assert_str_eq(relay.last_error, "claim failed");
+    ck_assert_uint_eq(relay.stats.published, 10);
 }
 END_TEST
 
@@ -816,6 +840,7 @@ relay_suite(void)
     tcase_add_test(tc, test_bad_event_ids_dead);
     tcase_add_test(tc, test_broker_lost_mid_batch);
     tcase_add_test(tc, test_store_failures);
+    tcase_add_test(tc, test_claim_ahead_fails);
     tcase_add_test(tc, test_full_and_idle);
     tcase_add_test(tc, test_stop_deadline_releases);
     tcase_add_test(tc, test_lease_bounds_publishing);
