@@ -697,6 +697,21 @@ job_collect(struct relay *r, bool *claim_failed)
     return ok;
 }
 
+/*
+ * Also when only the claim ahead failed (a lock, a table changed under
+ * us) the batch in flight is recorded: its confirmed events are SENT now
+ * rather than sent again after their lease.  A session that is gone
+ * refuses at once; the claim's error stays the one reported.
+ */
+static void
+finalize_after_failed_claim(struct relay *r, struct outbox_batch *b)
+{
+    char cause[sizeof(r->last_error)];
+    str_copy(cause, r->last_error, sizeof(cause));
+    finalize(r, b);
+    str_copy(r->last_error, cause, sizeof(r->last_error));
+}
+
 /* A row whose lease expired may be what killed the last relay. */
 static bool
 has_reclaimed_row(const struct outbox_batch *b)
@@ -734,13 +749,12 @@ relay_batch(struct relay *r)
     bool claim_failed;
     bool store_ok = job_collect(r, &claim_failed);
     if (!store_ok || !broker_ok || r->next == NULL) {
-        /* Nothing to overlap with: record this batch now, also when only
-         * the claim ahead failed (a lock, a table changed under us): its
-         * confirmed events are SENT now rather than sent again after
-         * their lease.  A session that is gone refuses at once. */
+        /* Nothing to overlap with: record this batch now. */
         release_next(r);
-        if ((store_ok || claim_failed) && !finalize(r, r->batch))
-            store_ok = false;
+        if (store_ok)
+            store_ok = finalize(r, r->batch);
+        else if (claim_failed)
+            finalize_after_failed_claim(r, r->batch);
     } else {
         r->prev = r->batch;
     }

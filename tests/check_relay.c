@@ -367,6 +367,12 @@ START_TEST(test_claim_ahead_fails)
         ck_assert_int_eq(fake.final_state[i], ROW_ACKED);
     ck_assert_str_eq(relay.last_error, "claim failed");
     ck_assert_uint_eq(relay.stats.published, 10);
+    /* the record fails too: the claim's error is still the one reported */
+    fake.claims = 0;
+    fake.finalize_rc = -1;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    ck_assert_int_eq(fake.finalized, 2);
+    ck_assert_str_eq(relay.last_error, "claim failed");
 }
 END_TEST
 
