@@ -698,7 +698,7 @@ job_collect(struct relay *r, bool *claim_failed)
 }
 
 /*
- * Also when only the claim ahead failed (a lock, a table changed under
+ * Also when only the claim ahead failed (a lock, a column dropped under
  * us) the batch in flight is recorded: its confirmed events are SENT now
  * rather than sent again after their lease.  A session that is gone
  * refuses at once; the claim's error stays the one reported.

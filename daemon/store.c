@@ -1150,6 +1150,22 @@ require_ready(struct store *st, const char *what, char *err, size_t errlen)
     return -1;
 }
 
+/*
+ * Recording outcomes needs a live session only: a claim that failed on
+ * a table changed under it leaves the store not ready, and the batch in
+ * flight is still to be recorded (its statements are fenced by the
+ * claim token, and fail on their own if the change broke them).
+ */
+static int
+require_session(struct store *st, const char *what, char *err, size_t errlen)
+{
+    if (st->db != NULL)
+        return 0;
+    err_set(err, errlen, "%s %s: not connected", what, st->where);
+    st->last_errno = 0;
+    return -1;
+}
+
 /* ---- claim ---- */
 
 /* "<relay_id>/<16 hex>": unique per claim, readable in locked_by. */
@@ -2090,7 +2106,7 @@ finalize_items(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
                char *err, size_t errlen)
 {
     for (int attempt = 1;; attempt++) {
-        if (require_ready(st, "finalize", err, errlen) < 0)
+        if (require_session(st, "finalize", err, errlen) < 0)
             return -1;
         st->last_errno = 0;
         if (finalize_once(st, b, n, lost, err, errlen) == 0)

@@ -1207,6 +1207,57 @@ START_TEST(test_lock_wait_at_finalize)
 }
 END_TEST
 
+/*
+ * A column dropped while the relay records one batch and publishes the
+ * next: the claim ahead fails on it, and the batch in flight is still
+ * recorded, not sent again after its lease.  The drop waits for the
+ * metadata lock behind the held record; the claim ahead waits behind
+ * the drop.
+ */
+START_TEST(test_claim_ahead_fails_on_dropped_column)
+{
+    enum { N = 120 };
+    struct fx f;
+    fx_open(&f, "#", NULL, "lease: 5s\nbatch_size: 40\npoll_interval: 20ms",
+            NULL);
+    daemon_start(&f, 0);
+    it_db_insert_events(f.sql, "outbox_event", "drop", N, N, 100000);
+    it_db_exec(f.sql, "COMMIT");
+    /* Rows alone, no gaps: the claim ahead must not wait for the test. */
+    it_db_exec(f.sql, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    long long locked;
+    free(lock_claimed_rows(&f, &locked));
+    it_sh("mariadb -h127.0.0.1 -u%s -p%s %s -e 'ALTER TABLE outbox_event "
+          "DROP COLUMN trace_id' >/dev/null 2>&1 &",
+          IT_DB_USER, IT_DB_PASSWORD, f.db);
+    ck_assert(
+        IT_WAIT(10000, it_db_int(f.sql,
+                                 "SELECT COUNT(*) FROM information_schema."
+                                 "PROCESSLIST WHERE DB = '%s' AND INFO LIKE "
+                                 "'ALTER TABLE outbox_event%%' AND STATE "
+                                 "LIKE '%%metadata lock%%'",
+                                 f.db) == 1));
+    it_db_exec(f.sql, "ROLLBACK");
+    if (!IT_WAIT(30000, count_status(&f, "SENT") == N)) {
+        dump_logs(&f);
+        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+    }
+    /* the claim ahead's error, reported as it was */
+    ck_assert_int_ge(log_count(&f, 0, "Unknown column"), 1);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT MAX(retry_count) FROM "
+                                      "outbox_event"),
+                     0);
+    struct tally t;
+    tally_init(&t, N, N);
+    receive_all(f.consumer, &t, 20000, 500);
+    ck_assert_int_eq(t.distinct, N);
+    ck_assert_int_eq(t.total, N);
+    tally_free(&t);
+    daemon_term(&f, 0, 10000);
+    fx_close(&f);
+}
+END_TEST
+
 /* ---- 8. bad rows (SPEC section 9) among good ones ---- */
 
 struct expect {
@@ -1373,6 +1424,7 @@ it_faults_suite(void)
     add_case(s, "fencing", test_fencing_stalled_relay, 120);
     add_case(s, "db_lost", test_db_lost_at_finalize, 90);
     add_case(s, "lock_wait", test_lock_wait_at_finalize, 90);
+    add_case(s, "dropped_column", test_claim_ahead_fails_on_dropped_column, 90);
     add_case(s, "blocked", test_broker_blocked, 90);
     add_case(s, "blackhole", test_broker_blackholed, 120);
     add_case(s, "chaos", test_chaos_drain, 300);
