@@ -1173,6 +1173,28 @@ START_TEST(test_db_lost_at_finalize)
 }
 END_TEST
 
+/*
+ * Every one of the n events SENT with no attempt failed, and consumed
+ * exactly once: nothing went out again after a lease.
+ */
+static void
+assert_all_sent_once(struct fx *f, int n)
+{
+    if (!IT_WAIT(30000, count_status(f, "SENT") == n)) {
+        dump_logs(f);
+        ck_abort_msg("%lld of %d SENT", count_status(f, "SENT"), n);
+    }
+    ck_assert_int_eq(it_db_int(f->sql, "SELECT MAX(retry_count) FROM "
+                                       "outbox_event"),
+                     0);
+    struct tally t;
+    tally_init(&t, n, n);
+    receive_all(f->consumer, &t, 20000, 500);
+    ck_assert_int_eq(t.distinct, n);
+    ck_assert_int_eq(t.total, n);
+    tally_free(&t);
+}
+
 /* A lock wait timeout (1205) at finalize is retried: no loss, no dup. */
 START_TEST(test_lock_wait_at_finalize)
 {
@@ -1188,20 +1210,8 @@ START_TEST(test_lock_wait_at_finalize)
     it_sleep_ms(11000);
     it_db_exec(f.sql, "ROLLBACK");
     free(session);
-    if (!IT_WAIT(20000, count_status(&f, "SENT") == N)) {
-        dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
-    }
+    assert_all_sent_once(&f, N); /* recorded on the retry: no duplicate */
     ck_assert_int_eq(log_count(&f, 0, "could not record"), 0);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT MAX(retry_count) FROM "
-                                      "outbox_event"),
-                     0);
-    struct tally t;
-    tally_init(&t, N, N);
-    receive_all(f.consumer, &t, 20000, 500);
-    ck_assert_int_eq(t.distinct, N);
-    ck_assert_int_eq(t.total, N); /* recorded on the retry: no duplicate */
-    tally_free(&t);
     daemon_term(&f, 0, 10000);
     fx_close(&f);
 }
@@ -1238,21 +1248,9 @@ START_TEST(test_claim_ahead_fails_on_dropped_column)
                                  "LIKE '%%metadata lock%%'",
                                  f.db) == 1));
     it_db_exec(f.sql, "ROLLBACK");
-    if (!IT_WAIT(30000, count_status(&f, "SENT") == N)) {
-        dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
-    }
+    assert_all_sent_once(&f, N);
     /* the claim ahead's error, reported as it was */
     ck_assert_int_ge(log_count(&f, 0, "Unknown column"), 1);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT MAX(retry_count) FROM "
-                                      "outbox_event"),
-                     0);
-    struct tally t;
-    tally_init(&t, N, N);
-    receive_all(f.consumer, &t, 20000, 500);
-    ck_assert_int_eq(t.distinct, N);
-    ck_assert_int_eq(t.total, N);
-    tally_free(&t);
     daemon_term(&f, 0, 10000);
     fx_close(&f);
 }
