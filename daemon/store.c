@@ -1140,30 +1140,34 @@ store_statement_count(const struct store *st)
     return st->statements;
 }
 
+/*
+ * Claims need the table checked (ready); recording outcomes needs a live
+ * session only: a claim that failed on a table changed under it leaves
+ * the store not ready, and the batch in flight is still to be recorded
+ * (its statements are fenced by the claim token, and fail on their own
+ * if the change broke them).
+ */
 static int
-require_ready(struct store *st, const char *what, char *err, size_t errlen)
+require(struct store *st, bool checked, const char *what, char *err,
+        size_t errlen)
 {
-    if (store_is_connected(st))
+    if (st->db != NULL && (st->ready || !checked))
         return 0;
     err_set(err, errlen, "%s %s: not connected", what, st->where);
     st->last_errno = 0;
     return -1;
 }
 
-/*
- * Recording outcomes needs a live session only: a claim that failed on
- * a table changed under it leaves the store not ready, and the batch in
- * flight is still to be recorded (its statements are fenced by the
- * claim token, and fail on their own if the change broke them).
- */
+static int
+require_ready(struct store *st, const char *what, char *err, size_t errlen)
+{
+    return require(st, true, what, err, errlen);
+}
+
 static int
 require_session(struct store *st, const char *what, char *err, size_t errlen)
 {
-    if (st->db != NULL)
-        return 0;
-    err_set(err, errlen, "%s %s: not connected", what, st->where);
-    st->last_errno = 0;
-    return -1;
+    return require(st, false, what, err, errlen);
 }
 
 /* ---- claim ---- */
@@ -1911,13 +1915,10 @@ int
 store_claim_batch(struct store *st, const char *relay_id,
                   struct outbox_batch *b, char *err, size_t errlen)
 {
-    batch_reset(b);
-    if (require_ready(st, "claim", err, errlen) < 0 ||
-        refresh_schema(st, err, errlen) < 0)
-        return -1;
     for (int attempt = 1;; attempt++) {
         batch_reset(b);
-        if (require_ready(st, "claim", err, errlen) < 0)
+        if (require_ready(st, "claim", err, errlen) < 0 ||
+            (attempt == 1 && refresh_schema(st, err, errlen) < 0))
             return -1;
         st->last_errno = 0;
         if (claim_once(st, relay_id, b, err, errlen) == 0)
