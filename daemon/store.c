@@ -149,6 +149,7 @@ struct store {
     char *claim_where[SRC_COUNT]; /* candidates: index hint and WHERE */
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
+    char *head_sql;  /* ordering: ", candidate is its aggregate's first" */
     bool unfinished; /* ordering reads `unfinished` = 1, not status IN */
     /* Both aggregate columns compare as bytes (a _bin collation): the
      * server tells apart what strcmp does, but for trailing spaces. */
@@ -175,6 +176,9 @@ struct store {
     size_t items_cap;
     uint64_t *located; /* claim: candidate ids, then those locked */
     size_t located_cap;
+    uint64_t *heads; /* claim: located ids first unfinished of their
+                        aggregate, ascending */
+    size_t heads_cap, nheads;
     uint64_t *purge_ids; /* retention: the expired ids of one step */
     size_t purge_cap;
     uint64_t purge_from; /* retention resumes after this id */
@@ -867,6 +871,24 @@ build_unblocked_filter(const struct store *st)
         st->table);
 }
 
+/*
+ * Whether a candidate is the first unfinished event of its aggregate, as
+ * the server's collation sees aggregates: the unblocked filter's own
+ * index read, in the locate's select list.  When every candidate kept
+ * is such a first, the ordering check has nothing to count.
+ */
+static char *
+build_head_sql(const struct store *st)
+{
+    if (!st->unfinished)
+        return NULL;
+    return xasprintf(
+        ", (SELECT `p`.`id` FROM %s `p` WHERE `p`.`aggregate_type` = "
+        "`c`.`aggregate_type` AND `p`.`aggregate_id` = `c`.`aggregate_id` "
+        "AND `p`.`unfinished` = 1 ORDER BY `p`.`id` LIMIT 1) = `c`.`id`",
+        st->table);
+}
+
 /* "Not yet SENT or DEAD", by the generated column where it is trusted. */
 static const char *
 unfinished_cond(const struct store *st)
@@ -916,6 +938,8 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
     }
     free(st->unblocked_sql);
     st->unblocked_sql = build_unblocked_filter(st);
+    free(st->head_sql);
+    st->head_sql = build_head_sql(st);
     free(st->count_sql);
     st->count_sql = build_count_sql(st);
 }
@@ -1052,7 +1076,9 @@ store_free(struct store *st)
         free(st->claim_order[s]);
     }
     free(st->located);
+    free(st->heads);
     free(st->unblocked_sql);
+    free(st->head_sql);
     free(st->retry_index);
     free(st->where);
     free(st->table);
@@ -1288,17 +1314,25 @@ static int
 locate_candidates(struct store *st, enum claim_source src, size_t limit,
                   size_t *n, char *err, size_t errlen)
 {
+    bool heads = st->head_sql != NULL && src != SRC_EXPIRED &&
+                 st->ob->ordering == ORDERING_AGGREGATE;
     sql_reset(&st->sql);
-    sql_addf(&st->sql, "SELECT `c`.`id`");
+    sql_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->head_sql : "");
     add_candidate_scan(st, src, limit);
     MYSQL_RES *res = run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
     st->located = grow(st->located, &st->located_cap, limit, sizeof(uint64_t));
+    st->heads =
+        grow(st->heads, &st->heads_cap, st->nheads + limit, sizeof(uint64_t));
     MYSQL_ROW r;
     *n = 0;
-    while (*n < limit && (r = mysql_fetch_row(res)) != NULL)
-        st->located[(*n)++] = strtoull(r[0], NULL, 10);
+    while (*n < limit && (r = mysql_fetch_row(res)) != NULL) {
+        uint64_t id = strtoull(r[0], NULL, 10);
+        st->located[(*n)++] = id;
+        if (heads && r[1] != NULL && r[1][0] == '1')
+            st->heads[st->nheads++] = id;
+    }
     mysql_free_result(res);
     return 0;
 }
@@ -1631,6 +1665,28 @@ load_earlier_counts(struct store *st, struct outbox_batch *b, char *err,
 }
 
 /*
+ * Whether the locate found every candidate to be the first unfinished
+ * event of its aggregate: then none has an earlier one to wait for, and
+ * no two share an aggregate.  That read is committed state, as the
+ * ordering check's own, a lock earlier: an earlier event that commits
+ * in between is no different from one that commits after the check.
+ */
+static bool
+all_located_heads(struct store *st, const struct outbox_batch *b)
+{
+    if (st->nheads < b->n)
+        return false;
+    qsort(st->heads, st->nheads, sizeof(*st->heads), u64_cmp);
+    for (size_t i = 0; i < b->n; i++)
+        if (!bsearch(&b->rows[i].id, st->heads, st->nheads, sizeof(*st->heads),
+                     u64_cmp))
+            return false;
+    for (size_t i = 0; i < b->n; i++)
+        b->rows[i].earlier_unfinished = 0;
+    return true;
+}
+
+/*
  * Keeps a candidate only when every unfinished earlier event of its
  * aggregate is in the batch: the k-th candidate of an aggregate (by id)
  * must have exactly k unfinished events before it.  The counts come
@@ -1645,6 +1701,8 @@ static int
 ordering_filter(struct store *st, struct outbox_batch *b, char *err,
                 size_t errlen)
 {
+    if (all_located_heads(st, b))
+        return 0;
     st->byagg = grow(st->byagg, &st->byagg_cap, b->n, sizeof(*st->byagg));
     for (size_t i = 0; i < b->n; i++)
         st->byagg[i] = &b->rows[i];
@@ -1862,6 +1920,7 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
            char *err, size_t errlen)
 {
     make_token(st, b->token, relay_id);
+    st->nheads = 0;
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
     if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
         return -1;
