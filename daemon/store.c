@@ -176,8 +176,8 @@ struct store {
     size_t items_cap;
     uint64_t *located; /* claim: candidate ids, then those locked */
     size_t located_cap;
-    uint64_t *heads; /* claim: located ids first unfinished of their
-                        aggregate, ascending */
+    uint64_t *heads; /* claim: located ids that lead their aggregate's
+                        unfinished events, sorted when used */
     size_t heads_cap, nheads;
     uint64_t *purge_ids; /* retention: the expired ids of one step */
     size_t purge_cap;
