@@ -838,6 +838,21 @@ add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
 }
 
 /*
+ * The id of the first unfinished event of candidate `c`'s aggregate, as
+ * the server's collation sees aggregates: one entry of the unfinished
+ * column's index.
+ */
+static char *
+first_unfinished_sql(const struct store *st)
+{
+    return xasprintf(
+        "(SELECT `p`.`id` FROM %s `p` WHERE `p`.`aggregate_type` = "
+        "`c`.`aggregate_type` AND `p`.`aggregate_id` = `c`.`aggregate_id` "
+        "AND `p`.`unfinished` = 1 ORDER BY `p`.`id` LIMIT 1)",
+        st->table);
+}
+
+/*
  * With ordering: aggregate, a candidate whose aggregate has an earlier
  * event backing off in RETRY cannot be kept: skip it in the read itself
  * (with the unfinished column, when that event is the aggregate's first
@@ -854,15 +869,16 @@ add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
 static char *
 build_unblocked_filter(const struct store *st)
 {
-    if (st->unfinished)
-        return xasprintf(
-            " AND NOT EXISTS (SELECT 1 FROM %s `h` WHERE `h`.`id` = "
-            "(SELECT `p`.`id` FROM %s `p` WHERE `p`.`aggregate_type` = "
-            "`c`.`aggregate_type` AND `p`.`aggregate_id` = `c`.`aggregate_id` "
-            "AND `p`.`unfinished` = 1 ORDER BY `p`.`id` LIMIT 1) AND "
+    if (st->unfinished) {
+        char *first = first_unfinished_sql(st);
+        char *filter = xasprintf(
+            " AND NOT EXISTS (SELECT 1 FROM %s `h` WHERE `h`.`id` = %s AND "
             "`h`.`status` = 'RETRY' AND `h`.`id` < `c`.`id` AND "
             "`h`.`next_retry_at` > NOW(6))",
-            st->table, st->table);
+            st->table, first);
+        free(first);
+        return filter;
+    }
     return xasprintf(
         " AND NOT EXISTS (SELECT 1 FROM %s `p` WHERE "
         "`p`.`aggregate_type` = `c`.`aggregate_type` AND "
@@ -872,21 +888,20 @@ build_unblocked_filter(const struct store *st)
 }
 
 /*
- * Whether a candidate is the first unfinished event of its aggregate, as
- * the server's collation sees aggregates: the unblocked filter's own
- * index read, in the locate's select list.  When every candidate kept
- * is such a first, the ordering check has nothing to count.
+ * Whether a candidate is the first unfinished event of its aggregate:
+ * the unblocked filter's own index read, in the locate's select list.
+ * When every candidate kept is such a first, the ordering check has
+ * nothing to count.
  */
 static char *
 build_head_sql(const struct store *st)
 {
     if (!st->unfinished)
         return NULL;
-    return xasprintf(
-        ", (SELECT `p`.`id` FROM %s `p` WHERE `p`.`aggregate_type` = "
-        "`c`.`aggregate_type` AND `p`.`aggregate_id` = `c`.`aggregate_id` "
-        "AND `p`.`unfinished` = 1 ORDER BY `p`.`id` LIMIT 1) = `c`.`id`",
-        st->table);
+    char *first = first_unfinished_sql(st);
+    char *head = xasprintf(", %s = `c`.`id`", first);
+    free(first);
+    return head;
 }
 
 /* "Not yet SENT or DEAD", by the generated column where it is trusted. */
@@ -1277,11 +1292,19 @@ u64_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A row whose lease expired passed ordering when it was first claimed;
+ * its reclaim does not read it again. */
+static bool
+ordering_applies(const struct store *st, enum claim_source src)
+{
+    return src != SRC_EXPIRED && st->ob->ordering == ORDERING_AGGREGATE;
+}
+
 /* The candidates' statement from FROM to LIMIT. */
 static void
 add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
 {
-    bool filter = src != SRC_EXPIRED && st->ob->ordering == ORDERING_AGGREGATE;
+    bool filter = ordering_applies(st, src);
     sql_addf(&st->sql, " FROM %s `c`%s%s%s LIMIT %zu", st->table,
              st->claim_where[src], filter ? st->unblocked_sql : "",
              st->claim_order[src], limit);
@@ -1314,8 +1337,7 @@ static int
 locate_candidates(struct store *st, enum claim_source src, size_t limit,
                   size_t *n, char *err, size_t errlen)
 {
-    bool heads = st->head_sql != NULL && src != SRC_EXPIRED &&
-                 st->ob->ordering == ORDERING_AGGREGATE;
+    bool heads = st->head_sql != NULL && ordering_applies(st, src);
     sql_reset(&st->sql);
     sql_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->head_sql : "");
     add_candidate_scan(st, src, limit);
@@ -1681,8 +1703,6 @@ all_located_heads(struct store *st, const struct outbox_batch *b)
         if (!bsearch(&b->rows[i].id, st->heads, st->nheads, sizeof(*st->heads),
                      u64_cmp))
             return false;
-    for (size_t i = 0; i < b->n; i++)
-        b->rows[i].earlier_unfinished = 0;
     return true;
 }
 
@@ -1701,8 +1721,11 @@ static int
 ordering_filter(struct store *st, struct outbox_batch *b, char *err,
                 size_t errlen)
 {
-    if (all_located_heads(st, b))
+    if (all_located_heads(st, b)) {
+        for (size_t i = 0; i < b->n; i++)
+            b->rows[i].earlier_unfinished = 0;
         return 0;
+    }
     st->byagg = grow(st->byagg, &st->byagg_cap, b->n, sizeof(*st->byagg));
     for (size_t i = 0; i < b->n; i++)
         st->byagg[i] = &b->rows[i];
