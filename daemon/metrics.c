@@ -214,6 +214,31 @@ render_counters(struct out *o, const struct outbox_metrics *obs, size_t n)
     }
 }
 
+/*
+ * Which server is the pace: the rates of the two samples, in seconds per
+ * second, tell where a drain's time goes.  Work the database does while
+ * the broker confirms is not waited for and not counted.
+ */
+static void
+render_waits(struct out *o, const struct outbox_metrics *obs, size_t n)
+{
+    static const char name[] = "outboxd_wait_seconds_total";
+    family(o, name, "counter",
+           "Time the relay waited, by server: the broker (a batch's "
+           "publishing until its last confirm), the database (claims and "
+           "records that publishing did not overlap, idle polls too).");
+    for (size_t i = 0; i < n; i++) {
+        const char *on[2] = {"broker", "database"};
+        uint64_t us[2] = {obs[i].wait_broker_us, obs[i].wait_database_us};
+        for (int k = 0; k < 2; k++) {
+            sample_start(o, name, obs[i].outbox);
+            out_printf(o, ",on=\"%s\"} ", on[k]);
+            print_seconds(o, us[k]);
+            out_printf(o, "\n");
+        }
+    }
+}
+
 static void
 render_flag(struct out *o, const struct outbox_metrics *obs, size_t n,
             const char *name, const char *help, size_t off)
@@ -299,6 +324,7 @@ metrics_render(const struct daemon_metrics *dm,
     o.buf[0] = '\0';
     render_daemon(&o, dm);
     render_counters(&o, obs, n);
+    render_waits(&o, obs, n);
     render_rows(&o, obs, n);
     render_flag(&o, obs, n, "outboxd_database_connected",
                 "1 while the outbox's database session is up.", OM(db_up));

@@ -38,6 +38,38 @@ struct relay_scratch {
     size_t cap;
 };
 
+/* The relay starts waiting on a server (see struct relay_waits). */
+static void
+wait_begin(struct relay *r, enum relay_wait on)
+{
+    struct relay_waits *w = &r->stats.waits;
+    pthread_mutex_lock(&w->lock);
+    w->since_us = metrics_clock_us();
+    w->on = on;
+    pthread_mutex_unlock(&w->lock);
+}
+
+static void
+wait_end(struct relay *r)
+{
+    struct relay_waits *w = &r->stats.waits;
+    pthread_mutex_lock(&w->lock);
+    w->done_us[w->on] += metrics_clock_us() - w->since_us;
+    w->since_us = 0;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void
+relay_waits_read(struct relay *r, uint64_t us[WAIT_COUNT])
+{
+    struct relay_waits *w = &r->stats.waits;
+    pthread_mutex_lock(&w->lock);
+    memcpy(us, w->done_us, sizeof(w->done_us));
+    if (w->since_us != 0)
+        us[w->on] += metrics_clock_us() - w->since_us;
+    pthread_mutex_unlock(&w->lock);
+}
+
 void
 relay_init(struct relay *r, const struct outbox_config *ob,
            const char *relay_id, const struct relay_backend *backend)
@@ -50,6 +82,7 @@ relay_init(struct relay *r, const struct outbox_config *ob,
         batch_init(&r->slot[i]);
     r->batch = &r->slot[0];
     r->scratch = xcalloc(1, sizeof(*r->scratch));
+    pthread_mutex_init(&r->stats.waits.lock, NULL);
     histogram_init(&r->stats.commit_to_confirm, metrics_latency_bounds_us,
                    metrics_latency_nbounds);
     histogram_init(&r->stats.batch_duration, metrics_batch_bounds_us,
@@ -73,6 +106,7 @@ relay_fini(struct relay *r)
     job_wait(r);
     for (int i = 0; i < RELAY_SLOTS; i++)
         batch_free(&r->slot[i]);
+    pthread_mutex_destroy(&r->stats.waits.lock);
 }
 
 static void
@@ -414,8 +448,11 @@ record_wave(struct relay *r, struct outbox_row **rows, size_t n)
     if (k == 0)
         return true;
     job_wait(r); /* the store is the job's until it is done */
-    if (r->backend.mark_sent(r->backend.store, r->batch, s->marks, k, &lost,
-                             err, sizeof(err)) < 0) {
+    wait_begin(r, WAIT_DATABASE);
+    int rc = r->backend.mark_sent(r->backend.store, r->batch, s->marks, k,
+                                  &lost, err, sizeof(err));
+    wait_end(r);
+    if (rc < 0) {
         log_error(LOG_KV("outbox", r->outbox->name),
                   "could not record %zu confirmed events, their aggregates' "
                   "later events wait for the next claim: %s",
@@ -469,13 +506,32 @@ await_unblocked(struct relay *r, bool *broker_ok)
     return true;
 }
 
+/*
+ * One wave out until its last confirm, the time counted as the broker's;
+ * false when no wave may start (see await_unblocked).
+ */
+static bool
+send_wave(struct relay *r, struct outbox_row **rows, size_t n, bool *broker_ok)
+{
+    char err[512];
+    wait_begin(r, WAIT_BROKER);
+    bool go = await_unblocked(r, broker_ok);
+    if (go && r->backend.publish(r->backend.publisher, r->batch, rows, n,
+                                 r->outbox->mandatory, wave_deadline(r), err,
+                                 sizeof(err)) < 0) {
+        str_copy(r->last_error, err, sizeof(r->last_error));
+        *broker_ok = false;
+    }
+    wait_end(r);
+    return go;
+}
+
 /* Publishes every wave; returns false when the broker connection died. */
 static bool
 publish_waves(struct relay *r)
 {
     struct relay_scratch *s = r->scratch;
     size_t waves = place_rows(r);
-    char err[512];
     bool broker_ok = true;
 
     memset(s->blocked, 0, r->batch->n * sizeof(*s->blocked));
@@ -486,14 +542,8 @@ publish_waves(struct relay *r)
         size_t n = collect_wave(r, w, rows);
         if (n == 0)
             continue;
-        if (!await_unblocked(r, &broker_ok))
+        if (!send_wave(r, rows, n, &broker_ok))
             break;
-        if (r->backend.publish(r->backend.publisher, r->batch, rows, n,
-                               r->outbox->mandatory, wave_deadline(r), err,
-                               sizeof(err)) < 0) {
-            str_copy(r->last_error, err, sizeof(r->last_error));
-            broker_ok = false;
-        }
         observe_acks(r, rows, n);
         if (broker_ok && w + 1 < waves && !record_wave(r, rows, n))
             break;
@@ -590,7 +640,9 @@ finalize(struct relay *r, struct outbox_batch *b)
 {
     char err[512];
     size_t lost = 0;
+    wait_begin(r, WAIT_DATABASE);
     int rc = r->backend.finalize(r->backend.store, b, &lost, err, sizeof(err));
+    wait_end(r);
     return finalize_done(r, b, rc, lost, err);
 }
 
@@ -637,8 +689,11 @@ job_start(struct relay *r, struct outbox_batch *prev, struct outbox_batch *next)
 static void
 job_wait(struct relay *r)
 {
-    if (r->job.running)
+    if (r->job.running) {
+        wait_begin(r, WAIT_DATABASE);
         pthread_join(r->job.thread, NULL);
+        wait_end(r);
+    }
     r->job.running = false;
 }
 
@@ -779,8 +834,11 @@ take_batch(struct relay *r)
     r->batch = free_slot(r, r->prev, NULL);
     batch_reset(r->batch);
     r->claim_ms = clock_ms();
-    if (r->backend.claim(r->backend.store, r->relay_id, r->batch, err,
-                         sizeof(err)) < 0) {
+    wait_begin(r, WAIT_DATABASE);
+    int rc = r->backend.claim(r->backend.store, r->relay_id, r->batch, err,
+                              sizeof(err));
+    wait_end(r);
+    if (rc < 0) {
         str_copy(r->last_error, err, sizeof(r->last_error));
         return -1;
     }

@@ -38,6 +38,26 @@ struct relay_backend {
                           size_t errlen);
 };
 
+/* The server a relay waits on (metrics: which one is a drain's pace). */
+enum relay_wait {
+    WAIT_BROKER,   /* a batch's publishing until its last confirm */
+    WAIT_DATABASE, /* claims and records that publishing did not overlap */
+    WAIT_COUNT,
+};
+
+/*
+ * Time waited per server, read by metrics while it grows: a wait still
+ * in progress counts up to now, so a claim stuck on a lock shows at the
+ * next scrape rather than when it ends.  A mutex, taken twice per wait:
+ * a reader must never see a wait both in progress and already added.
+ */
+struct relay_waits {
+    pthread_mutex_t lock;
+    uint64_t done_us[WAIT_COUNT];
+    uint64_t since_us; /* metrics_clock_us at the start; 0: none */
+    enum relay_wait on;
+};
+
 /* Counters since start, read by metrics. */
 struct relay_stats {
     _Atomic uint64_t published; /* confirmed by the broker */
@@ -47,6 +67,7 @@ struct relay_stats {
     _Atomic uint64_t released;  /* rows given back unattempted */
     _Atomic uint64_t lost;      /* rows whose lease another relay took */
     _Atomic uint64_t batches;
+    struct relay_waits waits;
     struct histogram commit_to_confirm; /* created_at -> ack, per event */
     struct histogram batch_duration;    /* claim -> finalize */
 };
@@ -96,6 +117,9 @@ struct relay {
 
 void relay_init(struct relay *r, const struct outbox_config *ob,
                 const char *relay_id, const struct relay_backend *backend);
+/* Seconds waited so far per server (microseconds, by enum relay_wait),
+ * the wait in progress included; from any thread. */
+void relay_waits_read(struct relay *r, uint64_t us[WAIT_COUNT]);
 void relay_fini(struct relay *r);
 
 /*

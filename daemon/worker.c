@@ -554,7 +554,7 @@ worker_reload(struct worker *w, const struct outbox_config *ob)
 }
 
 void
-worker_metrics(const struct worker *w, struct outbox_metrics *m)
+worker_metrics(struct worker *w, struct outbox_metrics *m)
 {
     const struct relay_stats *st = &w->relay.stats;
     memset(m, 0, sizeof(*m));
@@ -566,6 +566,10 @@ worker_metrics(const struct worker *w, struct outbox_metrics *m)
     m->released = st->released;
     m->lost = st->lost;
     m->batches = st->batches;
+    uint64_t waits[WAIT_COUNT];
+    relay_waits_read(&w->relay, waits);
+    m->wait_broker_us = waits[WAIT_BROKER];
+    m->wait_database_us = waits[WAIT_DATABASE];
     m->db_up = w->db_up;
     m->broker_up = w->broker_up;
     m->broker_blocked = w->broker_blocked;

@@ -36,6 +36,6 @@ const struct outbox_config *worker_outbox(const struct worker *w);
  */
 void worker_reload(struct worker *w, const struct outbox_config *ob);
 /* A snapshot of the worker's counters and gauges, for /metrics. */
-void worker_metrics(const struct worker *w, struct outbox_metrics *m);
+void worker_metrics(struct worker *w, struct outbox_metrics *m);
 
 #endif

@@ -65,6 +65,8 @@ render_two(void)
         .retried = 2,
         .dead = 1,
         .batches = 7,
+        .wait_broker_us = 12500000,
+        .wait_database_us = 250,
         .db_up = true,
         .broker_up = true,
         .rows_known = true,
@@ -107,6 +109,13 @@ START_TEST(test_render_counters_and_gauges)
     has_line("outboxd_events_retried_total{outbox=\"orders.outbox_event\"} 2");
     has_line("outboxd_events_dead_total{outbox=\"orders.outbox_event\"} 1");
     has_line("outboxd_batches_total{outbox=\"orders.outbox_event\"} 7");
+    has_line("# TYPE outboxd_wait_seconds_total counter");
+    has_line("outboxd_wait_seconds_total{outbox=\"orders.outbox_event\","
+             "on=\"broker\"} 12.500000");
+    has_line("outboxd_wait_seconds_total{outbox=\"orders.outbox_event\","
+             "on=\"database\"} 0.000250");
+    has_line("outboxd_wait_seconds_total{outbox=\"we\\\"ird\\\\db.t\","
+             "on=\"database\"} 0.000000");
     has_line("# TYPE outboxd_rows gauge");
     has_line("outboxd_rows{outbox=\"orders.outbox_event\",status=\"PENDING\"}"
              " 5");
@@ -153,8 +162,9 @@ START_TEST(test_render_families_grouped)
 {
     render_two();
     const char *families[] = {"outboxd_events_published_total", "outboxd_rows",
-                              "outboxd_commit_to_confirm_seconds"};
-    for (size_t i = 0; i < 3; i++) {
+                              "outboxd_commit_to_confirm_seconds",
+                              "outboxd_wait_seconds_total"};
+    for (size_t i = 0; i < 4; i++) {
         char type[128];
         snprintf(type, sizeof(type), "# TYPE %s ", families[i]);
         const char *first = strstr(text, type);

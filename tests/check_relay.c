@@ -29,7 +29,9 @@ struct fake {
     struct fake_row rows[MAX_ROWS];
     size_t nrows;
     int claim_rc, finalize_rc;
-    int claims, claim_fails_at; /* the claim with this number fails */
+    int claims, claim_fails_at;    /* the claim with this number fails */
+    unsigned claim_ms, publish_ms; /* a slow database, a slow broker */
+    _Atomic unsigned publishes_done;
     /* publish behaviour */
     unsigned long long fail_id; /* this row is nacked */
     int die_on_wave;            /* the connection dies on this wave (1-based) */
@@ -56,6 +58,8 @@ fake_claim(void *arg, const char *relay_id, struct outbox_batch *b, char *err,
 {
     struct fake *f = arg;
     (void)relay_id;
+    if (f->claim_ms > 0)
+        usleep(f->claim_ms * 1000u);
     if (f->claim_rc < 0 || ++f->claims == f->claim_fails_at) {
         err_set(err, errlen, "claim failed");
         return -1;
@@ -82,6 +86,8 @@ fake_publish(void *arg, struct outbox_batch *b, struct outbox_row **rows,
     struct fake *f = arg;
     (void)mandatory;
     (void)deadline_ms;
+    if (f->publish_ms > 0)
+        usleep(f->publish_ms * 1000u);
     f->waves++;
     for (size_t i = 0; i < n; i++) {
         ck_assert_int_eq(rows[i]->state, ROW_CLAIMED);
@@ -105,6 +111,7 @@ fake_publish(void *arg, struct outbox_batch *b, struct outbox_row **rows,
         row_enter_state(b, rows[i],
                         rows[i]->id == f->fail_id ? ROW_FAILED : ROW_ACKED,
                         rows[i]->id == f->fail_id ? "broker nack" : NULL);
+    f->publishes_done++;
     return 0;
 }
 
@@ -832,6 +839,87 @@ START_TEST(test_reclaimed_row_published_alone)
 }
 END_TEST
 
+static uint64_t
+waited_ms(enum relay_wait on)
+{
+    uint64_t us[WAIT_COUNT];
+    relay_waits_read(&relay, us);
+    return us[on] / 1000;
+}
+
+/* The time a batch waits is counted against the server it waits on. */
+START_TEST(test_wait_counted_by_server)
+{
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    fake.publish_ms = 50;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_uint_ge(waited_ms(WAIT_BROKER), 50);
+    ck_assert_uint_lt(waited_ms(WAIT_DATABASE), 50);
+    uint64_t on_broker = waited_ms(WAIT_BROKER);
+    uint64_t db = waited_ms(WAIT_DATABASE);
+    fake.publish_ms = 0;
+    fake.claim_ms = 50;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_uint_ge(waited_ms(WAIT_DATABASE) - db, 50);
+    ck_assert_uint_lt(waited_ms(WAIT_BROKER) - on_broker, 50);
+}
+END_TEST
+
+/* A claim ahead that ends while the broker confirms costs no wait; one
+ * that outlasts publishing is waited for, as the database's time. */
+START_TEST(test_overlapped_claim_not_waited_for)
+{
+    for (unsigned i = 1; i <= 10; i++) /* a full batch: claims ahead */
+        add_row(i, "e", i % 2 ? "A" : "B");
+    static const char *ids[10] = {"e1", "e2", "e3", "e4", "e5",
+                                  "e6", "e7", "e8", "e9", "e10"};
+    for (unsigned i = 0; i < 10; i++)
+        fake.rows[i].event_id = ids[i];
+    fake.claim_ms = 20;
+    fake.publish_ms = 200;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(fake.claims, 2); /* its own and the one ahead */
+    ck_assert_uint_ge(waited_ms(WAIT_BROKER), 200);
+    ck_assert_uint_ge(waited_ms(WAIT_DATABASE), 20); /* the first claim */
+    ck_assert_uint_lt(waited_ms(WAIT_DATABASE), 200);
+    uint64_t db = waited_ms(WAIT_DATABASE);
+    fake.claim_ms = 200;
+    fake.publish_ms = 0;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_uint_ge(waited_ms(WAIT_DATABASE) - db, 200);
+    relay_flush(&relay);
+}
+END_TEST
+
+static void *
+cycle_thread(void *arg)
+{
+    (void)arg;
+    relay_cycle(&relay);
+    return NULL;
+}
+
+/* A wait in progress counts up to now: a publish stuck on a silent
+ * broker shows at the next scrape, not when it ends. */
+START_TEST(test_wait_in_progress_counted)
+{
+    add_row(1, "e1", "A");
+    fake.publish_ms = 600;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, cycle_thread, NULL), 0);
+    bool seen = false;
+    for (uint64_t until = clock_ms() + 3000; !seen && clock_ms() < until;) {
+        uint64_t ms = waited_ms(WAIT_BROKER);
+        seen = fake.publishes_done == 0 && ms >= 100; /* read after ms */
+        usleep(5000);
+    }
+    pthread_join(th, NULL);
+    ck_assert_msg(seen, "the wait did not show while in progress");
+    ck_assert_uint_ge(waited_ms(WAIT_BROKER), 600);
+}
+END_TEST
+
 Suite *
 relay_suite(void)
 {
@@ -864,6 +952,9 @@ relay_suite(void)
     tcase_add_test(tc, test_flush_gives_back_claimed_ahead);
     tcase_add_test(tc, test_reclaimed_row_published_alone);
     tcase_add_test(tc, test_store_lost_in_job);
+    tcase_add_test(tc, test_wait_counted_by_server);
+    tcase_add_test(tc, test_overlapped_claim_not_waited_for);
+    tcase_add_test(tc, test_wait_in_progress_counted);
     suite_add_tcase(s, tc);
     return s;
 }

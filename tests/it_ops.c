@@ -483,6 +483,59 @@ START_TEST(test_healthz_while_broker_frozen)
 }
 END_TEST
 
+/* Seconds the relay waited on one server, from a fresh scrape. */
+static double
+fx_wait(struct fx *f, const char *on)
+{
+    char series[256];
+    snprintf(series, sizeof(series),
+             "outboxd_wait_seconds_total{outbox=\"%s.outbox_event\",on=\"%s\"}",
+             f->db, on);
+    return fx_scrape(f, series);
+}
+
+/*
+ * outboxd_wait_seconds_total names the server that holds the relay up,
+ * while it does: a table locked by another session holds up the claims
+ * (database), a frozen broker the confirms (broker).  Each hold lasts
+ * until the scrapes show a second and a half of it.
+ */
+START_TEST(test_wait_names_the_pace)
+{
+    enum { N = 20000 };
+    struct fx f;
+    fx_open(&f, "        batch_size: 1000\n");
+    fx_start(&f);
+    fx_wait_ready(&f);
+    double db0 = fx_wait(&f, "database"), br0 = fx_wait(&f, "broker");
+    ck_assert(db0 >= 0 && br0 >= 0);
+    it_db_exec(f.sql, "LOCK TABLES outbox_event WRITE");
+    bool held = IT_WAIT(10000, fx_wait(&f, "database") - db0 >= 1.5);
+    double br1 = fx_wait(&f, "broker");
+    it_db_exec(f.sql, "UNLOCK TABLES");
+    ck_assert_msg(held, "database wait %.3f s with the table locked",
+                  fx_wait(&f, "database") - db0);
+    ck_assert_msg(br1 - br0 < 0.1, "broker wait %.3f s", br1 - br0);
+
+    it_db_insert_events(f.sql, "outbox_event", "pace", N, 200, 256);
+    ck_assert(IT_WAIT(60000, count_status(&f, "SENT") >= 1000));
+    pid_t beam = beam_pid();
+    ck_assert_int_gt(beam, 0);
+    double db1 = fx_wait(&f, "database");
+    br1 = fx_wait(&f, "broker");
+    kill(beam, SIGSTOP);
+    held = IT_WAIT(10000, fx_wait(&f, "broker") - br1 >= 1.5);
+    double db2 = fx_wait(&f, "database");
+    kill(beam, SIGCONT); /* before any assertion: the broker is shared */
+    ck_assert_msg(held, "broker wait %.3f s with the broker frozen",
+                  fx_wait(&f, "broker") - br1);
+    ck_assert_msg(db2 - db1 < 0.5, "database wait %.3f s", db2 - db1);
+    ck_assert(IT_WAIT(120000, count_status(&f, "SENT") == N));
+    receive_exactly(&f, "pace", N, 60000);
+    fx_close(&f);
+}
+END_TEST
+
 /* ---- SIGHUP ---- */
 
 static double
@@ -684,6 +737,7 @@ it_ops_suite(void)
     tcase_add_unchecked_fixture(faults, ops_setup, broker_restore);
     tcase_add_test(faults, test_readyz_follows_broker);
     tcase_add_test(faults, test_healthz_while_broker_frozen);
+    tcase_add_test(faults, test_wait_names_the_pace);
     suite_add_tcase(s, faults);
     return s;
 }
