@@ -33,8 +33,8 @@ IT_SRCS := $(wildcard tests/it_*.c) tests/itest.c
 UNIT_OBJS = $(UNIT_SRCS:%.c=$(BUILD)/%.o)
 IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all check check-unit check-integration check-packaging setup demo \
-	install clean format valgrind bench fuzz fuzz-build
+.PHONY: all check check-unit check-alerts check-integration check-packaging \
+	setup demo install clean format valgrind bench fuzz fuzz-build
 
 all: $(BUILD)/outboxd $(BUILD)/outboxctl
 
@@ -58,10 +58,15 @@ $(BUILD)/check_integration: $(IT_OBJS) $(DAEMON_OBJS)
 check:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start
-	$(MAKE) check-unit check-integration
+	$(MAKE) check-unit check-alerts check-integration
 
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
+
+# The alerting rules: valid, and each alert fires when it should.
+check-alerts:
+	promtool check rules conf/outboxd-alerts.yml
+	cd tests && promtool test rules alerts_test.yml
 
 check-integration: all $(BUILD)/check_integration
 	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd \
@@ -99,6 +104,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSCONFDIR)/outboxd
 	install -m 755 $(BUILD)/outboxd $(BUILD)/outboxctl $(DESTDIR)$(PREFIX)/bin
 	install -m 640 conf/outboxd.yaml $(DESTDIR)$(SYSCONFDIR)/outboxd/outboxd.yaml.example
+	install -d $(DESTDIR)$(PREFIX)/share/outboxd
+	install -m 644 conf/outboxd-alerts.yml $(DESTDIR)$(PREFIX)/share/outboxd
 
 format:
 	clang-format -i daemon/*.c daemon/*.h tests/*.c tests/*.h tests/fuzz/*.c \

@@ -304,6 +304,35 @@ check_promtool(struct fx *f)
     free(r.body);
 }
 
+/* The metric names conf/outboxd-alerts.yml uses, each in the scrape:
+ * an alert on a name outboxd does not export would never fire. */
+static void
+check_alert_names(struct fx *f)
+{
+    FILE *fp = fopen(it_src_path("conf/outboxd-alerts.yml"), "r");
+    ck_assert_ptr_nonnull(fp);
+    struct reply r = http_get(f->port, "/metrics", 2000);
+    ck_assert_int_eq(r.status, 200);
+    char line[1024], name[128], labeled[160], bare[160];
+    int names = 0;
+    while (fgets(line, sizeof(line), fp)) {
+        for (const char *p = line; (p = strstr(p, "outboxd_")) != NULL;) {
+            size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+            snprintf(name, sizeof(name), "%.*s", (int)n, p);
+            snprintf(labeled, sizeof(labeled), "\n%s{", name);
+            snprintf(bare, sizeof(bare), "\n%s ", name);
+            ck_assert_msg(strstr(r.body, labeled) || strstr(r.body, bare),
+                          "conf/outboxd-alerts.yml uses %s, not in /metrics",
+                          name);
+            names++;
+            p += n;
+        }
+    }
+    fclose(fp);
+    free(r.body);
+    ck_assert_int_gt(names, 7);
+}
+
 START_TEST(test_metrics_follow_drain)
 {
     struct fx f;
@@ -348,6 +377,7 @@ START_TEST(test_metrics_follow_drain)
     double age = fx_metric(&f, "outboxd_oldest_pending_age_seconds");
     ck_assert_msg(age >= 119 && age < 600, "oldest pending age %f", age);
     check_promtool(&f);
+    check_alert_names(&f);
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
     fx_close(&f);
