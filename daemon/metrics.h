@@ -45,7 +45,7 @@ uint64_t metrics_clock_us(void);
 struct outbox_metrics {
     const char *outbox; /* "<database>.<table>" */
     uint64_t published, failed, retried, dead, released, lost, batches;
-    /* Time the relay waited with work in hand, by server (relay.h). */
+    /* Time the relay waited on each server (relay.h, enum relay_wait). */
     uint64_t wait_broker_us, wait_database_us;
     bool db_up, broker_up, broker_blocked;
     /* From the worker's periodic count; false until one succeeded. */
