@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,7 +275,7 @@ pid_of(const char *name)
 }
 
 struct ceiling {
-    double rate;
+    double rate; /* first: median_run sorts runs by it */
     double rabbit_ms_per_1000, self_ms_per_1000; /* CPU per 1000 messages */
     double low, high; /* the slowest and fastest of the runs */
 };
@@ -377,11 +378,23 @@ measure_ceiling(const struct settings *s, long n, struct publishing how)
     return res;
 }
 
+/* Runs of either kind lead with their rate (struct ceiling, struct
+ * drain_result): sorted by it, the middle one is the median run. */
 static int
 cmp_rate(const void *a, const void *b)
 {
-    const struct ceiling *x = a, *y = b;
-    return (x->rate > y->rate) - (x->rate < y->rate);
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts n runs of size bytes; the median run, the extremes' rates. */
+static const void *
+median_run(void *runs, size_t n, size_t size, double *low, double *high)
+{
+    qsort(runs, n, size, cmp_rate);
+    *low = *(const double *)runs;
+    *high = *(const double *)((const char *)runs + (n - 1) * size);
+    return (const char *)runs + n / 2 * size;
 }
 
 /*
@@ -393,12 +406,13 @@ static struct ceiling
 measure_ceiling_median(const struct settings *s, struct publishing how)
 {
     struct ceiling runs[CEILING_RUNS];
+    double low, high;
     for (int i = 0; i < CEILING_RUNS; i++)
         runs[i] = measure_ceiling(s, s->ceiling_messages, how);
-    qsort(runs, CEILING_RUNS, sizeof(runs[0]), cmp_rate);
-    struct ceiling res = runs[CEILING_RUNS / 2];
-    res.low = runs[0].rate;
-    res.high = runs[CEILING_RUNS - 1].rate;
+    struct ceiling res = *(const struct ceiling *)median_run(
+        runs, CEILING_RUNS, sizeof(runs[0]), &low, &high);
+    res.low = low;
+    res.high = high;
     return res;
 }
 
@@ -477,12 +491,15 @@ stop_daemon(pid_t pid)
 }
 
 struct drain_result {
-    double rate;
+    double rate;      /* first: median_run sorts runs by it */
     double low, high; /* the slowest and fastest of the runs */
     long rss_kib;
     double statements_per_1000;
     double cpu_ms_per_1000[3]; /* mariadbd, RabbitMQ, outboxd */
 };
+_Static_assert(offsetof(struct ceiling, rate) == 0 &&
+                   offsetof(struct drain_result, rate) == 0,
+               "median_run reads a run's rate at its start");
 
 static const char *const cpu_names[3] = {"mariadbd", "rabbitmq", "outboxd"};
 
@@ -541,13 +558,6 @@ measure_drain(const struct settings *s, const char *ordering, long sent,
     return res;
 }
 
-static int
-cmp_drain(const void *a, const void *b)
-{
-    const struct drain_result *x = a, *y = b;
-    return (x->rate > y->rate) - (x->rate < y->rate);
-}
-
 /*
  * The median of several drains, as for the ceiling: one drain moves by a
  * twentieth from run to run, enough to cross a target.  The median run's
@@ -559,15 +569,16 @@ measure_drain_median(const struct settings *s, const char *ordering)
     struct drain_result runs[DRAIN_RUNS_MAX];
     size_t n = (size_t)s->drain_runs;
     long rss = 0;
+    double low, high;
     for (size_t i = 0; i < n; i++) {
         runs[i] = measure_drain(s, ordering, 0, 0);
         if (runs[i].rss_kib > rss)
             rss = runs[i].rss_kib;
     }
-    qsort(runs, n, sizeof(runs[0]), cmp_drain);
-    struct drain_result res = runs[n / 2];
-    res.low = runs[0].rate;
-    res.high = runs[n - 1].rate;
+    struct drain_result res = *(const struct drain_result *)median_run(
+        runs, n, sizeof(runs[0]), &low, &high);
+    res.low = low;
+    res.high = high;
     res.rss_kib = rss;
     return res;
 }

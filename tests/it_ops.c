@@ -219,14 +219,20 @@ fx_metric(struct fx *f, const char *name)
     return fx_scrape(f, series);
 }
 
+/* The sample of this outbox's family name whose label has value. */
+static double
+fx_labeled(struct fx *f, const char *name, const char *label, const char *value)
+{
+    char series[256];
+    snprintf(series, sizeof(series), "%s{outbox=\"%s.outbox_event\",%s=\"%s\"}",
+             name, f->db, label, value);
+    return fx_scrape(f, series);
+}
+
 static double
 fx_rows(struct fx *f, const char *status)
 {
-    char series[256];
-    snprintf(series, sizeof(series),
-             "outboxd_rows{outbox=\"%s.outbox_event\",status=\"%s\"}", f->db,
-             status);
-    return fx_scrape(f, series);
+    return fx_labeled(f, "outboxd_rows", "status", status);
 }
 
 static long long
@@ -517,11 +523,7 @@ END_TEST
 static double
 fx_wait(struct fx *f, const char *on)
 {
-    char series[256];
-    snprintf(series, sizeof(series),
-             "outboxd_wait_seconds_total{outbox=\"%s.outbox_event\",on=\"%s\"}",
-             f->db, on);
-    return fx_scrape(f, series);
+    return fx_labeled(f, "outboxd_wait_seconds_total", "on", on);
 }
 
 /*
