@@ -8,9 +8,11 @@
 #define _GNU_SOURCE
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <mysql.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,6 +34,8 @@
 #define PAYLOAD_BYTES 256
 #define RELAY_USER "outboxd_bench"
 #define RELAY_BATCH 500 /* outboxd's default batch_size */
+/* outboxd's metrics listener during a drain: where its time went */
+#define METRICS_PORT 19180
 
 struct settings {
     const char *outboxd;
@@ -434,14 +439,15 @@ write_config(const char *path, const char *ordering, const char *extra)
     FILE *f = fopen(path, "w");
     if (!f)
         die("cannot write %s", path);
-    fprintf(f,
-            "relay:\n  id: bench\n  log_level: warn\n  listen: \"\"\n"
-            "brokers:\n  main:\n    url: amqp://guest:guest@127.0.0.1:5672/\n"
-            "databases:\n  " DB_NAME ":\n    user: " RELAY_USER "\n"
-            "    password: " RELAY_USER "\n    database: " DB_NAME "\n"
-            "    outboxes:\n      - table: outbox_event\n"
-            "        exchange: " EXCHANGE "\n        ordering: %s\n%s",
-            ordering, extra ? extra : "");
+    fprintf(
+        f,
+        "relay:\n  id: bench\n  log_level: warn\n  listen: \"127.0.0.1:%d\"\n"
+        "brokers:\n  main:\n    url: amqp://guest:guest@127.0.0.1:5672/\n"
+        "databases:\n  " DB_NAME ":\n    user: " RELAY_USER "\n"
+        "    password: " RELAY_USER "\n    database: " DB_NAME "\n"
+        "    outboxes:\n      - table: outbox_event\n"
+        "        exchange: " EXCHANGE "\n        ordering: %s\n%s",
+        METRICS_PORT, ordering, extra ? extra : "");
     fchmod(fileno(f), 0600);
     fclose(f);
 }
@@ -490,16 +496,94 @@ stop_daemon(pid_t pid)
         die("outboxd did not exit 0 (see /tmp/outboxd-bench.log)");
 }
 
+/*
+ * outboxd's metrics page over its listener (HTTP/1.0: the answer ends
+ * with the connection); malloc'd, NULL when nothing answers in time.
+ */
+static char *
+fetch_metrics(void)
+{
+    static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(METRICS_PORT),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {5, 0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NULL;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 65536, len = 0;
+    char *page = malloc(cap);
+    ssize_t k;
+    while ((k = read(fd, page + len, cap - len - 1)) > 0)
+        if ((len += (size_t)k) + 4096 > cap)
+            page = realloc(page, cap *= 2);
+    page[len] = '\0';
+    close(fd);
+    return page;
+}
+
+/* The sum of a metric's samples whose labels hold label. */
+static double
+metric_sum(const char *page, const char *name, const char *label)
+{
+    double sum = 0;
+    size_t namelen = strlen(name);
+    for (const char *line = page; line != NULL && *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        const char *labels_end = strchr(line, '}');
+        if (strncmp(line, name, namelen) == 0 && line[namelen] == '{' &&
+            labels_end != NULL && (end == NULL || labels_end < end) &&
+            memmem(line, (size_t)(labels_end - line), label, strlen(label)))
+            sum += strtod(labels_end + 1, NULL);
+        line = end ? end + 1 : NULL;
+    }
+    return sum;
+}
+
 struct drain_result {
     double rate;      /* first: median_run sorts runs by it */
     double low, high; /* the slowest and fastest of the runs */
     long rss_kib;
     double statements_per_1000;
     double cpu_ms_per_1000[3]; /* mariadbd, RabbitMQ, outboxd */
+    double seconds;
+    double wait_s[2]; /* what outboxd waited on: broker, database */
 };
 _Static_assert(offsetof(struct ceiling, rate) == 0 &&
                    offsetof(struct drain_result, rate) == 0,
                "median_run reads a run's rate at its start");
+
+/* Where the relay's time went, by its own count (README: Performance). */
+static void
+read_waits(struct drain_result *res)
+{
+    char *page = fetch_metrics();
+    if (page == NULL)
+        die("outboxd's metrics did not answer on 127.0.0.1:%d", METRICS_PORT);
+    res->wait_s[0] =
+        metric_sum(page, "outboxd_wait_seconds_total", "on=\"broker\"");
+    res->wait_s[1] =
+        metric_sum(page, "outboxd_wait_seconds_total", "on=\"database\"");
+    free(page);
+}
+
+/* The median run's split, from outboxd_wait_seconds_total. */
+static void
+print_waits(const char *ordering, const struct drain_result *r)
+{
+    printf("where the drain's time went (ordering %s, the median run): "
+           "%.2f s, outboxd waiting on the broker %.2f s (%.0f%%), on the "
+           "database %.2f s (%.0f%%)\n",
+           ordering, r->seconds, r->wait_s[0],
+           100.0 * r->wait_s[0] / r->seconds, r->wait_s[1],
+           100.0 * r->wait_s[1] / r->seconds);
+}
 
 static const char *const cpu_names[3] = {"mariadbd", "rabbitmq", "outboxd"};
 
@@ -544,7 +628,9 @@ measure_drain(const struct settings *s, const char *ordering, long sent,
             die("the drain took more than 10 minutes");
         sleep_s(0.05);
     }
-    res.rate = (double)s->backlog / (now_s() - t0);
+    res.seconds = now_s() - t0;
+    res.rate = (double)s->backlog / res.seconds;
+    read_waits(&res);
     double cpu1[3] = {cpu_ms(servers[0]), cpu_ms(servers[1]), cpu_ms(pid)};
     for (int i = 0; i < 3; i++)
         res.cpu_ms_per_1000[i] =
@@ -746,6 +832,7 @@ main(void)
     for (int i = 0; i < 3; i++)
         printf(" %s %.0f ms%s", cpu_names[i], agg.cpu_ms_per_1000[i],
                i < 2 ? "," : "\n");
+    print_waits("aggregate", &agg);
     printf("peak RSS of outboxd (%ld-row backlog): %.1f MiB\n", s.backlog,
            agg.rss_kib / 1024.0);
     struct drain_result none = measure_drain_median(&s, "none");
@@ -754,6 +841,7 @@ main(void)
            "one)\n",
            s.backlog, none.rate, (int)s.drain_runs, none.low, none.high,
            none.rate / ceiling, none.rate / bare.rate);
+    print_waits("none", &none);
     long sent_rows = env_long("BENCH_SENT_ROWS", 0);
     if (sent_rows > 0) {
         struct drain_result big = measure_drain(&s, "aggregate", sent_rows, 0);
