@@ -575,14 +575,13 @@ read_waits(struct drain_result *res)
 
 /* The median run's split, from outboxd_wait_seconds_total. */
 static void
-print_waits(const char *ordering, const struct drain_result *r)
+print_waits(const char *which, const struct drain_result *r)
 {
-    printf("where the drain's time went (ordering %s, the median run): "
+    printf("where the drain's time went (%s, the median run): "
            "%.2f s, outboxd waiting on the broker %.2f s (%.0f%%), on the "
            "database %.2f s (%.0f%%)\n",
-           ordering, r->seconds, r->wait_s[0],
-           100.0 * r->wait_s[0] / r->seconds, r->wait_s[1],
-           100.0 * r->wait_s[1] / r->seconds);
+           which, r->seconds, r->wait_s[0], 100.0 * r->wait_s[0] / r->seconds,
+           r->wait_s[1], 100.0 * r->wait_s[1] / r->seconds);
 }
 
 static const char *const cpu_names[3] = {"mariadbd", "rabbitmq", "outboxd"};
@@ -650,14 +649,15 @@ measure_drain(const struct settings *s, const char *ordering, long sent,
  * CPU and statements are printed; the peak RSS is the highest.
  */
 static struct drain_result
-measure_drain_median(const struct settings *s, const char *ordering)
+measure_drain_median(const struct settings *s, const char *ordering, long sent,
+                     long held)
 {
     struct drain_result runs[DRAIN_RUNS_MAX];
     size_t n = (size_t)s->drain_runs;
     long rss = 0;
     double low, high;
     for (size_t i = 0; i < n; i++) {
-        runs[i] = measure_drain(s, ordering, 0, 0);
+        runs[i] = measure_drain(s, ordering, sent, held);
         if (runs[i].rss_kib > rss)
             rss = runs[i].rss_kib;
     }
@@ -820,7 +820,7 @@ main(void)
     struct ceiling bare, shaped;
     measure_ceilings(&s, &bare, &shaped);
     double ceiling = shaped.rate;
-    struct drain_result agg = measure_drain_median(&s, "aggregate");
+    struct drain_result agg = measure_drain_median(&s, "aggregate", 0, 0);
     printf("drain %ld events, %ld aggregates, ordering aggregate: %.0f "
            "events/s (median of %d runs, %.0f-%.0f) = %.2f of the shaped "
            "ceiling (%.2f of the bare one)\n",
@@ -832,30 +832,37 @@ main(void)
     for (int i = 0; i < 3; i++)
         printf(" %s %.0f ms%s", cpu_names[i], agg.cpu_ms_per_1000[i],
                i < 2 ? "," : "\n");
-    print_waits("aggregate", &agg);
+    print_waits("ordering aggregate", &agg);
     printf("peak RSS of outboxd (%ld-row backlog): %.1f MiB\n", s.backlog,
            agg.rss_kib / 1024.0);
-    struct drain_result none = measure_drain_median(&s, "none");
+    struct drain_result none = measure_drain_median(&s, "none", 0, 0);
     printf("drain %ld events, ordering none: %.0f events/s (median of %d "
            "runs, %.0f-%.0f) = %.2f of the shaped ceiling (%.2f of the bare "
            "one)\n",
            s.backlog, none.rate, (int)s.drain_runs, none.low, none.high,
            none.rate / ceiling, none.rate / bare.rate);
-    print_waits("none", &none);
+    print_waits("ordering none", &none);
     long sent_rows = env_long("BENCH_SENT_ROWS", 0);
     if (sent_rows > 0) {
-        struct drain_result big = measure_drain(&s, "aggregate", sent_rows, 0);
-        printf("drain with %ld old SENT rows in the table: %.0f events/s = "
-               "%.2f of the drain without them\n",
-               sent_rows, big.rate, big.rate / agg.rate);
+        struct drain_result big =
+            measure_drain_median(&s, "aggregate", sent_rows, 0);
+        printf("drain with %ld old SENT rows in the table: %.0f events/s "
+               "(median of %d runs, %.0f-%.0f) = %.2f of the drain without "
+               "them\n",
+               sent_rows, big.rate, (int)s.drain_runs, big.low, big.high,
+               big.rate / agg.rate);
+        print_waits("beside the SENT rows", &big);
     }
     long retry_rows = env_long("BENCH_RETRY_ROWS", 0);
     if (retry_rows > 0) {
         struct drain_result held =
-            measure_drain(&s, "aggregate", 0, retry_rows);
+            measure_drain_median(&s, "aggregate", 0, retry_rows);
         printf("drain with %ld RETRY rows waiting in the table: %.0f "
-               "events/s = %.2f of the drain without them\n",
-               retry_rows, held.rate, held.rate / agg.rate);
+               "events/s (median of %d runs, %.0f-%.0f) = %.2f of the drain "
+               "without them\n",
+               retry_rows, held.rate, (int)s.drain_runs, held.low, held.high,
+               held.rate / agg.rate);
+        print_waits("beside the RETRY rows", &held);
     }
     measure_latency(&s);
     return 0;
