@@ -669,6 +669,23 @@ measure_drain_median(const struct settings *s, const char *ordering, long sent,
     return res;
 }
 
+/*
+ * The drain beside old SENT rows or waiting RETRY rows (one of sent and
+ * held), against the plain drain: neither may slow the claim.
+ */
+static void
+drain_beside(const struct settings *s, const struct drain_result *plain,
+             long sent, long held)
+{
+    struct drain_result r = measure_drain_median(s, "aggregate", sent, held);
+    printf("drain with %ld %s in the table: %.0f events/s (median of %d "
+           "runs, %.0f-%.0f) = %.2f of the drain without them\n",
+           sent + held, sent > 0 ? "old SENT rows" : "RETRY rows waiting",
+           r.rate, (int)s->drain_runs, r.low, r.high, r.rate / plain->rate);
+    print_waits(sent > 0 ? "beside the SENT rows" : "beside the RETRY rows",
+                &r);
+}
+
 /* ---- latency at a steady rate ---- */
 
 struct consumer {
@@ -843,27 +860,11 @@ main(void)
            none.rate / ceiling, none.rate / bare.rate);
     print_waits("ordering none", &none);
     long sent_rows = env_long("BENCH_SENT_ROWS", 0);
-    if (sent_rows > 0) {
-        struct drain_result big =
-            measure_drain_median(&s, "aggregate", sent_rows, 0);
-        printf("drain with %ld old SENT rows in the table: %.0f events/s "
-               "(median of %d runs, %.0f-%.0f) = %.2f of the drain without "
-               "them\n",
-               sent_rows, big.rate, (int)s.drain_runs, big.low, big.high,
-               big.rate / agg.rate);
-        print_waits("beside the SENT rows", &big);
-    }
+    if (sent_rows > 0)
+        drain_beside(&s, &agg, sent_rows, 0);
     long retry_rows = env_long("BENCH_RETRY_ROWS", 0);
-    if (retry_rows > 0) {
-        struct drain_result held =
-            measure_drain_median(&s, "aggregate", 0, retry_rows);
-        printf("drain with %ld RETRY rows waiting in the table: %.0f "
-               "events/s (median of %d runs, %.0f-%.0f) = %.2f of the drain "
-               "without them\n",
-               retry_rows, held.rate, (int)s.drain_runs, held.low, held.high,
-               held.rate / agg.rate);
-        print_waits("beside the RETRY rows", &held);
-    }
+    if (retry_rows > 0)
+        drain_beside(&s, &agg, 0, retry_rows);
     measure_latency(&s);
     return 0;
 }

@@ -117,7 +117,7 @@ struct relay {
 
 void relay_init(struct relay *r, const struct outbox_config *ob,
                 const char *relay_id, const struct relay_backend *backend);
-/* Seconds waited so far per server (microseconds, by enum relay_wait),
+/* Time waited so far per server, in microseconds by enum relay_wait,
  * the wait in progress included; from any thread. */
 void relay_waits_read(struct relay *r, uint64_t us[WAIT_COUNT]);
 void relay_fini(struct relay *r);
