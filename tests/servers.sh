@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
-# Installs, starts, stops and checks the local MariaDB and RabbitMQ that the
-# integration tests, CI (.ci/run), `make bench` and `make demo` run against.
+# Installs, starts, stops and checks the local MariaDB servers and RabbitMQ
+# that the integration tests, CI (.ci/run), `make bench` and `make demo` run
+# against.
 #
-# Usage: bash tests/servers.sh deps|start|stop|status|restart-mariadb|restart-rabbitmq
+# Usage: bash tests/servers.sh deps|start|stop|status|restart-mariadb|
+#                              restart-mariadb-binlog|restart-rabbitmq
 #
-#   deps              apt-get install what is missing (fast no-op otherwise)
-#   start             start whichever server does not answer, wait until both
-#                     answer, ensure the test accounts; one "ready" line each
-#   stop              stop both
-#   status            say whether each answers; exit 0 only if both do
-#   restart-mariadb   stop then start MariaDB, waiting for readiness
-#   restart-rabbitmq  stop then start the RabbitMQ node, waiting for readiness
+#   deps                    apt-get install what is missing (fast no-op
+#                           otherwise)
+#   start                   start whichever server does not answer, wait until
+#                           all three answer, ensure the test accounts; one
+#                           "ready" line each
+#   stop                    stop all three
+#   status                  say whether each answers; exit 0 only if all do
+#   restart-mariadb         stop then start the first MariaDB, waiting for
+#                           readiness
+#   restart-mariadb-binlog  stop then start the binlog MariaDB, waiting for
+#                           readiness
+#   restart-rabbitmq        stop then start the RabbitMQ node, waiting for
+#                           readiness
 #
-# Accounts: MariaDB outboxd/outboxd @localhost and @127.0.0.1 with ALL on *.*
-# (tests create and drop outboxd_test_* databases); RabbitMQ guest/guest,
-# which RabbitMQ only accepts from loopback.
+# Two MariaDB servers run side by side:
+#   mariadb         the distribution's server (systemd unit or /etc/mysql
+#                   config), binary log off: 127.0.0.1:3306,
+#                   /run/mysqld/mysqld.sock, /var/lib/mysql. Most tests.
+#   mariadb-binlog  binary log on (ROW), for the tests of waking on commits
+#                   read from the binlog: 127.0.0.1:3307,
+#                   /run/mysqld/mysqld-binlog.sock, /var/lib/mysql-binlog,
+#                   log /var/log/mysql/mariadbd-binlog.log. There is no unit
+#                   for it, so it is always launched directly, with every
+#                   option on its command line (--no-defaults: the first
+#                   server's /etc/mysql config must not leak into it).
+#
+# Accounts: on both MariaDB servers outboxd/outboxd @localhost and @127.0.0.1
+# with ALL on *.* (tests create and drop outboxd_test_* databases); root logs
+# in over the socket as the Unix root user. RabbitMQ guest/guest, which
+# RabbitMQ only accepts from loopback.
 #
 # Without systemd (CI containers, this VM) the servers are launched directly,
 # not through /etc/init.d: the MariaDB init script leaves a `logger` process
@@ -34,6 +55,24 @@ MARIADB_LOG=/var/log/mysql/mariadbd.log
 MARIADB_TIMEOUT=${OUTBOXD_MARIADB_TIMEOUT:-60}
 DB_USER=outboxd
 DB_PASSWORD=outboxd
+
+BINLOG_PORT=3307
+BINLOG_SOCKET=/run/mysqld/mysqld-binlog.sock
+BINLOG_PIDFILE=/run/mysqld/mysqld-binlog.pid
+BINLOG_DATADIR=/var/lib/mysql-binlog
+BINLOG_LOG=/var/log/mysql/mariadbd-binlog.log
+# --no-defaults must come first. Character set as Debian's 50-server.cnf
+# gives the first server, so tests behave the same on either. The caches
+# other than InnoDB's are cut from 128M each: this server holds test data
+# only, and shares the machine with the first one.
+BINLOG_MARIADBD_ARGS=(--no-defaults --user=mysql --datadir="$BINLOG_DATADIR"
+    --port="$BINLOG_PORT" --bind-address=127.0.0.1 --socket="$BINLOG_SOCKET"
+    --pid-file="$BINLOG_PIDFILE" --log-error="$BINLOG_LOG"
+    --log-bin="$BINLOG_DATADIR/binlog" --server-id=1 --binlog-format=ROW
+    --binlog-expire-logs-seconds=86400
+    --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci
+    --innodb-buffer-pool-size=128M --innodb-log-buffer-size=8M
+    --key-buffer-size=8M --aria-pagecache-buffer-size=8M)
 
 # Same pid file as /etc/init.d/rabbitmq-server, so either can stop the node.
 RABBIT_PIDFILE=/run/rabbitmq/pid
@@ -138,22 +177,77 @@ cmd_deps() {
 
 # ---------------------------------------------------------------- MariaDB
 
+# Two mariadbd run, so "is it running" must ask about one of them. The
+# binlog one is the mariadbd in its pid file or, as mariadbd writes that
+# file only when it opens its socket (after InnoDB recovery), the one whose
+# command line names its datadir. The first one is every other mariadbd:
+# systemd, mysqld_safe and this script each start it with other arguments,
+# and the start path must see one that is still recovering.
+is_binlog_mariadbd() {
+    [[ $(cat "$BINLOG_PIDFILE" 2>/dev/null) == "$1" ]] ||
+        tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline" |
+        grep -qxF -- "--datadir=$BINLOG_DATADIR"
+}
+
+# mariadbd_pids main|binlog: live pids of that instance's mariadbd.
+mariadbd_pids() {
+    local pid
+    for pid in $(live_pids mariadbd); do
+        if is_binlog_mariadbd "$pid"; then
+            [[ $1 != binlog ]] || echo "$pid"
+        else
+            [[ $1 != main ]] || echo "$pid"
+        fi
+    done
+}
+
+mariadbd_gone() { [[ -z $(mariadbd_pids "$1") ]]; }
+
+# root_answers SOCKET: root logs in over SOCKET (unix_socket auth).
+root_answers() {
+    timeout 10 mariadb -uroot --socket="$1" --connect-timeout=2 \
+        -Nse 'select 1' >/dev/null 2>&1
+}
+
+# tcp_query PORT SQL: run SQL as the test user over TCP, like the tests do.
+tcp_query() {
+    MYSQL_PWD=$DB_PASSWORD timeout 10 mariadb --protocol=tcp -h127.0.0.1 \
+        -P"$1" -u"$DB_USER" --connect-timeout=2 -Nse "$2"
+}
+
 mariadb_answers() {
     if ((EUID == 0)); then
-        timeout 10 mariadb -uroot --connect-timeout=2 -Nse 'select 1' \
-            >/dev/null 2>&1
+        root_answers "$MARIADB_SOCKET"
     else
         mariadb_tcp_answers
     fi
 }
 
-mariadb_tcp_answers() {
-    MYSQL_PWD=$DB_PASSWORD timeout 10 mariadb --protocol=tcp -h127.0.0.1 \
-        -P3306 -u"$DB_USER" --connect-timeout=2 -Nse 'select 1' \
-        >/dev/null 2>&1
-}
+mariadb_tcp_answers() { tcp_query 3306 'select 1' >/dev/null 2>&1; }
 
-mariadb_no_process() { [[ -z $(live_pids mariadbd) ]]; }
+mariadb_no_process() { mariadbd_gone main; }
+
+# spawn_mariadbd LOG ARG...: run /usr/sbin/mariadbd ARG... in the background,
+# output appended to LOG; SPAWNED is the pid of its wrapper.
+SPAWNED=
+spawn_mariadbd() {
+    local log=$1
+    shift
+    printf '=== %s servers.sh starting mariadbd\n' "$(date -Is)" >>"$log"
+    # setsid: a Ctrl-C or hangup of the test run must not reach the server.
+    # The bash wrapper waits on mariadbd so it gets reaped, and notes its end.
+    # It first closes every inherited descriptor above stderr: a caller's
+    # flock(1) lock kept open by mariadbd would never be released.
+    # shellcheck disable=SC2016 # expanded by the wrapper, not here
+    setsid env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+        bash -c 'for fd in $(ls /proc/$$/fd); do
+                     [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
+                 done
+                 /usr/sbin/mariadbd "$@"
+                 echo "=== mariadbd exited with status $?"' mariadbd-wrapper "$@" \
+        </dev/null >>"$log" 2>&1 9>&- &
+    SPAWNED=$!
+}
 
 MARIADB_WRAPPER=
 mariadb_wrapper_alive() { alive "$MARIADB_WRAPPER"; }
@@ -165,29 +259,20 @@ mariadb_launch() {
         mariadb-install-db --user=mysql --datadir=/var/lib/mysql \
             >>"$MARIADB_LOG" 2>&1 || die "mariadb-install-db failed, see $MARIADB_LOG"
     fi
-    printf '=== %s servers.sh starting mariadbd\n' "$(date -Is)" >>"$MARIADB_LOG"
-    # setsid: a Ctrl-C or hangup of the test run must not reach the server.
-    # The bash wrapper waits on mariadbd so it gets reaped, and notes its end.
-    # It first closes every inherited descriptor above stderr: a caller's
-    # flock(1) lock kept open by mariadbd would never be released.
-    setsid env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
-        bash -c 'for fd in $(ls /proc/$$/fd); do
-                     [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
-                 done
-                 /usr/sbin/mariadbd --user=mysql
-                 echo "=== mariadbd exited with status $?"' \
-        </dev/null >>"$MARIADB_LOG" 2>&1 9>&- &
-    MARIADB_WRAPPER=$!
+    spawn_mariadbd "$MARIADB_LOG" --user=mysql
+    MARIADB_WRAPPER=$SPAWNED
 }
 
+# mariadb_ensure_users SOCKET. Kept out of the binary log: a `start` run by
+# one test must not show up as events in the binlog another test reads.
 mariadb_ensure_users() {
-    local host sql=
+    local host sql="SET SESSION sql_log_bin = 0;"
     for host in localhost 127.0.0.1; do
         sql+="CREATE USER IF NOT EXISTS '$DB_USER'@'$host' IDENTIFIED BY '$DB_PASSWORD';
               ALTER USER '$DB_USER'@'$host' IDENTIFIED BY '$DB_PASSWORD';
               GRANT ALL PRIVILEGES ON *.* TO '$DB_USER'@'$host' WITH GRANT OPTION;"
     done
-    mariadb -uroot -e "$sql"
+    mariadb -uroot --socket="$1" -e "$sql"
 }
 
 cmd_start_mariadb() {
@@ -213,7 +298,7 @@ cmd_start_mariadb() {
         how="started in $(since "$t0")"
     fi
     if ((EUID == 0)); then
-        mariadb_ensure_users
+        mariadb_ensure_users "$MARIADB_SOCKET"
     fi
     # The daemon and the tests connect over TCP; Debian binds 127.0.0.1:3306
     # by default, but a local config could turn networking off or move it.
@@ -221,37 +306,116 @@ cmd_start_mariadb() {
         "$DB_USER/$DB_PASSWORD cannot log in on 127.0.0.1:3306" \
         "(check bind-address, port, skip-networking in /etc/mysql)"
     local version
-    version=$(MYSQL_PWD=$DB_PASSWORD mariadb --protocol=tcp -h127.0.0.1 \
-        -P3306 -u"$DB_USER" -Nse 'select version()')
+    version=$(tcp_query 3306 'select version()')
     log "mariadb: ready ($how), $version on 127.0.0.1:3306 and $MARIADB_SOCKET, user $DB_USER/$DB_PASSWORD"
+}
+
+# stop_mariadbd main|binlog SOCKET NAME: stop that instance's mariadbd
+# directly (no systemd unit), leaving the other one alone.
+stop_mariadbd() {
+    local which=$1 socket=$2 name=$3 t0=$EPOCHREALTIME
+    local -a pids
+    mapfile -t pids < <(mariadbd_pids "$which")
+    if ((${#pids[@]} == 0)); then
+        log "$name: not running"
+        return
+    fi
+    # A clean shutdown when it answers (the SQL statement returns at once,
+    # where mariadb-admin polls its pid file once a second); signals when it
+    # hangs (a test may have frozen it with SIGSTOP, hence the SIGCONT).
+    if ! timeout 10 mariadb -uroot --socket="$socket" --connect-timeout=2 \
+        -e SHUTDOWN >/dev/null 2>&1; then
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        kill -CONT "${pids[@]}" 2>/dev/null || true
+    fi
+    if ! wait_until 60 "mariadbd_gone $which"; then
+        kill -KILL "${pids[@]}" 2>/dev/null || true
+        wait_until 10 "mariadbd_gone $which" ||
+            die "mariadbd (${pids[*]}) does not exit"
+    fi
+    log "$name: stopped ($(since "$t0"))"
 }
 
 cmd_stop_mariadb() {
     local t0=$EPOCHREALTIME
-    local -a pids
     need_root "stop MariaDB"
     if have_systemd; then
         systemctl stop mariadb
         log "mariadb: stopped ($(since "$t0"))"
         return
     fi
-    mapfile -t pids < <(live_pids mariadbd)
-    if ((${#pids[@]} == 0)); then
-        log "mariadb: not running"
-        return
+    stop_mariadbd main "$MARIADB_SOCKET" mariadb
+}
+
+# ---------------------------------------------------------------- MariaDB, binlog on
+
+binlog_answers() {
+    if ((EUID == 0)); then
+        root_answers "$BINLOG_SOCKET"
+    else
+        tcp_query "$BINLOG_PORT" 'select 1' >/dev/null 2>&1
     fi
-    # A clean shutdown when it answers (the SQL statement returns at once,
-    # where mariadb-admin polls its pid file once a second); signals when it
-    # hangs (a test may have frozen it with SIGSTOP, hence the SIGCONT).
-    if ! timeout 10 mariadb -uroot --connect-timeout=2 -e SHUTDOWN >/dev/null 2>&1; then
-        kill -TERM "${pids[@]}" 2>/dev/null || true
-        kill -CONT "${pids[@]}" 2>/dev/null || true
+}
+
+binlog_no_process() { mariadbd_gone binlog; }
+
+BINLOG_WRAPPER=
+binlog_wrapper_alive() { alive "$BINLOG_WRAPPER"; }
+
+binlog_launch() {
+    install -d -m 755 -o mysql -g root /run/mysqld
+    install -d -m 750 -o mysql -g adm /var/log/mysql
+    # mariadbd opens --log-error as mysql; our own >> would create it root's.
+    [[ -e $BINLOG_LOG ]] || install -m 640 -o mysql -g adm /dev/null "$BINLOG_LOG"
+    # Left by a killed server; its pid may be reused, even by the first one.
+    rm -f "$BINLOG_PIDFILE"
+    if [[ ! -d $BINLOG_DATADIR/mysql ]]; then
+        mariadb-install-db --no-defaults --user=mysql --datadir="$BINLOG_DATADIR" \
+            >>"$BINLOG_LOG" 2>&1 || die "mariadb-install-db failed, see $BINLOG_LOG"
     fi
-    if ! wait_until 60 mariadb_no_process; then
-        kill -KILL "${pids[@]}" 2>/dev/null || true
-        wait_until 10 mariadb_no_process || die "mariadbd (${pids[*]}) does not exit"
+    spawn_mariadbd "$BINLOG_LOG" "${BINLOG_MARIADBD_ARGS[@]}"
+    BINLOG_WRAPPER=$SPAWNED
+}
+
+cmd_start_mariadb_binlog() {
+    local t0=$EPOCHREALTIME how="already running" rc=0
+    if ! binlog_answers; then
+        need_root "start the binlog MariaDB"
+        if binlog_no_process; then
+            binlog_launch
+            wait_until "$MARIADB_TIMEOUT" binlog_answers binlog_wrapper_alive || rc=$?
+        else
+            # As for the first server: one is starting, never start a second.
+            wait_until "$MARIADB_TIMEOUT" binlog_answers || rc=$?
+        fi
+        if ((rc != 0)); then
+            [[ -f $BINLOG_LOG ]] && tail -n 20 "$BINLOG_LOG" >&2
+            ((rc == 2)) && die "binlog mariadbd exited during startup, see $BINLOG_LOG"
+            die "binlog MariaDB did not answer within ${MARIADB_TIMEOUT}s"
+        fi
+        how="started in $(since "$t0")"
     fi
-    log "mariadb: stopped ($(since "$t0"))"
+    if ((EUID == 0)); then
+        mariadb_ensure_users "$BINLOG_SOCKET"
+    fi
+    local row version log_bin format
+    row=$(tcp_query "$BINLOG_PORT" 'select version(), @@log_bin, @@binlog_format') ||
+        die "binlog MariaDB answers on $BINLOG_SOCKET but $DB_USER/$DB_PASSWORD" \
+            "cannot log in on 127.0.0.1:$BINLOG_PORT"
+    IFS=$'\t' read -r version log_bin format <<<"$row"
+    # Whatever holds the port must really log ROW events, or the binlog
+    # tests would wait for events that never come.
+    [[ $log_bin == 1 && $format == ROW ]] ||
+        die "127.0.0.1:$BINLOG_PORT has log_bin=$log_bin binlog_format=$format," \
+            "not the binlog server this script starts"
+    log "mariadb-binlog: ready ($how), $version on 127.0.0.1:$BINLOG_PORT, binlog on ($format), user $DB_USER/$DB_PASSWORD"
+}
+
+# Even with systemd: there is no unit for this server.
+cmd_stop_mariadb_binlog() {
+    need_root "stop the binlog MariaDB"
+    stop_mariadbd binlog "$BINLOG_SOCKET" mariadb-binlog
+    rm -f "$BINLOG_PIDFILE" # if it had to be killed
 }
 
 # ---------------------------------------------------------------- RabbitMQ
@@ -389,12 +553,18 @@ cmd_stop_rabbitmq() {
 cmd_status() {
     local ok=0
     if mariadb_answers; then log "mariadb: up"; else log "mariadb: down"; ok=1; fi
+    if binlog_answers; then
+        log "mariadb-binlog: up"
+    else
+        log "mariadb-binlog: down"
+        ok=1
+    fi
     if rabbit_answers; then log "rabbitmq: up"; else log "rabbitmq: down"; ok=1; fi
     return $ok
 }
 
 usage() {
-    echo "usage: $0 deps|start|stop|status|restart-mariadb|restart-rabbitmq" >&2
+    echo "usage: $0 deps|start|stop|status|restart-mariadb|restart-mariadb-binlog|restart-rabbitmq" >&2
     exit 64
 }
 
@@ -405,12 +575,14 @@ start)
     require_tools
     take_lock
     cmd_start_mariadb
+    cmd_start_mariadb_binlog
     cmd_start_rabbitmq
     ;;
 stop)
     require_tools
     take_lock
     cmd_stop_mariadb
+    cmd_stop_mariadb_binlog
     cmd_stop_rabbitmq
     ;;
 status)
@@ -422,6 +594,12 @@ restart-mariadb)
     take_lock
     cmd_stop_mariadb
     cmd_start_mariadb
+    ;;
+restart-mariadb-binlog)
+    require_tools
+    take_lock
+    cmd_stop_mariadb_binlog
+    cmd_start_mariadb_binlog
     ;;
 restart-rabbitmq)
     require_tools
