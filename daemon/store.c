@@ -21,6 +21,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "dbconn.h"
 #include "util.h"
 
 #define STORE_ATTEMPTS 3 /* a claim or finalize retried on deadlock */
@@ -51,6 +52,8 @@ enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
 
 /* At most this long between two looks for expired leases. */
 #define EXPIRED_LOOK_MS 1000
+/* The probe's "nothing falls due" (microseconds: some 30 years). */
+#define PROBE_NONE "1000000000000000"
 /* How often a claim reads the table's definition again: see
  * refresh_schema. */
 #define SCHEMA_RECHECK_MS 60000
@@ -142,6 +145,7 @@ struct store {
     unsigned last_errno;
     uint64_t expired_none_ms; /* when the last look for expired leases
                                  found none */
+    bool probe_first;         /* the last claim found nothing */
     char *where;              /* "schema.table" for messages */
     char *table;              /* quoted identifier */
     char *count_sql;          /* ordering: unfinished earlier events, "IN (" */
@@ -408,94 +412,15 @@ db_rollback(struct store *st)
 
 /* ---- connecting ---- */
 
-static unsigned
-ms_to_s(uint64_t ms)
-{
-    uint64_t s = (ms + 999) / 1000;
-    return s == 0 ? 1 : s > UINT_MAX ? UINT_MAX : (unsigned)s;
-}
-
-static void
-set_tls_options(MYSQL *db, const struct tls_config *tls)
-{
-    if (!tls->enabled)
-        return;
-    if (tls->ca_file != NULL)
-        mysql_options(db, MYSQL_OPT_SSL_CA, tls->ca_file);
-    if (tls->cert_file != NULL)
-        mysql_options(db, MYSQL_OPT_SSL_CERT, tls->cert_file);
-    if (tls->key_file != NULL)
-        mysql_options(db, MYSQL_OPT_SSL_KEY, tls->key_file);
-#ifdef MARIADB_PACKAGE_VERSION
-    my_bool on = 1, verify = tls->verify_peer;
-    mysql_options(db, MYSQL_OPT_SSL_ENFORCE, &on);
-    mysql_options(db, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
-#else
-    unsigned mode = !tls->verify_peer      ? SSL_MODE_REQUIRED
-                    : tls->verify_hostname ? SSL_MODE_VERIFY_IDENTITY
-                                           : SSL_MODE_VERIFY_CA;
-    mysql_options(db, MYSQL_OPT_SSL_MODE, &mode);
-#endif
-}
-
-/* Bounded waits everywhere, so a hung server cannot hang the worker. */
-static void
-set_options(const struct store *st, MYSQL *db)
-{
-    const struct database_config *dc = st->ob->database;
-    unsigned connect_s =
-        ms_to_s(dc->connect_timeout_ms ? dc->connect_timeout_ms : 5000);
-    uint64_t io_ms = st->ob->lease_ms > STORE_IO_TIMEOUT_MIN_MS
-                         ? st->ob->lease_ms
-                         : STORE_IO_TIMEOUT_MIN_MS;
-    unsigned io_s = ms_to_s(io_ms);
-    mysql_options(db, MYSQL_OPT_CONNECT_TIMEOUT, &connect_s);
-    mysql_options(db, MYSQL_OPT_READ_TIMEOUT, &io_s);
-    mysql_options(db, MYSQL_OPT_WRITE_TIMEOUT, &io_s);
-    /* Row strings arrive as stored, not squeezed into latin1. */
-    mysql_options(db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-#if defined(MARIADB_PACKAGE_VERSION)
-    my_bool reconnect = 0;
-    mysql_options(db, MYSQL_OPT_RECONNECT, &reconnect);
-#elif MYSQL_VERSION_ID < 80034
-    bool reconnect = false; /* off by default; 8.0.34+ warns on the option */
-    mysql_options(db, MYSQL_OPT_RECONNECT, &reconnect);
-#endif
-    set_tls_options(db, &dc->tls);
-}
-
 static int
 db_open(struct store *st, char *err, size_t errlen)
 {
-    const struct database_config *dc = st->ob->database;
-    bool sock = dc->socket != NULL && dc->socket[0] != '\0';
-    const char *host = sock ? "localhost" : dc->host ? dc->host : "127.0.0.1";
-    MYSQL *db = mysql_init(NULL);
-    if (db == NULL) {
-        err_set(err, errlen, "connect %s: out of memory", st->where);
-        return -1;
-    }
-    set_options(st, db);
-    if (mysql_real_connect(db, host, dc->user, dc->password, dc->database,
-                           dc->port ? dc->port : 3306, sock ? dc->socket : NULL,
-                           0) == NULL) {
-        /* CR_SSL_CONNECTION_ERROR: the library's text alone ("TLS/SSL
-         * error: self-signed certificate in certificate chain") does not
-         * say which setting to look at. */
-        bool tls = mysql_errno(db) == 2026;
-        err_set(err, errlen, "connect %s at %s: %s%s%s%s (error %u)", st->where,
-                sock ? dc->socket : host,
-                tls ? "TLS handshake or certificate verification failed "
-                      "(tls.ca_file "
-                    : "",
-                tls ? (dc->tls.ca_file ? dc->tls.ca_file : "unset") : "",
-                tls ? "): " : "", mysql_error(db), mysql_errno(db));
-        st->last_errno = mysql_errno(db);
-        mysql_close(db);
-        return -1;
-    }
-    st->db = db;
-    return 0;
+    uint64_t io_ms = st->ob->lease_ms > STORE_IO_TIMEOUT_MIN_MS
+                         ? st->ob->lease_ms
+                         : STORE_IO_TIMEOUT_MIN_MS;
+    st->db = dbconn_open(st->ob->database, true, dbconn_seconds(io_ms),
+                         st->where, &st->last_errno, err, errlen);
+    return st->db != NULL ? 0 : -1;
 }
 
 /* "5.5.5-10.11.6-MariaDB": the prefix MySQL's client library keeps. */
@@ -1938,10 +1863,51 @@ find_duplicates(struct store *st, struct outbox_batch *b, char *err,
     return 0;
 }
 
+/*
+ * After an empty claim, the next one first asks in one read whether any
+ * row is claimable, and if none is, when the next falls due: an idle
+ * outbox then costs this statement and a commit per poll, where the
+ * claim's reads would cost three or four.  Each part is one index probe
+ * on sql/outbox.sql's table (status, id and next_retry_at).
+ */
+static int
+probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
+      size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    sql_addf(q,
+             "SELECT IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), "
+             "0, LEAST(IFNULL(TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+             "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY')), %s), "
+             "IFNULL(TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+             "MIN(`locked_until`) FROM %s WHERE `status` = 'PROCESSING')), "
+             "%s)))",
+             st->table, st->table, PROBE_NONE, st->table, PROBE_NONE);
+    MYSQL_RES *res = run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r = mysql_fetch_row(res);
+    long long us = r != NULL && r[0] != NULL ? strtoll(r[0], NULL, 10) : 0;
+    mysql_free_result(res);
+    *now = us <= 0;
+    *due_in_ms = us >= strtoll(PROBE_NONE, NULL, 10)
+                     ? UINT64_MAX
+                     : (uint64_t)(us + 999) / 1000;
+    return 0;
+}
+
 static int
 claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
            char *err, size_t errlen)
 {
+    bool now = true;
+    if (st->probe_first && probe(st, &now, &b->due_in_ms, err, errlen) < 0)
+        return -1;
+    if (!now)
+        return db_commit(st, "claim", err, errlen);
+    if (st->probe_first)
+        st->expired_none_ms = 0; /* what the probe saw may be a lease */
     make_token(st, b->token, relay_id);
     st->nheads = 0;
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
@@ -2003,8 +1969,10 @@ store_claim_batch(struct store *st, const char *relay_id,
             (attempt == 1 && refresh_schema(st, err, errlen) < 0))
             return -1;
         st->last_errno = 0;
-        if (claim_once(st, relay_id, b, err, errlen) == 0)
+        if (claim_once(st, relay_id, b, err, errlen) == 0) {
+            st->probe_first = b->n == 0;
             return 0;
+        }
         db_rollback(st);
         batch_reset(b);
         if (attempt == STORE_ATTEMPTS || !is_lock_errno(st->last_errno))
