@@ -60,6 +60,7 @@ void
 batch_init(struct outbox_batch *b)
 {
     memset(b, 0, sizeof(*b));
+    b->due_in_ms = UINT64_MAX;
 }
 
 static void
@@ -77,6 +78,7 @@ batch_reset(struct outbox_batch *b)
     release_owner(b);
     b->n = 0;
     b->candidates = 0;
+    b->due_in_ms = UINT64_MAX;
     b->token[0] = '\0';
     /* Keep the oldest chunk: a steady stream of batches reuses it. */
     struct arena_chunk *c = b->arena;

@@ -78,6 +78,9 @@ struct outbox_batch {
     /* Candidates the claim read before the ordering check dropped any:
      * as many as batch_size means more rows were waiting. */
     size_t candidates;
+    /* An empty claim's look ahead: in how many ms the next row falls due
+     * (a RETRY backoff ending, a lease expiring); UINT64_MAX: none. */
+    uint64_t due_in_ms;
     struct arena_chunk *arena;
     void *owner_data; /* the store's result set, freed on reset */
     void (*owner_free)(void *);

@@ -852,6 +852,7 @@ relay_cycle(struct relay *r)
     if (take_batch(r) < 0)
         return RELAY_STORE_DOWN;
     if (r->batch->n == 0) {
+        r->idle_due_ms = r->batch->due_in_ms;
         relay_flush(r);
         return RELAY_IDLE;
     }

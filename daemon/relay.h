@@ -111,6 +111,9 @@ struct relay {
     /* Set by another thread: stop waiting for confirms by this time. */
     _Atomic uint64_t stop_deadline_ms;
     uint64_t claim_ms; /* clock_ms when this cycle's claim began */
+    /* After RELAY_IDLE: in how many ms the empty claim saw the next row
+     * fall due, UINT64_MAX if it saw none (struct outbox_batch). */
+    uint64_t idle_due_ms;
     char last_error[512];
     struct relay_scratch *scratch;
 };
