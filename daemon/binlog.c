@@ -1,0 +1,424 @@
+/*
+ * binlog: the replication stream's thread.  It connects as a replica
+ * would, asks for the binary log from the server's current position (no
+ * history is replayed), reads events until the stream breaks, and then
+ * reconnects with backoff.  binlog_parse.c says what each event means.
+ * MariaDB Connector/C only: mariadb_rpl_open sends the dump request, the
+ * packets are then read raw and parsed here, not by the library.
+ */
+#include "binlog.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <mysql.h>
+#ifdef MARIADB_PACKAGE_VERSION_ID
+#include <mariadb_rpl.h>
+#endif
+
+#include "binlog_parse.h"
+#include "dbconn.h"
+#include "log.h"
+#include "util.h"
+
+#define RETRY_INITIAL_MS 1000
+#define RETRY_MAX_MS 60000
+/* A stream that stayed up this long starts its backoff over. */
+#define STABLE_MS 10000
+/* Access denied; you need (at least one of) the ... privilege(s). */
+#define ERRNO_SPECIFIC_ACCESS_DENIED 1227
+
+struct binlog_stream {
+    const struct database_config *db;
+    char name[300];
+    struct binlog_client *clients;
+    struct binlog_watch *watches;
+    size_t n;
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int sock;      /* the open stream's socket, -1: none (under lock) */
+    bool stopping; /* under lock */
+    _Atomic bool live;
+    _Atomic uint64_t commits;
+    unsigned failures;
+    char last_error[512];
+};
+
+struct binlog_stream *
+binlog_stream_new(const struct database_config *db)
+{
+    struct binlog_stream *s = xcalloc(1, sizeof(*s));
+    s->db = db;
+    if (db->socket != NULL && db->socket[0] != '\0')
+        snprintf(s->name, sizeof(s->name), "%s", db->socket);
+    else
+        snprintf(s->name, sizeof(s->name), "%s:%u",
+                 db->host ? db->host : "127.0.0.1", db->port ? db->port : 3306);
+    s->sock = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    return s;
+}
+
+static bool
+str_same(const char *a, const char *b)
+{
+    return strcmp(a != NULL ? a : "", b != NULL ? b : "") == 0;
+}
+
+bool
+binlog_stream_serves(const struct binlog_stream *s,
+                     const struct database_config *db)
+{
+    const struct database_config *a = s->db;
+    return str_same(a->host, db->host) && a->port == db->port &&
+           str_same(a->socket, db->socket) && str_same(a->user, db->user);
+}
+
+static void
+client_commit(void *arg, bool inserted)
+{
+    struct binlog_client *c = arg;
+    c->commit(c->arg, inserted);
+}
+
+void
+binlog_stream_add(struct binlog_stream *s, const char *schema,
+                  const char *table, const struct binlog_client *c)
+{
+    s->clients = xrealloc(s->clients, (s->n + 1) * sizeof(*s->clients));
+    s->watches = xrealloc(s->watches, (s->n + 1) * sizeof(*s->watches));
+    s->clients[s->n] = *c;
+    s->watches[s->n] = (struct binlog_watch){.schema = schema, .table = table};
+    s->n++;
+    /* The arrays moved: point every watch at its client again. */
+    for (size_t i = 0; i < s->n; i++) {
+        s->watches[i].notify = client_commit;
+        s->watches[i].arg = &s->clients[i];
+    }
+}
+
+const char *
+binlog_stream_name(const struct binlog_stream *s)
+{
+    return s->name;
+}
+
+bool
+binlog_stream_live(const struct binlog_stream *s)
+{
+    return s->live;
+}
+
+uint64_t
+binlog_stream_commits(const struct binlog_stream *s)
+{
+    return s->commits;
+}
+
+static void
+set_live(struct binlog_stream *s, bool live)
+{
+    if (s->live == live)
+        return;
+    s->live = live;
+    for (size_t i = 0; i < s->n; i++)
+        s->clients[i].state(s->clients[i].arg, live);
+}
+
+static bool
+stopping(struct binlog_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool stop = s->stopping;
+    pthread_mutex_unlock(&s->lock);
+    return stop;
+}
+
+/* ---- one connection's life ---- */
+
+static int
+query_fail(struct binlog_stream *s, MYSQL *db, const char *what, char *err,
+           size_t errlen)
+{
+    unsigned code = mysql_errno(db);
+    if (code == ERRNO_SPECIFIC_ACCESS_DENIED)
+        err_set(err, errlen,
+                "user %s may not %s: grant it REPLICATION SLAVE and "
+                "BINLOG MONITOR (MariaDB) or REPLICATION CLIENT (MySQL), see "
+                "sql/grants.sql (%s)",
+                s->db->user ? s->db->user : "?", what, mysql_error(db));
+    else
+        err_set(err, errlen, "%s: %s (error %u)", what, mysql_error(db), code);
+    return -1;
+}
+
+/* Where the binary log ends now: the stream starts there. */
+static int
+read_position(struct binlog_stream *s, MYSQL *db, char *file, size_t filelen,
+              unsigned long *pos, char *err, size_t errlen)
+{
+    if (mysql_query(db, "SHOW MASTER STATUS") != 0)
+        return query_fail(s, db, "read the binary log position", err, errlen);
+    MYSQL_RES *res = mysql_store_result(db);
+    MYSQL_ROW r = res != NULL ? mysql_fetch_row(res) : NULL;
+    int rc = -1;
+    if (r == NULL || r[0] == NULL || r[1] == NULL) {
+        err_set(err, errlen,
+                "the server keeps no binary log (log_bin is OFF): enable it "
+                "to wake on commit");
+    } else {
+        str_copy(file, r[0], filelen);
+        *pos = strtoul(r[1], NULL, 10);
+        rc = 0;
+    }
+    if (res != NULL)
+        mysql_free_result(res);
+    return rc;
+}
+
+/* A replica's server id: random, high, and not the server's own. */
+static unsigned
+pick_server_id(MYSQL *db)
+{
+    unsigned own = 0, id = 0;
+    if (mysql_query(db, "SELECT @@server_id") == 0) {
+        MYSQL_RES *res = mysql_store_result(db);
+        MYSQL_ROW r = res != NULL ? mysql_fetch_row(res) : NULL;
+        if (r != NULL && r[0] != NULL)
+            own = (unsigned)strtoul(r[0], NULL, 10);
+        if (res != NULL)
+            mysql_free_result(res);
+    }
+    do {
+        if (getrandom(&id, sizeof(id), 0) != sizeof(id))
+            id = (unsigned)clock_ms();
+        id |= 0x80000000u;
+    } while (id == own);
+    return id;
+}
+
+/*
+ * The server sends checksums we are ready for, and a heartbeat while it
+ * has nothing to send, so that a silent stream can be told from a dead
+ * one by the read timeout.
+ */
+static int
+prepare_session(struct binlog_stream *s, MYSQL *db, char *err, size_t errlen)
+{
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "SET @master_binlog_checksum = @@global.binlog_checksum, "
+             "@master_heartbeat_period = %llu",
+             (unsigned long long)BINLOG_HEARTBEAT_MS * 1000000ULL);
+    if (mysql_query(db, sql) != 0)
+        return query_fail(s, db, "set up the replication session", err, errlen);
+    return 0;
+}
+
+#ifdef MARIADB_PACKAGE_VERSION_ID
+static int
+request_dump(struct binlog_stream *s, MYSQL *db, const char *file,
+             unsigned long pos, char *err, size_t errlen)
+{
+    unsigned id = pick_server_id(db);
+    MARIADB_RPL *rpl = mariadb_rpl_init(db);
+    if (rpl == NULL)
+        return query_fail(s, db, "start the binlog stream", err, errlen);
+    mariadb_rpl_optionsv(rpl, MARIADB_RPL_FILENAME, file, strlen(file));
+    mariadb_rpl_optionsv(rpl, MARIADB_RPL_START, pos);
+    mariadb_rpl_optionsv(rpl, MARIADB_RPL_SERVER_ID, id);
+    mariadb_rpl_optionsv(rpl, MARIADB_RPL_FLAGS, 0u);
+    int rc = mariadb_rpl_open(rpl);
+    mariadb_rpl_close(rpl); /* the request is sent; we read raw packets */
+    if (rc != 0)
+        return query_fail(s, db, "read the binary log (REPLICATION SLAVE)", err,
+                          errlen);
+    return 0;
+}
+#else
+static int
+request_dump(struct binlog_stream *s, MYSQL *db, const char *file,
+             unsigned long pos, char *err, size_t errlen)
+{
+    (void)s, (void)db, (void)file, (void)pos;
+    err_set(err, errlen,
+            "this build's client library (not MariaDB "
+            "Connector/C) cannot read the binary log");
+    return -1;
+}
+#endif
+
+/* Reads until the stream breaks: always -1, err saying why. */
+static int
+read_events(struct binlog_stream *s, MYSQL *db, char *err, size_t errlen)
+{
+    struct binlog_format fmt = {0};
+    struct binlog_tracker tracker;
+    struct binlog_event ev;
+    binlog_tracker_init(&tracker, s->watches, s->n);
+    for (;;) {
+        unsigned long n = mysql_net_read_packet(db);
+        if (n == packet_error) {
+            err_set(err, errlen, "binlog stream broke: %s (error %u)",
+                    mysql_error(db), mysql_errno(db));
+            return -1;
+        }
+        const unsigned char *p = db->net.read_pos;
+        if (n < 9 && p[0] == 0xFE) {
+            err_set(err, errlen, "the server ended the binlog stream");
+            return -1;
+        }
+        if (binlog_parse(&fmt, p, n, &ev, err, errlen) < 0)
+            return -1;
+        if (ev.kind == BINLOG_COMMIT)
+            s->commits++;
+        binlog_tracker_feed(&tracker, &ev);
+    }
+}
+
+static void
+publish_socket(struct binlog_stream *s, MYSQL *db)
+{
+    pthread_mutex_lock(&s->lock);
+    s->sock = db != NULL ? (int)mysql_get_socket(db) : -1;
+    /* A stop that came while connecting finds no socket to shut. */
+    if (db != NULL && s->stopping)
+        shutdown(s->sock, SHUT_RDWR);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void
+log_live(struct binlog_stream *s, const char *file, unsigned long pos)
+{
+    char outboxes[16];
+    snprintf(outboxes, sizeof(outboxes), "%zu", s->n);
+    log_info(LOG_KV("server", s->name, "outboxes", outboxes),
+             "binlog stream live from %s:%lu: commits wake their outboxes",
+             file, pos);
+}
+
+/* Connects, streams until it breaks; returns with err saying why. */
+static void
+stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
+            size_t errlen)
+{
+    unsigned code,
+        io_s = dbconn_seconds(BINLOG_HEARTBEAT_MS * BINLOG_STALL_BEATS);
+    char file[256];
+    unsigned long pos = 0;
+    MYSQL *db = dbconn_open(s->db, false, io_s, s->name, &code, err, errlen);
+    if (db == NULL)
+        return;
+    publish_socket(s, db);
+    if (read_position(s, db, file, sizeof(file), &pos, err, errlen) == 0 &&
+        prepare_session(s, db, err, errlen) == 0 &&
+        request_dump(s, db, file, pos, err, errlen) == 0) {
+        *live_since = clock_ms();
+        log_live(s, file, pos);
+        s->last_error[0] = '\0';
+        set_live(s, true);
+        read_events(s, db, err, errlen);
+    }
+    publish_socket(s, NULL);
+    mysql_close(db);
+}
+
+/* Says why the outboxes poll: once per distinct reason. */
+static void
+log_down(struct binlog_stream *s, const char *err)
+{
+    if (strcmp(s->last_error, err) != 0)
+        log_warn(LOG_KV("server", s->name),
+                 "no binlog wake, its outboxes poll (poll_interval): %s", err);
+    else
+        log_debug(LOG_KV("server", s->name), "binlog still unavailable: %s",
+                  err);
+    str_copy(s->last_error, err, sizeof(s->last_error));
+}
+
+static void
+wait_retry(struct binlog_stream *s, uint64_t ms)
+{
+    struct timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    at.tv_sec += (time_t)(ms / 1000);
+    at.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (at.tv_nsec >= 1000000000L) {
+        at.tv_sec++;
+        at.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->lock);
+    while (!s->stopping && pthread_cond_timedwait(&s->cond, &s->lock, &at) == 0)
+        ;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void *
+stream_main(void *arg)
+{
+    struct binlog_stream *s = arg;
+    char err[512];
+    while (!stopping(s)) {
+        uint64_t live_since = 0;
+        err[0] = '\0';
+        stream_once(s, &live_since, err, sizeof(err));
+        set_live(s, false);
+        if (stopping(s))
+            break;
+        if (live_since != 0 && clock_ms() - live_since >= STABLE_MS)
+            s->failures = 0;
+        log_down(s, err);
+        wait_retry(s,
+                   backoff_ms(s->failures++, RETRY_INITIAL_MS, RETRY_MAX_MS));
+    }
+    mysql_thread_end();
+    return NULL;
+}
+
+int
+binlog_stream_start(struct binlog_stream *s)
+{
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0)
+        return -1;
+    s->started = true;
+    return 0;
+}
+
+void
+binlog_stream_stop(struct binlog_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    if (s->sock >= 0)
+        shutdown(s->sock, SHUT_RDWR);
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void
+binlog_stream_free(struct binlog_stream *s)
+{
+    if (s == NULL)
+        return;
+    binlog_stream_stop(s);
+    if (s->started)
+        pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s->clients);
+    free(s->watches);
+    free(s);
+}

@@ -1,0 +1,503 @@
+/*
+ * binlog_parse: reads the few binary-log events that tell when a
+ * transaction that wrote an outbox table commits (format description,
+ * table map, rows, XID, query), by the layout of binlog version 4 that
+ * MySQL 5.x/8 and MariaDB share, and ignores every other event.
+ */
+#include "binlog_parse.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Event types (sql/log_event.h of both servers). */
+enum {
+    EV_QUERY = 2,
+    EV_FORMAT = 15,
+    EV_XID = 16,
+    EV_TABLE_MAP = 19,
+    EV_WRITE_V1 = 23,
+    EV_UPDATE_V1 = 24,
+    EV_DELETE_V1 = 25,
+    EV_HEARTBEAT = 27,
+    EV_WRITE_V2 = 30,
+    EV_UPDATE_V2 = 31,
+    EV_DELETE_V2 = 32,
+    EV_PARTIAL_UPDATE = 39, /* MySQL 8 */
+    EV_MARIA_GTID = 162,    /* MariaDB: starts an event group */
+    EV_QUERY_COMPRESSED = 165,
+    EV_WRITE_COMPRESSED_V1 = 166,
+    EV_UPDATE_COMPRESSED_V1 = 167,
+    EV_DELETE_COMPRESSED_V1 = 168,
+    EV_WRITE_COMPRESSED = 169,
+    EV_UPDATE_COMPRESSED = 170,
+    EV_DELETE_COMPRESSED = 171,
+};
+
+#define HEADER_V4 19
+#define CHECKSUM_LEN 4
+/* Format description: binlog version, server version, timestamp, then
+ * the header length byte and the post-header lengths. */
+#define FDE_FIXED (2 + 50 + 4 + 1)
+#define MARIA_GTID_STANDALONE 0x01
+
+static uint32_t
+le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static uint64_t
+le48(const unsigned char *p)
+{
+    return (uint64_t)le32(p) | (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40;
+}
+
+/* Whether a server of this version ends its format event in a checksum
+ * algorithm byte: MySQL from 5.6.1, MariaDB from 5.3. */
+/* One part of a version number, clamped: the text comes off the wire. */
+static long
+version_part(const char *s, char **end)
+{
+    long v = strtol(s, end, 10);
+    return v < 0 ? 0 : v > 999 ? 999 : v;
+}
+
+/* Whether a server of this version ends its format event in a checksum
+ * algorithm byte: MySQL from 5.6.1, MariaDB from 5.3. */
+static bool
+has_checksum_alg(const char *version, size_t n)
+{
+    char v[51];
+    size_t len = n < sizeof(v) - 1 ? n : sizeof(v) - 1;
+    memcpy(v, version, len);
+    v[len] = '\0';
+    long major = 0, minor = 0, patch = 0;
+    char *end;
+    major = version_part(v, &end);
+    if (*end == '.')
+        minor = version_part(end + 1, &end);
+    if (*end == '.')
+        patch = version_part(end + 1, &end);
+    long triple = major * 1000000 + minor * 1000 + patch;
+    return strstr(v, "MariaDB") != NULL ? triple >= 5003000 : triple >= 5006001;
+}
+
+static int
+parse_format(struct binlog_format *fmt, const unsigned char *ev, size_t n,
+             char *err, size_t errlen)
+{
+    if (n < HEADER_V4 + FDE_FIXED) {
+        err_set(err, errlen, "format description event of %zu bytes", n);
+        return -1;
+    }
+    const unsigned char *body = ev + HEADER_V4;
+    size_t end = n;
+    bool crc = false;
+    if (has_checksum_alg((const char *)body + 2, 50)) {
+        if (n < HEADER_V4 + FDE_FIXED + 1 + CHECKSUM_LEN) {
+            err_set(err, errlen, "format description event of %zu bytes", n);
+            return -1;
+        }
+        crc = ev[n - CHECKSUM_LEN - 1] == 1; /* 1: CRC32 */
+        end = n - CHECKSUM_LEN - 1;
+    }
+    uint8_t header_len = body[2 + 50 + 4];
+    if (header_len < HEADER_V4) {
+        err_set(err, errlen, "event header of %u bytes", header_len);
+        return -1;
+    }
+    memset(fmt, 0, sizeof(*fmt));
+    fmt->known = true;
+    fmt->crc32 = crc;
+    fmt->header_len = header_len;
+    size_t npost = end - (HEADER_V4 + FDE_FIXED);
+    for (size_t i = 0; i < npost && i + 1 < sizeof(fmt->post_len); i++)
+        fmt->post_len[i + 1] = body[FDE_FIXED + i];
+    return 0;
+}
+
+static uint8_t
+post_len(const struct binlog_format *fmt, uint8_t type, uint8_t fallback)
+{
+    return fmt->known && fmt->post_len[type] != 0 ? fmt->post_len[type]
+                                                  : fallback;
+}
+
+/* A table id is 6 bytes, but 4 where the post-header is 6 long (old). */
+static uint64_t
+table_id_at(const unsigned char *p, uint8_t plen)
+{
+    return plen == 6 ? le32(p) : le48(p);
+}
+
+static int
+parse_table_map(const struct binlog_format *fmt, const unsigned char *b,
+                size_t n, struct binlog_event *ev)
+{
+    uint8_t plen = post_len(fmt, EV_TABLE_MAP, 8);
+    if (plen < 6 || n < (size_t)plen + 1)
+        return -1;
+    ev->table_id = table_id_at(b, plen);
+    size_t i = plen;
+    size_t slen = b[i++];
+    if (i + slen + 2 > n)
+        return -1;
+    ev->schema = (const char *)b + i;
+    ev->schema_len = slen;
+    i += slen + 1; /* and its NUL */
+    size_t tlen = b[i++];
+    if (i + tlen > n)
+        return -1;
+    ev->table = (const char *)b + i;
+    ev->table_len = tlen;
+    ev->kind = BINLOG_TABLE_MAP;
+    return 0;
+}
+
+static int
+parse_rows(const struct binlog_format *fmt, uint8_t type,
+           const unsigned char *b, size_t n, struct binlog_event *ev,
+           bool write)
+{
+    uint8_t plen = post_len(fmt, type, 8);
+    if (plen < 6 || n < plen)
+        return -1;
+    ev->table_id = table_id_at(b, plen);
+    ev->kind = write ? BINLOG_ROWS_WRITE : BINLOG_ROWS_CHANGE;
+    return 0;
+}
+
+/* Past blanks and comments to the statement's first keyword. */
+static const char *
+first_keyword(const char *s, const char *end)
+{
+    while (s < end) {
+        if (isspace((unsigned char)*s)) {
+            s++;
+        } else if (end - s >= 2 && s[0] == '/' && s[1] == '*') {
+            const char *close = s + 2;
+            while (close + 1 < end && !(close[0] == '*' && close[1] == '/'))
+                close++;
+            s = close + 2 <= end ? close + 2 : end;
+        } else if (*s == '#' || (end - s >= 3 && s[0] == '-' && s[1] == '-' &&
+                                 isspace((unsigned char)s[2]))) {
+            while (s < end && *s != '\n')
+                s++;
+        } else {
+            break;
+        }
+    }
+    return s;
+}
+
+static bool
+keyword_is(const char *s, const char *end, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(end - s) < n || strncasecmp(s, word, n) != 0)
+        return false;
+    return (size_t)(end - s) == n || !isalnum((unsigned char)s[n]);
+}
+
+static void
+classify_statement(struct binlog_event *ev)
+{
+    const char *end = ev->text + ev->text_len;
+    const char *k = first_keyword(ev->text, end);
+    ev->kind = BINLOG_STATEMENT;
+    if (keyword_is(k, end, "BEGIN"))
+        ev->kind = BINLOG_BEGIN;
+    else if (keyword_is(k, end, "COMMIT"))
+        ev->kind = BINLOG_COMMIT;
+    else if (keyword_is(k, end, "ROLLBACK"))
+        ev->kind = BINLOG_ROLLBACK;
+    else
+        ev->text_inserts = keyword_is(k, end, "INSERT") ||
+                           keyword_is(k, end, "REPLACE") ||
+                           keyword_is(k, end, "LOAD");
+}
+
+static int
+parse_query(const struct binlog_format *fmt, uint8_t type,
+            const unsigned char *b, size_t n, struct binlog_event *ev)
+{
+    uint8_t plen = post_len(fmt, type, 13);
+    if (plen < 13 || n < plen)
+        return -1;
+    size_t dblen = b[8];
+    size_t vars = (size_t)b[11] | (size_t)b[12] << 8;
+    size_t i = plen + vars;
+    if (i + dblen + 1 > n)
+        return -1;
+    ev->schema = (const char *)b + i;
+    ev->schema_len = dblen;
+    i += dblen + 1;
+    ev->text = (const char *)b + i;
+    ev->text_len = n - i;
+    if (type == EV_QUERY_COMPRESSED) {
+        /* The text is compressed: BEGIN and COMMIT never are, so this
+         * is some other statement, maybe an insert. */
+        ev->kind = BINLOG_STATEMENT;
+        ev->text_unknown = true;
+        ev->text_len = 0;
+        return 0;
+    }
+    classify_statement(ev);
+    return 0;
+}
+
+static int
+parse_maria_gtid(const struct binlog_format *fmt, const unsigned char *b,
+                 size_t n, struct binlog_event *ev)
+{
+    uint8_t plen = post_len(fmt, EV_MARIA_GTID, 19);
+    if (plen < 13 || n < 13)
+        return -1;
+    /* seq_no (8), domain_id (4), flags: a standalone group is one DDL
+     * statement with no COMMIT after it. */
+    ev->kind = (b[12] & MARIA_GTID_STANDALONE) ? BINLOG_OTHER : BINLOG_BEGIN;
+    return 0;
+}
+
+static bool
+is_write_type(uint8_t t)
+{
+    return t == EV_WRITE_V1 || t == EV_WRITE_V2 ||
+           t == EV_WRITE_COMPRESSED_V1 || t == EV_WRITE_COMPRESSED;
+}
+
+static bool
+is_change_type(uint8_t t)
+{
+    return t == EV_UPDATE_V1 || t == EV_DELETE_V1 || t == EV_UPDATE_V2 ||
+           t == EV_DELETE_V2 || t == EV_PARTIAL_UPDATE ||
+           (t >= EV_UPDATE_COMPRESSED_V1 && t <= EV_DELETE_COMPRESSED_V1) ||
+           t == EV_UPDATE_COMPRESSED || t == EV_DELETE_COMPRESSED;
+}
+
+/* The event body between the header and the checksum, by type. */
+static int
+parse_body(const struct binlog_format *fmt, uint8_t type,
+           const unsigned char *b, size_t n, struct binlog_event *ev)
+{
+    if (type == EV_TABLE_MAP)
+        return parse_table_map(fmt, b, n, ev);
+    if (is_write_type(type) || is_change_type(type))
+        return parse_rows(fmt, type, b, n, ev, is_write_type(type));
+    if (type == EV_QUERY || type == EV_QUERY_COMPRESSED)
+        return parse_query(fmt, type, b, n, ev);
+    if (type == EV_MARIA_GTID)
+        return parse_maria_gtid(fmt, b, n, ev);
+    if (type == EV_XID)
+        ev->kind = BINLOG_COMMIT;
+    else if (type == EV_HEARTBEAT)
+        ev->kind = BINLOG_HEARTBEAT;
+    return 0;
+}
+
+int
+binlog_parse(struct binlog_format *fmt, const unsigned char *pkt, size_t len,
+             struct binlog_event *ev, char *err, size_t errlen)
+{
+    memset(ev, 0, sizeof(*ev));
+    if (len < 1 + HEADER_V4 || pkt[0] != 0x00) {
+        err_set(err, errlen, "binlog packet of %zu bytes, not an event", len);
+        return -1;
+    }
+    const unsigned char *e = pkt + 1;
+    size_t size = le32(e + 9);
+    if (size < HEADER_V4 || size > len - 1) {
+        err_set(err, errlen, "binlog event of %zu bytes in a %zu-byte packet",
+                size, len - 1);
+        return -1;
+    }
+    ev->type = e[4];
+    if (ev->type == EV_FORMAT) {
+        if (parse_format(fmt, e, size, err, errlen) < 0)
+            return -1;
+        ev->kind = BINLOG_FORMAT;
+        return 0;
+    }
+    size_t hlen = fmt->known ? fmt->header_len : HEADER_V4;
+    size_t tail = fmt->crc32 ? CHECKSUM_LEN : 0;
+    if (size < hlen + tail) {
+        err_set(err, errlen, "binlog event of type %u, %zu bytes", ev->type,
+                size);
+        return -1;
+    }
+    if (parse_body(fmt, ev->type, e + hlen, size - hlen - tail, ev) < 0) {
+        err_set(err, errlen, "binlog event of type %u is malformed (%zu bytes)",
+                ev->type, size);
+        memset(ev, 0, sizeof(*ev));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the tracker ---- */
+
+void
+binlog_tracker_init(struct binlog_tracker *t, struct binlog_watch *watches,
+                    size_t n)
+{
+    memset(t, 0, sizeof(*t));
+    t->watches = watches;
+    t->nwatches = n;
+    binlog_tracker_reset(t);
+}
+
+void
+binlog_tracker_reset(struct binlog_tracker *t)
+{
+    for (size_t i = 0; i < t->nwatches; i++)
+        t->watches[i].touched = t->watches[i].inserted = false;
+    t->nmap = t->map_next = 0;
+    t->in_trx = false;
+}
+
+static bool
+name_eq(const char *name, const char *s, size_t n)
+{
+    return strlen(name) == n && strncasecmp(name, s, n) == 0;
+}
+
+static int
+find_watch(const struct binlog_tracker *t, const struct binlog_event *ev)
+{
+    for (size_t i = 0; i < t->nwatches; i++)
+        if (name_eq(t->watches[i].schema, ev->schema, ev->schema_len) &&
+            name_eq(t->watches[i].table, ev->table, ev->table_len))
+            return (int)i;
+    return -1;
+}
+
+static void
+map_table(struct binlog_tracker *t, const struct binlog_event *ev)
+{
+    int w = find_watch(t, ev);
+    for (size_t i = 0; i < t->nmap; i++)
+        if (t->map[i].table_id == ev->table_id) {
+            t->map[i].watch = w;
+            return;
+        }
+    size_t slot = t->nmap < BINLOG_MAP_SLOTS ? t->nmap++ : t->map_next;
+    if (t->nmap == BINLOG_MAP_SLOTS)
+        t->map_next = (slot + 1) % BINLOG_MAP_SLOTS;
+    t->map[slot].table_id = ev->table_id;
+    t->map[slot].watch = w;
+}
+
+static void
+touch(struct binlog_watch *w, bool inserted)
+{
+    w->touched = true;
+    w->inserted = w->inserted || inserted;
+}
+
+static void
+rows_seen(struct binlog_tracker *t, const struct binlog_event *ev)
+{
+    for (size_t i = 0; i < t->nmap; i++)
+        if (t->map[i].table_id == ev->table_id && t->map[i].watch >= 0) {
+            touch(&t->watches[t->map[i].watch], ev->kind == BINLOG_ROWS_WRITE);
+            return;
+        }
+}
+
+static bool
+is_ident_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '_' || c == '$';
+}
+
+/* Whether text names name as a whole identifier, in any letter case. */
+static bool
+names(const char *text, size_t len, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; n > 0 && i + n <= len; i++) {
+        if (strncasecmp(text + i, name, n) != 0)
+            continue;
+        bool before = i == 0 || !is_ident_char(text[i - 1]);
+        bool after = i + n == len || !is_ident_char(text[i + n]);
+        if (before && after)
+            return true;
+    }
+    return false;
+}
+
+/* A statement logged as text: a hint by name, which a false match only
+ * costs one claim. */
+static void
+statement_seen(struct binlog_tracker *t, const struct binlog_event *ev)
+{
+    if (!ev->text_inserts && !ev->text_unknown)
+        return;
+    for (size_t i = 0; i < t->nwatches; i++) {
+        struct binlog_watch *w = &t->watches[i];
+        bool in_schema = name_eq(w->schema, ev->schema, ev->schema_len);
+        if (ev->text_unknown
+                ? in_schema
+                : names(ev->text, ev->text_len, w->table) &&
+                      (in_schema || names(ev->text, ev->text_len, w->schema)))
+            touch(w, true);
+    }
+}
+
+static void
+commit(struct binlog_tracker *t)
+{
+    for (size_t i = 0; i < t->nwatches; i++) {
+        struct binlog_watch *w = &t->watches[i];
+        if (w->touched)
+            w->notify(w->arg, w->inserted);
+        w->touched = w->inserted = false;
+    }
+    t->nmap = t->map_next = 0;
+    t->in_trx = false;
+}
+
+static void
+rollback(struct binlog_tracker *t)
+{
+    for (size_t i = 0; i < t->nwatches; i++)
+        t->watches[i].touched = t->watches[i].inserted = false;
+    t->nmap = t->map_next = 0;
+    t->in_trx = false;
+}
+
+void
+binlog_tracker_feed(struct binlog_tracker *t, const struct binlog_event *ev)
+{
+    switch (ev->kind) {
+    case BINLOG_TABLE_MAP:
+        map_table(t, ev);
+        break;
+    case BINLOG_ROWS_WRITE:
+    case BINLOG_ROWS_CHANGE:
+        rows_seen(t, ev);
+        break;
+    case BINLOG_BEGIN:
+        /* A group whose end we did not see still committed: the server
+         * logs only committed transactions. */
+        commit(t);
+        t->in_trx = true;
+        break;
+    case BINLOG_COMMIT:
+        commit(t);
+        break;
+    case BINLOG_ROLLBACK:
+        rollback(t);
+        break;
+    case BINLOG_STATEMENT:
+        statement_seen(t, ev);
+        if (!t->in_trx)
+            commit(t); /* autocommitted, or a non-transactional table */
+        break;
+    default:
+        break;
+    }
+}

@@ -1,0 +1,464 @@
+/* check_binlog: binlog events built byte by byte, parsed and tracked. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "binlog_parse.h"
+
+Suite *binlog_suite(void);
+
+/* Event types the tests build. */
+enum {
+    T_QUERY = 2,
+    T_FORMAT = 15,
+    T_XID = 16,
+    T_TABLE_MAP = 19,
+    T_WRITE = 23,
+    T_UPDATE = 24,
+    T_HEARTBEAT = 27,
+    T_WRITE_V2 = 30,
+    T_MARIA_GTID = 162,
+    T_QUERY_COMPRESSED = 165,
+};
+
+struct pkt {
+    unsigned char b[1024];
+    size_t n;
+};
+
+static void
+put(struct pkt *p, const void *data, size_t n)
+{
+    ck_assert_uint_le(p->n + n, sizeof(p->b));
+    memcpy(p->b + p->n, data, n);
+    p->n += n;
+}
+
+static void
+put_le(struct pkt *p, uint64_t v, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i++) {
+        unsigned char c = (unsigned char)(v >> (8 * i));
+        put(p, &c, 1);
+    }
+}
+
+/* The OK byte and a v4 header; the size is patched by finish. */
+static void
+start(struct pkt *p, unsigned type)
+{
+    p->n = 0;
+    put_le(p, 0, 1);
+    put_le(p, 1700000000, 4);
+    put_le(p, type, 1);
+    put_le(p, 1, 4);
+    put_le(p, 0, 4); /* event size */
+    put_le(p, 0, 4);
+    put_le(p, 0, 2);
+}
+
+static void
+finish(struct pkt *p, bool crc)
+{
+    if (crc)
+        put_le(p, 0xdeadbeef, 4);
+    size_t size = p->n - 1;
+    for (int i = 0; i < 4; i++)
+        p->b[1 + 9 + i] = (unsigned char)(size >> (8 * i));
+}
+
+static void
+build_format(struct pkt *p, bool crc)
+{
+    char version[50] = "10.11.19-MariaDB-log";
+    start(p, T_FORMAT);
+    put_le(p, 4, 2);
+    put(p, version, sizeof(version));
+    put_le(p, 0, 4);
+    put_le(p, 19, 1);
+    for (unsigned t = 1; t <= 171; t++)
+        put_le(p,
+               t == T_QUERY         ? 13
+               : t == T_TABLE_MAP   ? 8
+               : t >= 23 && t <= 25 ? 8
+               : t >= 30 && t <= 32 ? 10
+               : t == T_MARIA_GTID  ? 19
+                                    : 0,
+               1);
+    put_le(p, crc ? 1 : 0, 1);
+    finish(p, true); /* the format event always ends in a checksum */
+}
+
+static void
+build_table_map(struct pkt *p, uint64_t id, const char *db, const char *tbl,
+                bool crc)
+{
+    start(p, T_TABLE_MAP);
+    put_le(p, id, 6);
+    put_le(p, 0, 2);
+    put_le(p, strlen(db), 1);
+    put(p, db, strlen(db) + 1);
+    put_le(p, strlen(tbl), 1);
+    put(p, tbl, strlen(tbl) + 1);
+    put_le(p, 1, 1); /* one column, its type: a long */
+    put_le(p, 3, 1);
+    finish(p, crc);
+}
+
+static void
+build_rows(struct pkt *p, unsigned type, uint64_t id, bool crc)
+{
+    start(p, type);
+    put_le(p, id, 6);
+    put_le(p, 1, 2);
+    if (type == T_WRITE_V2)
+        put_le(p, 2, 2);
+    put_le(p, 0x0102030405060708ULL, 8); /* some row image */
+    finish(p, crc);
+}
+
+static void
+build_query(struct pkt *p, unsigned type, const char *db, const char *sql,
+            bool crc)
+{
+    start(p, type);
+    put_le(p, 7, 4);
+    put_le(p, 0, 4);
+    put_le(p, strlen(db), 1);
+    put_le(p, 0, 2);
+    put_le(p, 3, 2); /* status variables */
+    put(p, "\x03\x01\x02", 3);
+    put(p, db, strlen(db) + 1);
+    put(p, sql, strlen(sql));
+    finish(p, crc);
+}
+
+static void
+build_bare(struct pkt *p, unsigned type, bool crc)
+{
+    start(p, type);
+    if (type == T_XID)
+        put_le(p, 42, 8);
+    finish(p, crc);
+}
+
+/* ---- a tracker over two watched tables ---- */
+
+struct seen {
+    int commits, inserts;
+};
+
+static struct seen seen[2];
+
+static void
+notify(void *arg, bool inserted)
+{
+    struct seen *s = arg;
+    s->commits++;
+    s->inserts += inserted;
+}
+
+struct fixture {
+    struct binlog_format fmt;
+    struct binlog_watch w[2];
+    struct binlog_tracker t;
+    bool crc;
+};
+
+static void
+fx_init(struct fixture *f, bool crc)
+{
+    memset(f, 0, sizeof(*f));
+    memset(seen, 0, sizeof(seen));
+    f->crc = crc;
+    f->w[0] = (struct binlog_watch){.schema = "shop",
+                                    .table = "outbox_event",
+                                    .notify = notify,
+                                    .arg = &seen[0]};
+    f->w[1] = (struct binlog_watch){.schema = "billing",
+                                    .table = "outbox",
+                                    .notify = notify,
+                                    .arg = &seen[1]};
+    binlog_tracker_init(&f->t, f->w, 2);
+    struct pkt p;
+    struct binlog_event ev;
+    build_format(&p, crc);
+    ck_assert_int_eq(binlog_parse(&f->fmt, p.b, p.n, &ev, NULL, 0), 0);
+    ck_assert_int_eq(ev.kind, BINLOG_FORMAT);
+}
+
+static enum binlog_kind
+feed(struct fixture *f, struct pkt *p)
+{
+    struct binlog_event ev;
+    char err[256];
+    ck_assert_msg(binlog_parse(&f->fmt, p->b, p->n, &ev, err, sizeof(err)) == 0,
+                  "%s", err);
+    binlog_tracker_feed(&f->t, &ev);
+    return ev.kind;
+}
+
+static void
+feed_query(struct fixture *f, const char *db, const char *sql)
+{
+    struct pkt p;
+    build_query(&p, T_QUERY, db, sql, f->crc);
+    feed(f, &p);
+}
+
+/* BEGIN, a table map and rows of one table, no commit yet. */
+static void
+feed_rows(struct fixture *f, const char *db, const char *tbl, unsigned type,
+          uint64_t id)
+{
+    struct pkt p;
+    build_table_map(&p, id, db, tbl, f->crc);
+    ck_assert_int_eq(feed(f, &p), BINLOG_TABLE_MAP);
+    build_rows(&p, type, id, f->crc);
+    feed(f, &p);
+}
+
+static void
+feed_xid(struct fixture *f)
+{
+    struct pkt p;
+    build_bare(&p, T_XID, f->crc);
+    ck_assert_int_eq(feed(f, &p), BINLOG_COMMIT);
+}
+
+START_TEST(test_format)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    ck_assert(f.fmt.known);
+    ck_assert(f.fmt.crc32);
+    ck_assert_uint_eq(f.fmt.header_len, 19);
+    ck_assert_uint_eq(f.fmt.post_len[T_TABLE_MAP], 8);
+    ck_assert_uint_eq(f.fmt.post_len[T_MARIA_GTID], 19);
+    fx_init(&f, false);
+    ck_assert(!f.fmt.crc32);
+}
+END_TEST
+
+/* The wake comes at the commit, not at the rows. */
+START_TEST(test_insert_told_at_commit)
+{
+    struct fixture f;
+    fx_init(&f, _i);
+    feed_query(&f, "shop", "BEGIN");
+    feed_rows(&f, "shop", "outbox_event", T_WRITE, 77);
+    ck_assert_int_eq(seen[0].commits, 0);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].commits, 1);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].commits, 0);
+}
+END_TEST
+
+START_TEST(test_rows_v2_and_table_id_reuse)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    feed_query(&f, "billing", "BEGIN");
+    feed_rows(&f, "billing", "outbox", T_WRITE_V2, 0x123456789aULL);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[1].inserts, 1);
+    /* The same id now maps another table: no wake for it. */
+    feed_query(&f, "billing", "BEGIN");
+    feed_rows(&f, "billing", "invoices", T_WRITE_V2, 0x123456789aULL);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[1].commits, 1);
+}
+END_TEST
+
+/* The relay's own updates change the table but insert nothing. */
+START_TEST(test_update_is_a_change_not_an_insert)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    feed_query(&f, "shop", "BEGIN");
+    feed_rows(&f, "shop", "outbox_event", T_UPDATE, 5);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].commits, 1);
+    ck_assert_int_eq(seen[0].inserts, 0);
+}
+END_TEST
+
+START_TEST(test_other_tables_do_not_wake)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    feed_query(&f, "shop", "BEGIN");
+    feed_rows(&f, "shop", "orders", T_WRITE, 8);
+    feed_rows(&f, "other", "outbox_event", T_WRITE, 9);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].commits, 0);
+    ck_assert_int_eq(seen[1].commits, 0);
+}
+END_TEST
+
+START_TEST(test_rollback_forgets)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    feed_query(&f, "shop", "BEGIN");
+    feed_rows(&f, "shop", "outbox_event", T_WRITE, 8);
+    feed_query(&f, "shop", "ROLLBACK");
+    ck_assert_int_eq(seen[0].commits, 0);
+    feed_query(&f, "shop", "BEGIN");
+    feed_query(&f, "shop", "COMMIT");
+    ck_assert_int_eq(seen[0].commits, 0);
+}
+END_TEST
+
+/* Statement-based logging: inserts by name, updates never. */
+START_TEST(test_statements)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    feed_query(&f, "shop", "BEGIN");
+    feed_query(&f, "shop", "UPDATE outbox_event SET status = 'SENT'");
+    feed_query(&f, "shop", "COMMIT");
+    ck_assert_int_eq(seen[0].commits, 0);
+    feed_query(&f, "shop", "BEGIN");
+    feed_query(&f, "shop",
+               "/* app */ insert into `outbox_event` (id) values (1)");
+    feed_query(&f, "shop", "COMMIT");
+    ck_assert_int_eq(seen[0].inserts, 1);
+    /* Named with its schema from another default database. */
+    feed_query(&f, "", "INSERT INTO billing.outbox VALUES (2)");
+    ck_assert_int_eq(seen[1].inserts, 1);
+    /* A longer name that contains the table's is another table. */
+    feed_query(&f, "shop", "INSERT INTO outbox_event_archive VALUES (3)");
+    feed_query(&f, "other", "INSERT INTO outbox_event VALUES (3)");
+    ck_assert_int_eq(seen[0].inserts, 1);
+}
+END_TEST
+
+/* A compressed statement cannot be read: any in the schema wakes. */
+START_TEST(test_compressed_statement)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    struct pkt p;
+    build_query(&p, T_QUERY_COMPRESSED, "shop", "\x78\x9c\x01", true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_STATEMENT);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].inserts, 0);
+}
+END_TEST
+
+START_TEST(test_heartbeat_and_unknown)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    struct pkt p;
+    build_bare(&p, T_HEARTBEAT, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_HEARTBEAT);
+    build_bare(&p, 99, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_OTHER);
+}
+END_TEST
+
+/* Many tables in one transaction: the map keeps its latest entries. */
+START_TEST(test_map_overflow)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    struct pkt p;
+    feed_query(&f, "shop", "BEGIN");
+    for (uint64_t id = 100; id < 100 + 3 * BINLOG_MAP_SLOTS; id++) {
+        build_table_map(&p, id, "shop", "t", true);
+        feed(&f, &p);
+    }
+    feed_rows(&f, "shop", "outbox_event", T_WRITE, 1);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].inserts, 1);
+}
+END_TEST
+
+/* Every way a packet can lie about its lengths is refused. */
+START_TEST(test_malformed)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    struct pkt p;
+    struct binlog_event ev;
+    char err[256];
+    build_table_map(&p, 1, "shop", "outbox_event", true);
+    for (size_t cut = 0; cut < p.n; cut++) {
+        struct pkt q = p;
+        q.n = cut;
+        finish(&q, false);
+        if (cut < 1 + 19) {
+            ck_assert_int_eq(binlog_parse(&f.fmt, q.b, cut, &ev, err, 256), -1);
+            continue;
+        }
+        /* Either refused, or a table map whose names lie in the packet. */
+        if (binlog_parse(&f.fmt, q.b, q.n, &ev, err, sizeof(err)) == 0 &&
+            ev.kind == BINLOG_TABLE_MAP)
+            ck_assert(ev.table + ev.table_len <= (const char *)q.b + q.n);
+    }
+    p.b[0] = 0xff; /* an error packet, not an event */
+    ck_assert_int_eq(binlog_parse(&f.fmt, p.b, p.n, &ev, err, 256), -1);
+    build_table_map(&p, 1, "shop", "outbox_event", true);
+    p.b[1 + 9] = 0xff; /* an event larger than its packet */
+    ck_assert_int_eq(binlog_parse(&f.fmt, p.b, p.n, &ev, err, 256), -1);
+    ck_assert_ptr_nonnull(strstr(err, "bytes"));
+}
+END_TEST
+
+/*
+ * A real stream of MariaDB 10.11 (tests/data/binlog_stream.bin, framed
+ * as fuzz_binlog reads it): two rows inserted into shop.outbox_event in
+ * one transaction, both updated in another, one inserted with
+ * binlog_format STATEMENT, then the database dropped.
+ */
+START_TEST(test_real_stream)
+{
+    struct fixture f;
+    fx_init(&f, false);
+    memset(&f.fmt, 0, sizeof(f.fmt));
+    FILE *in = fopen("data/binlog_stream.bin", "rb");
+    ck_assert_ptr_nonnull(in);
+    unsigned char buf[8192];
+    size_t len = fread(buf, 1, sizeof(buf), in);
+    fclose(in);
+    size_t at = 0, events = 0;
+    while (at + 2 <= len) {
+        size_t n = buf[at] | (size_t)buf[at + 1] << 8;
+        ck_assert_uint_le(at + 2 + n, len);
+        struct pkt p = {.n = n};
+        memcpy(p.b, buf + at + 2, n);
+        feed(&f, &p);
+        at += 2 + n;
+        events++;
+    }
+    ck_assert(f.fmt.crc32);
+    ck_assert_uint_gt(events, 10);
+    ck_assert_int_eq(seen[0].inserts, 2);
+    ck_assert_int_eq(seen[0].commits, 3);
+    ck_assert_int_eq(seen[1].commits, 0);
+}
+END_TEST
+
+Suite *
+binlog_suite(void)
+{
+    Suite *s = suite_create("binlog");
+    TCase *tc = tcase_create("parse");
+    tcase_add_test(tc, test_format);
+    tcase_add_loop_test(tc, test_insert_told_at_commit, 0, 2);
+    tcase_add_test(tc, test_rows_v2_and_table_id_reuse);
+    tcase_add_test(tc, test_update_is_a_change_not_an_insert);
+    tcase_add_test(tc, test_other_tables_do_not_wake);
+    tcase_add_test(tc, test_rollback_forgets);
+    tcase_add_test(tc, test_statements);
+    tcase_add_test(tc, test_compressed_statement);
+    tcase_add_test(tc, test_heartbeat_and_unknown);
+    tcase_add_test(tc, test_map_overflow);
+    tcase_add_test(tc, test_malformed);
+    tcase_add_test(tc, test_real_stream);
+    suite_add_tcase(s, tc);
+    return s;
+}
