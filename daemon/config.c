@@ -94,6 +94,7 @@ static const char *const log_levels[] = {"error", "warn", "info", "debug",
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const orderings[] = {"aggregate", "none", NULL};
 static const char *const on_sents[] = {"mark", "delete", NULL};
+static const char *const wakes[] = {"auto", "binlog", "poll", NULL};
 
 /* The enums are stored through memcpy of an int. */
 _Static_assert(sizeof(enum log_level) == sizeof(int), "enum size");
@@ -191,7 +192,12 @@ static const struct opt outbox_opts[] = {
     K_BOOL("mandatory", "true", OPT_RELOAD, OUTBOX(mandatory)),
     K_ENUM("ordering", "aggregate", 0, orderings, NULL, OUTBOX(ordering)),
     K_UINT("batch_size", "500", OPT_RELOAD, 1, 10000, OUTBOX(batch_size)),
-    K_DUR("poll_interval", "100ms", OPT_RELOAD, 1, 0, OUTBOX(poll_interval_ms)),
+    /* The claim pacing of pacer.c: a backoff from poll_min to a ceiling,
+     * poll_interval alone, wake_poll_interval with a live wake stream. */
+    K_DUR("poll_min", "1ms", OPT_RELOAD, 0, 0, OUTBOX(poll_min_ms)),
+    K_DUR("poll_interval", "1s", OPT_RELOAD, 1, 0, OUTBOX(poll_interval_ms)),
+    K_DUR("wake_poll_interval", "10s", OPT_RELOAD, 1, 0,
+          OUTBOX(wake_poll_interval_ms)),
     K_DUR("lease", "30s", OPT_RELOAD, 1 * SEC, 0, OUTBOX(lease_ms)),
     K_UINT("max_retries", "10", OPT_RELOAD, 0, 1000, OUTBOX(max_retries)),
     K_MAP("backoff", 0, 0, &backoff_table),
@@ -212,6 +218,7 @@ static const struct opt database_opts[] = {
     K_STR("password_file", NULL, 0, NO_FIELD),
     K_STR("database", NULL, OPT_REQUIRED, DB(database)),
     K_DUR("connect_timeout", "5s", 0, 1, 0, DB(connect_timeout_ms)),
+    K_ENUM("wake", "auto", 0, wakes, NULL, DB(wake)),
     K_MAP("tls", 0, DB(tls), &tls_table),
     K_LIST("outboxes", OPT_REQUIRED),
 };
@@ -1062,9 +1069,24 @@ outbox_broker(struct loader *ld, struct section *s)
 }
 
 static void
+outbox_poll_check(struct loader *ld, struct section *s)
+{
+    struct outbox_config *ob = s->base;
+    char min[32], max[32];
+    if (ob->poll_min_ms <= ob->poll_interval_ms)
+        return;
+    duration_format(ob->poll_min_ms, min, sizeof(min));
+    duration_format(ob->poll_interval_ms, max, sizeof(max));
+    ld_error(ld, &s->map->start_mark,
+             "%s: poll_min (%s) is greater than poll_interval (%s)", s->path,
+             min, max);
+}
+
+static void
 outbox_finish(struct loader *ld, struct section *s)
 {
     struct outbox_config *ob = s->base;
+    outbox_poll_check(ld, s);
     if (ob->table != NULL) {
         ident_check(ld, s, "table", "table", ob->table);
         ob->name = xasprintf("%s.%s", ob->database->name, ob->table);

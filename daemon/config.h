@@ -17,6 +17,9 @@
 
 enum ordering { ORDERING_AGGREGATE, ORDERING_NONE };
 enum on_sent { ON_SENT_MARK, ON_SENT_DELETE };
+/* What wakes an idle outbox: its server's binlog where it can (auto),
+ * only that (binlog: not ready without it), or the poll alone. */
+enum wake_mode { WAKE_AUTO, WAKE_BINLOG, WAKE_POLL };
 
 struct tls_config {
     bool enabled; /* amqps:// or a tls: block */
@@ -51,7 +54,9 @@ struct outbox_config {
     bool mandatory;                 /* true */
     enum ordering ordering;         /* aggregate */
     unsigned batch_size;            /* 500 */
-    uint64_t poll_interval_ms;      /* 100ms */
+    uint64_t poll_min_ms;           /* 1ms: first step of the backoff */
+    uint64_t poll_interval_ms;      /* 1s: its ceiling, polling alone */
+    uint64_t wake_poll_interval_ms; /* 10s: ceiling with a live wake */
     uint64_t lease_ms;              /* 30s */
     unsigned max_retries;           /* 10 */
     uint64_t backoff_initial_ms;    /* 1s */
@@ -74,6 +79,7 @@ struct database_config {
     char *password; /* password, password_env or password_file */
     char *database;
     uint64_t connect_timeout_ms; /* 5s */
+    enum wake_mode wake;         /* auto */
     struct tls_config tls;
     struct outbox_config *outboxes;
     size_t noutboxes;

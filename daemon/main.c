@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "binlog.h"
 #include "config.h"
 #include "http.h"
 #include "log.h"
@@ -33,6 +34,8 @@ struct daemon {
     struct event_base *base;
     struct worker **workers;
     size_t nworkers;
+    struct binlog_stream **streams; /* one per database server and user */
+    size_t nstreams;
     struct event *sig_term, *sig_int, *sig_hup, *shutdown_check;
     struct event *status_check, *watchdog;
     struct http_server *http;
@@ -96,6 +99,16 @@ daemon_ready(void *arg, char *why, size_t whylen)
     for (size_t i = 0; i < d->nworkers && len < whylen; i++) {
         bool db = worker_db_connected(d->workers[i]);
         bool broker = worker_broker_connected(d->workers[i]);
+        const struct outbox_config *ob = worker_outbox(d->workers[i]);
+        if (db && broker && ob->database->wake == WAKE_BINLOG &&
+            !worker_wake_live(d->workers[i])) {
+            int n = snprintf(why + len, whylen - len,
+                             "not ready: %s: wake: binlog, and its binlog "
+                             "stream is not live\n",
+                             ob->name);
+            len += n > 0 ? (size_t)n : 0;
+            continue;
+        }
         if (db && broker)
             continue;
         int n = snprintf(
@@ -205,6 +218,8 @@ begin_shutdown(struct daemon *d, const char *why)
     uint64_t now = clock_ms();
     d->hard_deadline_ms = now + timeout - (timeout > 200 ? 100 : 0);
     log_info(NULL, "%s: stopping, waiting for confirms in flight", why);
+    for (size_t i = 0; i < d->nstreams; i++)
+        binlog_stream_stop(d->streams[i]);
     for (size_t i = 0; i < d->nworkers; i++)
         worker_stop(d->workers[i], now + timeout * 3 / 4);
     shutdown_check_cb(-1, 0, d);
@@ -303,6 +318,36 @@ start_workers(struct daemon *d)
     return 0;
 }
 
+static struct binlog_stream *
+stream_for(struct daemon *d, const struct database_config *db)
+{
+    for (size_t i = 0; i < d->nstreams; i++)
+        if (binlog_stream_serves(d->streams[i], db))
+            return d->streams[i];
+    d->streams = xrealloc(d->streams, (d->nstreams + 1) * sizeof(*d->streams));
+    return d->streams[d->nstreams++] = binlog_stream_new(db);
+}
+
+/* One binlog stream per database server (and user) wakes its outboxes,
+ * however many databases and tables it holds. */
+static void
+start_streams(struct daemon *d)
+{
+    for (size_t i = 0; i < d->nworkers; i++) {
+        const struct outbox_config *ob = worker_outbox(d->workers[i]);
+        if (ob->database->wake == WAKE_POLL)
+            continue;
+        struct binlog_client c = worker_binlog_client(d->workers[i]);
+        binlog_stream_add(stream_for(d, ob->database), ob->database->database,
+                          ob->table, &c);
+    }
+    for (size_t i = 0; i < d->nstreams; i++)
+        if (binlog_stream_start(d->streams[i]) < 0)
+            log_error(LOG_KV("server", binlog_stream_name(d->streams[i])),
+                      "cannot start the binlog stream's thread: its "
+                      "outboxes poll");
+}
+
 /* A listen address that cannot be bound is the operator's to fix. */
 static int
 start_http(struct daemon *d)
@@ -367,6 +412,10 @@ setup_events(struct daemon *d)
 static void
 teardown(struct daemon *d)
 {
+    /* Streams first: their callbacks reach into the workers. */
+    for (size_t i = 0; i < d->nstreams; i++)
+        binlog_stream_free(d->streams[i]);
+    free(d->streams);
     for (size_t i = 0; i < d->nworkers; i++)
         worker_free(d->workers[i]);
     free(d->workers);
@@ -401,6 +450,7 @@ run(struct daemon *d)
     } else {
         /* READY means started: /readyz tells when the links are up. */
         notify(d, "READY=1\nSTATUS=started, connecting");
+        start_streams(d);
         start_timers(d);
     }
     event_base_dispatch(d->base);

@@ -199,6 +199,11 @@ static const struct counter_family counters[] = {
      "recorded.",
      OM(lost)},
     {"outboxd_batches_total", "Claimed batches.", OM(batches)},
+    {"outboxd_wakes_total",
+     "Committed inserts into the outbox table told by the binlog stream.",
+     OM(wakes)},
+    {"outboxd_claims_empty_total", "Claims that found no row to publish.",
+     OM(empty_claims)},
 };
 
 static void
@@ -280,6 +285,29 @@ render_rows(struct out *o, const struct outbox_metrics *obs, size_t n)
     }
 }
 
+/* Which source wakes each outbox: one sample per source, 1 for the one
+ * in force, so that a dashboard can count outboxes by source. */
+static void
+render_pacing(struct out *o, const struct outbox_metrics *obs, size_t n)
+{
+    family(o, "outboxd_wake_source", "gauge",
+           "1 for what wakes the outbox now: binlog (a live binlog stream) "
+           "or poll (the poll alone, up to poll_interval).");
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < 2; k++) {
+            sample_start(o, "outboxd_wake_source", obs[i].outbox);
+            out_printf(o, ",source=\"%s\"} %d\n", k ? "poll" : "binlog",
+                       obs[i].wake_live == !k);
+        }
+    family(o, "outboxd_poll_interval_seconds", "gauge",
+           "The wait before the outbox's next claim: 0 while claims fill "
+           "batches, up to the ceiling while they find nothing.");
+    for (size_t i = 0; i < n; i++) {
+        sample_start(o, "outboxd_poll_interval_seconds", obs[i].outbox);
+        out_printf(o, "} %.3f\n", obs[i].poll_wait_s);
+    }
+}
+
 static void
 render_histograms(struct out *o, const struct outbox_metrics *obs, size_t n)
 {
@@ -334,6 +362,7 @@ metrics_render(const struct daemon_metrics *dm,
                 "1 while the broker blocks publishing (memory or disk "
                 "alarm).",
                 OM(broker_blocked));
+    render_pacing(&o, obs, n);
     render_histograms(&o, obs, n);
     *len = o.len;
     return o.buf;

@@ -48,6 +48,10 @@ struct outbox_metrics {
     /* Time the relay waited on each server (relay.h, enum relay_wait). */
     uint64_t wait_broker_us, wait_database_us;
     bool db_up, broker_up, broker_blocked;
+    /* Pacing (pacer.h): woken by a live binlog stream, or polling. */
+    bool wake_live;
+    uint64_t wakes, empty_claims;
+    double poll_wait_s; /* the wait before the next claim */
     /* From the worker's periodic count; false until one succeeded. */
     bool rows_known;
     uint64_t rows[OUTBOX_STATUS_COUNT];

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "pacer.h"
 #include "publisher.h"
 #include "stats_sql.h"
 #include "store.h"
@@ -23,6 +24,12 @@
 #define RECONNECT_MAX_MS 30000
 /* How often the rows and oldest-pending gauges are counted. */
 #define STATS_INTERVAL_MS 5000
+/* With a live wake stream and nothing changed in the table, the counts
+ * cannot have changed either: they are read again this often anyway. */
+#define STATS_QUIET_MS 60000
+/* While the broker blocks publishing, how often its unblock is looked
+ * for (the poll reads it and keeps the heartbeats). */
+#define BLOCKED_POLL_MS 100
 /* Retention shares this thread with the relay: each run stops after its
  * budget, and one cut short comes back soon rather than an interval
  * later, so a backlog of old rows drains without stalling the relay. */
@@ -52,6 +59,7 @@ struct worker {
     struct event_base *base;
     struct event *tick;
     struct event *wake;
+    struct event *kick;   /* the binlog stream: claim now, or re-pace */
     struct event *reload; /* main asks: adopt the pending settings */
     struct event *stats;  /* counts rows for the gauges */
     /* Deletes old SENT rows. */
@@ -64,6 +72,15 @@ struct worker {
     struct publisher *pub;
     struct relay relay;
     struct link_state db, broker;
+    struct pacer pacer;
+    /* Set by the binlog stream's thread (binlog.h). */
+    _Atomic bool wake_live;
+    _Atomic uint64_t wakes;   /* committed inserts told */
+    _Atomic uint64_t changes; /* committed writes of any kind told */
+    uint64_t stats_changes;   /* changes at the last count */
+    uint64_t stats_ms;        /* clock_ms of the last count */
+    _Atomic uint64_t empty_claims;
+    _Atomic uint64_t poll_wait_ms; /* the wait before the next claim */
     _Atomic bool stopping;
     _Atomic bool done;
     _Atomic bool db_up;
@@ -76,6 +93,14 @@ struct worker {
     _Atomic unsigned rows_counted; /* bit per status */
     _Atomic int64_t oldest_pending_us;
 };
+
+static struct pacer_limits
+pace_limits(const struct worker *w)
+{
+    return (struct pacer_limits){.min_ms = w->ob->poll_min_ms,
+                                 .poll_ms = w->ob->poll_interval_ms,
+                                 .woken_ms = w->ob->wake_poll_interval_ms};
+}
 
 static int
 claim_fn(void *store, const char *relay_id, struct outbox_batch *b, char *err,
@@ -147,6 +172,8 @@ worker_new(const struct outbox_config *ob, const char *relay_id)
         .wait_unblocked = wait_unblocked_fn,
     };
     relay_init(&w->relay, w->ob, relay_id, &backend);
+    struct pacer_limits lim = pace_limits(w);
+    pacer_init(&w->pacer, &lim);
     /* A shutdown cuts the publisher's waits short, not only the relay's. */
     publisher_set_stop_deadline(w->pub, &w->relay.stop_deadline_ms);
     return w;
@@ -232,6 +259,16 @@ reconnect_delay(struct worker *w)
     return at > now ? at - now : 0;
 }
 
+/* Schedules the next claim after one with this outcome. */
+static void
+pace(struct worker *w, enum pacer_outcome out, uint64_t due_in_ms)
+{
+    struct pacer_limits lim = pace_limits(w);
+    uint64_t wait = pacer_next(&w->pacer, &lim, out, w->wake_live, due_in_ms);
+    w->poll_wait_ms = wait;
+    schedule(w, wait);
+}
+
 static void
 run_cycle(struct worker *w)
 {
@@ -247,16 +284,19 @@ run_cycle(struct worker *w)
      * poll above reads the unblock and keeps the heartbeats). */
     if (publisher_is_blocked(w->pub)) {
         relay_flush(&w->relay);
-        schedule(w, w->ob->poll_interval_ms);
+        schedule(w, BLOCKED_POLL_MS);
         return;
     }
     switch (relay_cycle(&w->relay)) {
     case RELAY_FULL:
-        schedule(w, 0);
+        pace(w, PACER_FULL, PACER_NOT_DUE);
         break;
     case RELAY_PARTIAL:
+        pace(w, PACER_FOUND, PACER_NOT_DUE);
+        break;
     case RELAY_IDLE:
-        schedule(w, w->ob->poll_interval_ms);
+        w->empty_claims++;
+        pace(w, PACER_EMPTY, w->relay.idle_due_ms);
         break;
     case RELAY_STORE_DOWN:
         if (store_is_connected(w->store))
@@ -337,6 +377,21 @@ stats_publish(struct worker *w, const struct outbox_counts *c)
     w->rows_known = true;
 }
 
+/*
+ * With a live wake stream every committed write of the table is told,
+ * the relay's own included: when none came and nothing was pending or
+ * leased at the last count, no count can have moved (and the oldest
+ * pending age is still none).  Writes the binlog leaves out (a session
+ * with sql_log_bin off) show within STATS_QUIET_MS.
+ */
+static bool
+stats_unchanged(const struct worker *w)
+{
+    return w->wake_live && w->rows_known && w->changes == w->stats_changes &&
+           w->rows[OUTBOX_PENDING] == 0 && w->rows[OUTBOX_PROCESSING] == 0 &&
+           clock_ms() - w->stats_ms < STATS_QUIET_MS;
+}
+
 static void
 stats_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -350,6 +405,10 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
         w->rows_known = false;
         return;
     }
+    if (stats_unchanged(w))
+        return;
+    w->stats_changes = w->changes;
+    w->stats_ms = clock_ms();
     if (stats_sql_count(db, w->ob->table, &counts, err, sizeof(err)) < 0) {
         /* The claim that follows meets the same fault and handles it. */
         if (w->rows_known)
@@ -413,6 +472,57 @@ retention_cb(evutil_socket_t fd, short what, void *arg)
     retention_schedule(w, next);
 }
 
+/* From the binlog stream: a commit to claim, or a new ceiling. */
+static void
+kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->stopping)
+        return;
+    struct pacer_limits lim = pace_limits(w);
+    pacer_woken(&w->pacer, &lim);
+    w->poll_wait_ms = 0;
+    schedule(w, 0);
+}
+
+static void
+binlog_commit_cb(void *arg, bool inserted)
+{
+    struct worker *w = arg;
+    w->changes++;
+    if (!inserted)
+        return;
+    w->wakes++;
+    event_active(w->kick, 0, 0);
+}
+
+static void
+binlog_state_cb(void *arg, bool live)
+{
+    struct worker *w = arg;
+    w->wake_live = live;
+    log_debug(LOG_KV("outbox", w->ob->name), "woken by %s",
+              live ? "the binlog stream" : "the poll alone");
+    /* Up: claim what came while it was down.  Down: the poll's ceiling
+     * replaces the stream's, now rather than after a long wait. */
+    event_active(w->kick, 0, 0);
+}
+
+struct binlog_client
+worker_binlog_client(struct worker *w)
+{
+    return (struct binlog_client){
+        .commit = binlog_commit_cb, .state = binlog_state_cb, .arg = w};
+}
+
+bool
+worker_wake_live(const struct worker *w)
+{
+    return w->wake_live;
+}
+
 static void
 wake_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -455,10 +565,11 @@ worker_start(struct worker *w)
         return -1;
     w->tick = evtimer_new(w->base, tick_cb, w);
     w->wake = event_new(w->base, -1, 0, wake_cb, w);
+    w->kick = event_new(w->base, -1, 0, kick_cb, w);
     w->reload = event_new(w->base, -1, 0, reload_cb, w);
     w->stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
-    if (w->tick == NULL || w->wake == NULL || w->reload == NULL ||
-        w->stats == NULL)
+    if (w->tick == NULL || w->wake == NULL || w->kick == NULL ||
+        w->reload == NULL || w->stats == NULL)
         return -1;
     w->retention = evtimer_new(w->base, retention_cb, w);
     if (w->retention == NULL)
@@ -505,6 +616,8 @@ worker_free(struct worker *w)
         event_free(w->tick);
     if (w->wake)
         event_free(w->wake);
+    if (w->kick)
+        event_free(w->kick);
     if (w->reload)
         event_free(w->reload);
     if (w->stats)
@@ -570,6 +683,10 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
     relay_waits_read(&w->relay, waits);
     m->wait_broker_us = waits[WAIT_BROKER];
     m->wait_database_us = waits[WAIT_DATABASE];
+    m->wake_live = w->wake_live;
+    m->wakes = w->wakes;
+    m->empty_claims = w->empty_claims;
+    m->poll_wait_s = (double)w->poll_wait_ms / 1e3;
     m->db_up = w->db_up;
     m->broker_up = w->broker_up;
     m->broker_blocked = w->broker_blocked;

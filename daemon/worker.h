@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "binlog.h"
 #include "config.h"
 #include "metrics.h"
 #include "relay.h"
@@ -35,6 +36,10 @@ const struct outbox_config *worker_outbox(const struct worker *w);
  * its broker's) are handed over; the worker adopts them between cycles.
  */
 void worker_reload(struct worker *w, const struct outbox_config *ob);
+/* What a binlog stream calls to wake this worker (binlog_stream_add). */
+struct binlog_client worker_binlog_client(struct worker *w);
+/* True while a binlog stream serves the outbox. */
+bool worker_wake_live(const struct worker *w);
 /* A snapshot of the worker's counters and gauges, for /metrics. */
 void worker_metrics(struct worker *w, struct outbox_metrics *m);
 

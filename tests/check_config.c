@@ -34,7 +34,7 @@ static const char *const bad_inputs[] = {
     "bad_password",       "bad_broker_url",
     "bad_backoff",        "bad_broker_ambiguous",
     "bad_relay",          "bad_tls",
-    "bad_many",
+    "bad_many",           "bad_poll",
 };
 
 static char *
@@ -167,6 +167,7 @@ check_full_database(const struct config *cfg)
     ck_assert_str_eq(db->password, "db-secret");
     ck_assert_str_eq(db->database, "orders_db");
     ck_assert_uint_eq(db->connect_timeout_ms, 3000);
+    ck_assert_int_eq(db->wake, WAKE_POLL);
     ck_assert(db->tls.enabled);
     ck_assert_str_eq(db->tls.ca_file, DATA "tls_ca.pem");
     ck_assert_ptr_null(db->tls.cert_file);
@@ -190,7 +191,9 @@ check_full_outbox(const struct config *cfg)
     ck_assert(!ob->mandatory);
     ck_assert_int_eq(ob->ordering, ORDERING_NONE);
     ck_assert_uint_eq(ob->batch_size, 1000);
+    ck_assert_uint_eq(ob->poll_min_ms, 5);
     ck_assert_uint_eq(ob->poll_interval_ms, 250);
+    ck_assert_uint_eq(ob->wake_poll_interval_ms, 30000);
     ck_assert_uint_eq(ob->lease_ms, 60000);
     ck_assert_uint_eq(ob->max_retries, 3);
     ck_assert_uint_eq(ob->backoff_initial_ms, 2000);
@@ -251,6 +254,7 @@ check_default_database(const struct database_config *db)
     ck_assert_ptr_null(db->socket);
     ck_assert_ptr_null(db->password);
     ck_assert_uint_eq(db->connect_timeout_ms, 5000);
+    ck_assert_int_eq(db->wake, WAKE_AUTO);
     ck_assert(!db->tls.enabled);
     ck_assert(db->tls.verify_peer);
     ck_assert(db->tls.verify_hostname);
@@ -267,7 +271,9 @@ check_default_outbox(const struct config *cfg, const struct outbox_config *ob)
     ck_assert(ob->mandatory);
     ck_assert_int_eq(ob->ordering, ORDERING_AGGREGATE);
     ck_assert_uint_eq(ob->batch_size, 500);
-    ck_assert_uint_eq(ob->poll_interval_ms, 100);
+    ck_assert_uint_eq(ob->poll_min_ms, 1);
+    ck_assert_uint_eq(ob->poll_interval_ms, 1000);
+    ck_assert_uint_eq(ob->wake_poll_interval_ms, 10000);
     ck_assert_uint_eq(ob->lease_ms, 30000);
     ck_assert_uint_eq(ob->max_retries, 10);
     ck_assert_uint_eq(ob->backoff_initial_ms, 1000);

@@ -16,6 +16,8 @@ Suite *notify_suite(void);
 Suite *http_suite(void);
 Suite *publisher_suite(void);
 Suite *log_suite(void);
+Suite *pacer_suite(void);
+Suite *binlog_suite(void);
 
 int
 main(void)
@@ -32,6 +34,8 @@ main(void)
     srunner_add_suite(sr, http_suite());
     srunner_add_suite(sr, publisher_suite());
     srunner_add_suite(sr, log_suite());
+    srunner_add_suite(sr, pacer_suite());
+    srunner_add_suite(sr, binlog_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
