@@ -165,20 +165,44 @@ query_fail(struct binlog_stream *s, MYSQL *db, const char *what, char *err,
     return -1;
 }
 
-/* Where the binary log ends now: the stream starts there. */
+/* One number from a one-row query, or -1. */
+static long long
+query_number(MYSQL *db, const char *sql)
+{
+    long long v = -1;
+    if (mysql_query(db, sql) != 0)
+        return -1;
+    MYSQL_RES *res = mysql_store_result(db);
+    MYSQL_ROW r = res != NULL ? mysql_fetch_row(res) : NULL;
+    if (r != NULL && r[0] != NULL)
+        v = strtoll(r[0], NULL, 10);
+    if (res != NULL)
+        mysql_free_result(res);
+    return v;
+}
+
+/*
+ * Where the binary log ends now: the stream starts there.  Whether there
+ * is one at all comes first, as it needs no privilege and is the more
+ * fundamental answer.
+ */
 static int
 read_position(struct binlog_stream *s, MYSQL *db, char *file, size_t filelen,
               unsigned long *pos, char *err, size_t errlen)
 {
+    if (query_number(db, "SELECT @@global.log_bin") == 0) {
+        err_set(err, errlen,
+                "the server keeps no binary log (log_bin is OFF): enable it "
+                "to wake on commit");
+        return -1;
+    }
     if (mysql_query(db, "SHOW MASTER STATUS") != 0)
         return query_fail(s, db, "read the binary log position", err, errlen);
     MYSQL_RES *res = mysql_store_result(db);
     MYSQL_ROW r = res != NULL ? mysql_fetch_row(res) : NULL;
     int rc = -1;
     if (r == NULL || r[0] == NULL || r[1] == NULL) {
-        err_set(err, errlen,
-                "the server keeps no binary log (log_bin is OFF): enable it "
-                "to wake on commit");
+        err_set(err, errlen, "SHOW MASTER STATUS names no binary log");
     } else {
         str_copy(file, r[0], filelen);
         *pos = strtoul(r[1], NULL, 10);
@@ -193,20 +217,13 @@ read_position(struct binlog_stream *s, MYSQL *db, char *file, size_t filelen,
 static unsigned
 pick_server_id(MYSQL *db)
 {
-    unsigned own = 0, id = 0;
-    if (mysql_query(db, "SELECT @@server_id") == 0) {
-        MYSQL_RES *res = mysql_store_result(db);
-        MYSQL_ROW r = res != NULL ? mysql_fetch_row(res) : NULL;
-        if (r != NULL && r[0] != NULL)
-            own = (unsigned)strtoul(r[0], NULL, 10);
-        if (res != NULL)
-            mysql_free_result(res);
-    }
+    long long own = query_number(db, "SELECT @@server_id");
+    unsigned id = 0;
     do {
         if (getrandom(&id, sizeof(id), 0) != sizeof(id))
             id = (unsigned)clock_ms();
         id |= 0x80000000u;
-    } while (id == own);
+    } while ((long long)id == own);
     return id;
 }
 

@@ -52,8 +52,6 @@ enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
 
 /* At most this long between two looks for expired leases. */
 #define EXPIRED_LOOK_MS 1000
-/* The probe's "nothing falls due" (microseconds: some 30 years). */
-#define PROBE_NONE "1000000000000000"
 /* How often a claim reads the table's definition again: see
  * refresh_schema. */
 #define SCHEMA_RECHECK_MS 60000
@@ -1878,22 +1876,30 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
     sql_reset(q);
     sql_addf(q,
              "SELECT IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), "
-             "0, LEAST(IFNULL(TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
-             "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY')), %s), "
-             "IFNULL(TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
-             "MIN(`locked_until`) FROM %s WHERE `status` = 'PROCESSING')), "
-             "%s)))",
-             st->table, st->table, PROBE_NONE, st->table, PROBE_NONE);
+             "0, TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+             "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
+             "IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), NULL, "
+             "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
+             "FROM %s WHERE `status` = 'PROCESSING')))",
+             st->table, st->table, st->table, st->table);
     MYSQL_RES *res = run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
     MYSQL_ROW r = mysql_fetch_row(res);
-    long long us = r != NULL && r[0] != NULL ? strtoll(r[0], NULL, 10) : 0;
+    bool retry = r != NULL && r[0] != NULL, lease = r != NULL && r[1] != NULL;
+    long long retry_us = retry ? strtoll(r[0], NULL, 10) : 0;
+    long long lease_us = lease ? strtoll(r[1], NULL, 10) : 0;
     mysql_free_result(res);
-    *now = us <= 0;
-    *due_in_ms = us >= strtoll(PROBE_NONE, NULL, 10)
-                     ? UINT64_MAX
-                     : (uint64_t)(us + 999) / 1000;
+    /* A lease that ran out is what the claim's look for them finds. */
+    if (lease && lease_us <= 0)
+        st->expired_none_ms = 0;
+    *now = (retry && retry_us <= 0) || (lease && lease_us <= 0);
+    uint64_t due = UINT64_MAX;
+    if (retry && retry_us > 0)
+        due = (uint64_t)(retry_us + 999) / 1000;
+    if (lease && lease_us > 0 && (uint64_t)(lease_us + 999) / 1000 < due)
+        due = (uint64_t)(lease_us + 999) / 1000;
+    *due_in_ms = due;
     return 0;
 }
 
@@ -1906,8 +1912,6 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
         return -1;
     if (!now)
         return db_commit(st, "claim", err, errlen);
-    if (st->probe_first)
-        st->expired_none_ms = 0; /* what the probe saw may be a lease */
     make_token(st, b->token, relay_id);
     st->nheads = 0;
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;

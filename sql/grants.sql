@@ -27,3 +27,11 @@
 -- (tests/itest.c) run every relay with exactly these grants.
 
 GRANT SELECT, UPDATE, DELETE ON `{{database}}`.`{{table}}` TO '{{user}}'@'{{host}}';
+
+-- Optional, once per account: wake on commit (README, "Latency").  The
+-- relay reads the server's binary log from its current position as a
+-- replica would, and needs to read that position.  Without these it
+-- logs once why, and polls.  On MySQL write REPLICATION CLIENT instead
+-- of BINLOG MONITOR.
+--
+--   GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{{user}}'@'{{host}}';

@@ -114,6 +114,17 @@ assert_stays_not_ready(struct fx *f, int n)
 }
 
 /* The account holds the one table-level grant and nothing else. */
+static int
+lines_with(const char *path, const char *needle)
+{
+    char *text = it_file_read(path);
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        n += strstr(line, needle) != NULL;
+    free(text);
+    return n;
+}
+
 START_TEST(test_grants_exactly)
 {
     struct fx f;
@@ -151,7 +162,10 @@ START_TEST(test_grants_exactly)
     ck_assert(IT_WAIT(20000, it_db_int(f.sql, "SELECT COUNT(*) FROM "
                                               "outbox_event") == 0));
     ck_assert(IT_WAIT(10000, it_http_get(f.port, "/readyz", NULL) == 200));
+    /* Nothing was denied; this server keeps no binlog, and one line says
+     * the relay polls. */
     ck_assert(!it_file_has(f.d.log_path, "denied"));
+    ck_assert_int_eq(lines_with(f.d.log_path, "no binlog wake"), 1);
     fx_close(&f);
 }
 END_TEST
