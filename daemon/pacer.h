@@ -16,7 +16,7 @@
  * before the rows are visible to other sessions.  Past it the ceiling is
  * wake_poll_interval, since the next insert brings its own wake.
  */
-#define PACER_SETTLE_MS 8
+#define PACER_SETTLE_MS 16
 
 /* No row falls due at a known time (pacer_next's due_in_ms). */
 #define PACER_NOT_DUE UINT64_MAX

@@ -235,7 +235,8 @@ connect_broker(struct worker *w)
     link_ok(w, &w->broker, "broker", publisher_url(w->pub));
 }
 
-static void
+/* Returns the delay in force, which the gauge shows. */
+static uint64_t
 schedule(struct worker *w, uint64_t delay_ms)
 {
     /* Heartbeats are serviced only inside library calls: come back in
@@ -243,9 +244,11 @@ schedule(struct worker *w, uint64_t delay_ms)
     uint64_t beat = w->ob->broker->heartbeat_ms / 2;
     if (beat > 0 && delay_ms > beat)
         delay_ms = beat;
+    w->poll_wait_ms = delay_ms;
     struct timeval tv = {(time_t)(delay_ms / 1000),
                          (suseconds_t)(delay_ms % 1000) * 1000};
     evtimer_add(w->tick, &tv);
+    return delay_ms;
 }
 
 static uint64_t
@@ -264,9 +267,7 @@ static void
 pace(struct worker *w, enum pacer_outcome out, uint64_t due_in_ms)
 {
     struct pacer_limits lim = pace_limits(w);
-    uint64_t wait = pacer_next(&w->pacer, &lim, out, w->wake_live, due_in_ms);
-    w->poll_wait_ms = wait;
-    schedule(w, wait);
+    schedule(w, pacer_next(&w->pacer, &lim, out, w->wake_live, due_in_ms));
 }
 
 static void
@@ -483,7 +484,6 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
         return;
     struct pacer_limits lim = pace_limits(w);
     pacer_woken(&w->pacer, &lim);
-    w->poll_wait_ms = 0;
     schedule(w, 0);
 }
 
