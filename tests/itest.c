@@ -69,12 +69,18 @@ it_unique_name(char *buf, size_t size, const char *prefix)
 MYSQL *
 it_db_connect(const char *database)
 {
+    return it_db_connect_port(IT_DB_PORT, database);
+}
+
+MYSQL *
+it_db_connect_port(unsigned port, const char *database)
+{
     MYSQL *db = mysql_init(NULL);
     ck_assert_ptr_nonnull(db);
     if (mysql_real_connect(db, "127.0.0.1", IT_DB_USER, IT_DB_PASSWORD,
-                           database, 3306, NULL, 0) == NULL)
-        ck_abort_msg("connect to MariaDB (%s): %s", database ? database : "",
-                     mysql_error(db));
+                           database, port, NULL, 0) == NULL)
+        ck_abort_msg("connect to MariaDB on port %u (%s): %s", port,
+                     database ? database : "", mysql_error(db));
     return db;
 }
 
@@ -239,9 +245,18 @@ void
 it_db_grant_relay(const char *database, const char *table, char *user,
                   size_t userlen, char *password, size_t passlen)
 {
+    it_db_grant_relay_port(IT_DB_PORT, database, table, user, userlen, password,
+                           passlen);
+}
+
+void
+it_db_grant_relay_port(unsigned port, const char *database, const char *table,
+                       char *user, size_t userlen, char *password,
+                       size_t passlen)
+{
     static const char *const hosts[] = {"127.0.0.1", "localhost"};
     it_db_relay_account(database, user, userlen, password, passlen);
-    MYSQL *db = it_db_connect(NULL);
+    MYSQL *db = it_db_connect_port(port, NULL);
     bool exists = table_exists(db, database, table);
     for (size_t i = 0; i < sizeof(hosts) / sizeof(*hosts); i++) {
         it_db_exec(db, "CREATE USER IF NOT EXISTS '%s'@'%s' IDENTIFIED BY '%s'",
@@ -253,10 +268,33 @@ it_db_grant_relay(const char *database, const char *table, char *user,
     mysql_close(db);
 }
 
+/* The global privileges a binlog stream needs, beyond sql/grants.sql. */
+void
+it_db_grant_replication(unsigned port, const char *database)
+{
+    static const char *const hosts[] = {"127.0.0.1", "localhost"};
+    char user[64], password[64];
+    it_db_relay_account(database, user, sizeof(user), password,
+                        sizeof(password));
+    MYSQL *db = it_db_connect_port(port, NULL);
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(*hosts); i++)
+        it_db_exec(db,
+                   "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO "
+                   "'%s'@'%s'",
+                   user, hosts[i]);
+    mysql_close(db);
+}
+
 void
 it_db_drop(const char *name)
 {
-    MYSQL *db = it_db_connect(NULL);
+    it_db_drop_port(IT_DB_PORT, name);
+}
+
+void
+it_db_drop_port(unsigned port, const char *name)
+{
+    MYSQL *db = it_db_connect_port(port, NULL);
     it_db_exec(db, "DROP DATABASE IF EXISTS `%s`", name);
     drop_relay_account(db, name);
     mysql_close(db);
@@ -265,14 +303,20 @@ it_db_drop(const char *name)
 void
 it_db_create(const char *name, const char *sql_file)
 {
-    MYSQL *db = it_db_connect(NULL);
+    it_db_create_port(IT_DB_PORT, name, sql_file);
+}
+
+void
+it_db_create_port(unsigned port, const char *name, const char *sql_file)
+{
+    MYSQL *db = it_db_connect_port(port, NULL);
     it_db_exec(db, "DROP DATABASE IF EXISTS `%s`", name);
     drop_relay_account(db, name);
     it_db_exec(db, "CREATE DATABASE `%s`", name);
     mysql_close(db);
     if (sql_file != NULL) {
-        int rc = it_sh("mariadb -h127.0.0.1 -u%s -p%s %s < '%s'", IT_DB_USER,
-                       IT_DB_PASSWORD, name, sql_file);
+        int rc = it_sh("mariadb -h127.0.0.1 -P%u -u%s -p%s %s < '%s'", port,
+                       IT_DB_USER, IT_DB_PASSWORD, name, sql_file);
         ck_assert_msg(rc == 0, "loading %s into %s failed", sql_file, name);
     }
 }
@@ -738,11 +782,18 @@ void
 it_teardown(struct it_daemon *d, struct it_consumer *c, MYSQL *sql,
             const char *db, const char *conf)
 {
+    it_teardown_port(IT_DB_PORT, d, c, sql, db, conf);
+}
+
+void
+it_teardown_port(unsigned port, struct it_daemon *d, struct it_consumer *c,
+                 MYSQL *sql, const char *db, const char *conf)
+{
     if (d->pid > 0 && !it_daemon_signal_wait(d, SIGKILL, 5000))
         ck_abort_msg("outboxd did not die");
     it_consumer_free(c);
     mysql_close(sql);
-    it_db_drop(db);
+    it_db_drop_port(port, db);
     unlink(conf);
 }
 

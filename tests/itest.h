@@ -17,6 +17,10 @@
 #define IT_DB_USER "outboxd"
 #define IT_DB_PASSWORD "outboxd"
 #define IT_AMQP_URL "amqp://guest:guest@127.0.0.1:5672/"
+/* The two MariaDB servers on 127.0.0.1: the usual one, binary log off,
+ * and the one with a binary log (ROW) for the binlog wake tests. */
+#define IT_DB_PORT 3306
+#define IT_DB_BINLOG_PORT 3307
 
 /* Polls expr every 20 ms until it holds or timeout_ms passes. */
 #define IT_WAIT(timeout_ms, expr)                                              \
@@ -52,6 +56,17 @@ void it_db_grant_relay(const char *database, const char *table, char *user,
 /* The account's name and password, without creating anything. */
 void it_db_relay_account(const char *database, char *user, size_t userlen,
                          char *password, size_t passlen);
+/* The same four on the server at port (IT_DB_PORT: the ones above). */
+MYSQL *it_db_connect_port(unsigned port, const char *database);
+void it_db_create_port(unsigned port, const char *name, const char *sql_file);
+void it_db_drop_port(unsigned port, const char *name);
+void it_db_grant_relay_port(unsigned port, const char *database,
+                            const char *table, char *user, size_t userlen,
+                            char *password, size_t passlen);
+/* Adds what a binlog stream needs to database's relay account (created
+ * by it_db_grant_relay_port first): REPLICATION SLAVE and BINLOG MONITOR
+ * on *.*, on both of its hosts; dropped with the account. */
+void it_db_grant_replication(unsigned port, const char *database);
 void it_db_exec(MYSQL *db, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 long long it_db_int(MYSQL *db, const char *fmt, ...)
@@ -141,6 +156,9 @@ bool it_daemon_signal_wait(struct it_daemon *d, int sig, int timeout_ms);
  * database and removes its config file. */
 void it_teardown(struct it_daemon *d, struct it_consumer *c, MYSQL *sql,
                  const char *db, const char *conf);
+/* The same, for a database on the server at port. */
+void it_teardown_port(unsigned port, struct it_daemon *d, struct it_consumer *c,
+                      MYSQL *sql, const char *db, const char *conf);
 bool it_daemon_alive(struct it_daemon *d);
 /* Prints the daemon's log to stderr (for failing tests). */
 void it_daemon_dump_log(const struct it_daemon *d);

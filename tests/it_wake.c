@@ -1,0 +1,525 @@
+/* it_wake: outboxd woken by commits read from the binary log, and polling
+ * where there is no binlog, against the two real MariaDB servers. */
+#define _GNU_SOURCE
+#include "itest.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+Suite *it_wake_suite(void);
+
+/* What a woken claim must beat: far above the few ms it takes, far below
+ * the 10 s ceiling a poll alone would wait. */
+#define WAKE_LATENCY_MS 1000
+/* Every other wait: a loaded 2-core machine, maybe under valgrind. */
+#define SLOW_MS 60000
+/* A server restart plus the relay's doubling reconnect backoffs. */
+#define RESTART_MS 120000
+
+#define LIVE_LINE "binlog stream live from"
+#define NO_WAKE_LINE "no binlog wake, its outboxes poll (poll_interval)"
+#define STILL_DOWN_LINE "binlog still unavailable"
+#define NOT_LIVE_REASON "wake: binlog, and its binlog stream is not live"
+
+/* Ceilings long enough that only a wake can deliver within a second. */
+#define LONG_CEILINGS                                                          \
+    "        poll_interval: 10s\n"                                             \
+    "        wake_poll_interval: 10s\n"
+
+struct fx {
+    char name[64], db[96], ex[96], conf[256], outbox[160];
+    char user[64], password[64];
+    unsigned db_port, http_port;
+    MYSQL *sql;
+    struct it_consumer *consumer;
+    struct it_daemon d;
+};
+
+/* Fails the test with the daemon's log when expr does not come true. */
+#define FX_WAIT(f, ms, expr, ...)                                              \
+    do {                                                                       \
+        if (!IT_WAIT(ms, expr)) {                                              \
+            it_daemon_dump_log(&(f)->d);                                       \
+            ck_abort_msg(__VA_ARGS__);                                         \
+        }                                                                      \
+    } while (0)
+
+/* wake: the database's wake key (NULL: the default, auto).  The broker
+ * keeps its default heartbeat (30 s): the worker comes back every half
+ * heartbeat, and a shorter one would claim within the 10 s ceilings. */
+static void
+fx_write_config(struct fx *f, const char *wake, const char *outbox_keys)
+{
+    char wake_line[64] = "";
+    if (wake != NULL)
+        snprintf(wake_line, sizeof(wake_line), "    wake: %s\n", wake);
+    it_write_file(f->conf,
+                  "relay:\n"
+                  "  id: %s\n"
+                  "  log_level: debug\n"
+                  "  listen: \"127.0.0.1:%u\"\n"
+                  "  shutdown_timeout: 10s\n"
+                  "brokers:\n"
+                  "  main:\n"
+                  "    url: %s\n"
+                  "    confirm_timeout: 10s\n"
+                  "databases:\n"
+                  "  %s:\n"
+                  "    host: 127.0.0.1\n"
+                  "    port: %u\n"
+                  "    user: %s\n"
+                  "    password: %s\n"
+                  "    database: %s\n"
+                  "%s"
+                  "    outboxes:\n"
+                  "      - table: outbox_event\n"
+                  "        broker: main\n"
+                  "        exchange: \"%s\"\n"
+                  "%s",
+                  f->name, f->http_port, IT_AMQP_URL, f->db, f->db_port,
+                  f->user, f->password, f->db, wake_line, f->ex,
+                  outbox_keys ? outbox_keys : "");
+}
+
+/* replication: the relay account also holds what a binlog stream needs. */
+static void
+fx_open(struct fx *f, unsigned db_port, bool replication, const char *wake,
+        const char *outbox_keys)
+{
+    memset(f, 0, sizeof(*f));
+    it_unique_name(f->name, sizeof(f->name), "it_wake");
+    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 8);
+    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
+    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
+    snprintf(f->outbox, sizeof(f->outbox), "%s.outbox_event", f->db);
+    f->db_port = db_port;
+    f->http_port = it_free_port();
+    it_db_create_port(db_port, f->db, it_src_path("sql/outbox.sql"));
+    it_db_grant_relay_port(db_port, f->db, "outbox_event", f->user,
+                           sizeof(f->user), f->password, sizeof(f->password));
+    if (replication)
+        it_db_grant_replication(db_port, f->db);
+    f->sql = it_db_connect_port(db_port, f->db);
+    f->consumer = it_consumer_new(f->ex, "#");
+    fx_write_config(f, wake, outbox_keys);
+}
+
+static void
+fx_start(struct fx *f)
+{
+    it_daemon_start(&f->d, f->conf, f->name);
+}
+
+static void
+fx_close(struct fx *f)
+{
+    it_teardown_port(f->db_port, &f->d, f->consumer, f->sql, f->db, f->conf);
+}
+
+/* ---- what the daemon shows ---- */
+
+/* The value of the sample line "series value" in text; -1 if absent. */
+static double
+sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p != NULL && *p != '\0';) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+        p = strchr(p, '\n');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    return -1;
+}
+
+/* One series from a fresh scrape of /metrics; -1 if absent or no answer. */
+static double
+fx_series(struct fx *f, const char *series)
+{
+    char *body;
+    int status = it_http_get(f->http_port, "/metrics", &body);
+    double v = status == 200 ? sample(body, series) : -1;
+    free(body);
+    return v;
+}
+
+/* The outbox's sample of family; -1 if absent. */
+static double
+fx_metric(struct fx *f, const char *family)
+{
+    char series[256];
+    snprintf(series, sizeof(series), "%s{outbox=\"%s\"}", family, f->outbox);
+    return fx_series(f, series);
+}
+
+/* outboxd_wake_source of source ("binlog" or "poll"). */
+static double
+fx_source(struct fx *f, const char *source)
+{
+    char series[256];
+    snprintf(series, sizeof(series),
+             "outboxd_wake_source{outbox=\"%s\",source=\"%s\"}", f->outbox,
+             source);
+    return fx_series(f, series);
+}
+
+/* Lines of the daemon's log holding a, and b unless it is NULL. */
+static int
+log_lines(struct fx *f, const char *a, const char *b)
+{
+    char *text = it_file_read(f->d.log_path);
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        n += strstr(line, a) != NULL && (b == NULL || strstr(line, b));
+    free(text);
+    return n;
+}
+
+static bool
+fx_readyz(struct fx *f, int status, const char *needle)
+{
+    char *body;
+    int got = it_http_get(f->http_port, "/readyz", &body);
+    bool ok = got == status && (needle == NULL || strstr(body, needle));
+    free(body);
+    return ok;
+}
+
+/* Binlog Dump connections of the relay's account on its server. */
+static long long
+fx_dumps(struct fx *f)
+{
+    return it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                     "WHERE COMMAND LIKE 'Binlog Dump%%' AND USER = '%s'",
+                     f->user);
+}
+
+/* "file:position" where the server's binary log ends, malloc'd. */
+static char *
+binlog_end(struct fx *f)
+{
+    ck_assert_msg(mysql_query(f->sql, "SHOW MASTER STATUS") == 0, "%s",
+                  mysql_error(f->sql));
+    MYSQL_RES *res = mysql_store_result(f->sql);
+    MYSQL_ROW row = res ? mysql_fetch_row(res) : NULL;
+    char *at = NULL;
+    ck_assert_msg(row && row[0] && row[1], "SHOW MASTER STATUS: no binlog");
+    ck_assert_int_ge(asprintf(&at, "%s:%s", row[0], row[1]), 0);
+    mysql_free_result(res);
+    return at;
+}
+
+/* ---- events ---- */
+
+/* Inserts event id in a transaction of its own; returns the time just
+ * before its COMMIT, where a wake's latency starts. */
+static uint64_t
+fx_insert(struct fx *f, const char *id)
+{
+    it_db_exec(f->sql, "START TRANSACTION");
+    it_db_exec(f->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload) VALUES ('%s', 'Order', "
+               "'%s', 'OrderCreated', '{}')",
+               id, id);
+    uint64_t t0 = it_now_ms();
+    it_db_exec(f->sql, "COMMIT");
+    return t0;
+}
+
+/* Receives event id, the next message; returns when it came. */
+static uint64_t
+fx_receive(struct fx *f, const char *id, int timeout_ms)
+{
+    struct it_message m;
+    if (it_consumer_next(f->consumer, &m, timeout_ms) != 1) {
+        it_daemon_dump_log(&f->d);
+        ck_abort_msg("%s not delivered within %d ms", id, timeout_ms);
+    }
+    uint64_t at = it_now_ms();
+    ck_assert_msg(m.message_id != NULL && strcmp(m.message_id, id) == 0,
+                  "expected %s, got %s", id, m.message_id);
+    it_message_free(&m);
+    return at;
+}
+
+/* Inserts id and receives it within timeout_ms; returns the latency. */
+static uint64_t
+fx_deliver(struct fx *f, const char *id, int timeout_ms)
+{
+    uint64_t t0 = fx_insert(f, id);
+    uint64_t ms = fx_receive(f, id, timeout_ms) - t0;
+    fprintf(stderr, "it_wake: %s delivered %llu ms after its commit\n", id,
+            (unsigned long long)ms);
+    return ms;
+}
+
+/* An event committed now arrives within WAKE_LATENCY_MS, and the binlog
+ * stream counted its wake. */
+static void
+fx_assert_woken(struct fx *f, const char *id)
+{
+    double wakes = fx_metric(f, "outboxd_wakes_total");
+    ck_assert_msg(wakes >= 0, "no outboxd_wakes_total for %s", f->outbox);
+    uint64_t ms = fx_deliver(f, id, 30000);
+    ck_assert_msg(ms <= WAKE_LATENCY_MS,
+                  "%s took %llu ms from commit to consumer (limit %d)", id,
+                  (unsigned long long)ms, WAKE_LATENCY_MS);
+    FX_WAIT(f, SLOW_MS, fx_metric(f, "outboxd_wakes_total") > wakes,
+            "outboxd_wakes_total stayed %.0f after %s", wakes, id);
+}
+
+/* ---- states ---- */
+
+/* The nth "live" line is logged and /metrics says the binlog wakes. */
+static void
+fx_wait_live(struct fx *f, int nth, int timeout_ms)
+{
+    FX_WAIT(f, timeout_ms, log_lines(f, LIVE_LINE, NULL) >= nth,
+            "no \"%s\" line number %d in the log", LIVE_LINE, nth);
+    FX_WAIT(f, SLOW_MS, fx_source(f, "binlog") == 1,
+            "wake_source binlog did not turn 1");
+    ck_assert(fx_source(f, "poll") == 0);
+}
+
+/* The worker's empty claims have backed off to a long wait: from here on
+ * only a wake claims soon. */
+static void
+fx_wait_idle(struct fx *f)
+{
+    FX_WAIT(f, SLOW_MS, fx_metric(f, "outboxd_poll_interval_seconds") >= 1,
+            "the outbox never backed off to a wait of 1 s or more");
+}
+
+/* The stream gave up for why, said so once, and the outbox polls. */
+static void
+fx_assert_polls_because(struct fx *f, const char *why)
+{
+    FX_WAIT(f, SLOW_MS, log_lines(f, NO_WAKE_LINE, why) >= 1,
+            "no \"%s\" line saying %s", NO_WAKE_LINE, why);
+    /* Two retries since, each meeting the same fault: still one warning. */
+    FX_WAIT(f, SLOW_MS, log_lines(f, STILL_DOWN_LINE, why) >= 2,
+            "the stream did not retry");
+    ck_assert_int_eq(log_lines(f, NO_WAKE_LINE, NULL), 1);
+    FX_WAIT(f, SLOW_MS, fx_source(f, "poll") == 1,
+            "wake_source poll did not turn 1");
+    ck_assert(fx_source(f, "binlog") == 0);
+}
+
+/* SIGTERM ends it with status 0 (under valgrind: no leak), whatever its
+ * stream was doing: a blocking read, or a wait to retry. */
+static void
+fx_assert_clean_exit(struct fx *f)
+{
+    if (!it_daemon_signal_wait(&f->d, SIGTERM, SLOW_MS)) {
+        it_daemon_dump_log(&f->d);
+        ck_abort_msg("outboxd did not exit on SIGTERM");
+    }
+    ck_assert_msg(WIFEXITED(f->d.status) && WEXITSTATUS(f->d.status) == 0,
+                  "outboxd ended with wait status 0x%x", f->d.status);
+}
+
+/* ---- tests ---- */
+
+/* A commit wakes the idle outbox: delivered in well under its ceiling. */
+START_TEST(test_binlog_wake)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
+    fx_start(&f);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_wait_idle(&f);
+    fx_assert_woken(&f, "woken-1");
+    ck_assert(fx_metric(&f, "outboxd_wakes_total") >= 1);
+    ck_assert(fx_source(&f, "binlog") == 1);
+    ck_assert_int_eq(fx_dumps(&f), 1);
+    ck_assert_int_eq(log_lines(&f, NO_WAKE_LINE, NULL), 0);
+    fx_assert_clean_exit(&f);
+    fx_close(&f);
+}
+END_TEST
+
+/* The replication connection killed: polling covers the gap, the stream
+ * comes back and wakes again. */
+START_TEST(test_stream_killed)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL,
+            "        poll_interval: 2s\n"
+            "        wake_poll_interval: 10s\n");
+    fx_start(&f);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_wait_idle(&f);
+    long long id = it_db_int(f.sql,
+                             "SELECT ID FROM information_schema.PROCESSLIST "
+                             "WHERE COMMAND LIKE 'Binlog Dump%%' AND "
+                             "USER = '%s'",
+                             f.user);
+    ck_assert_int_gt(id, 0);
+    it_db_exec(f.sql, "KILL %lld", id);
+    /* Inserted once the relay saw the break, before it reconnects (half
+     * a second at the soonest): only the poll or a claim at reconnect can
+     * find it, within the 2 s ceiling plus margin for a loaded machine. */
+    FX_WAIT(&f, SLOW_MS, log_lines(&f, NO_WAKE_LINE, "stream broke") == 1,
+            "the relay did not log the stream's break");
+    fx_deliver(&f, "gap-1", 6000);
+    fx_wait_live(&f, 2, SLOW_MS);
+    fx_wait_idle(&f);
+    fx_assert_woken(&f, "back-1");
+    fx_close(&f);
+}
+END_TEST
+
+/* The binlog server restarted: delivery resumes and the stream too. */
+START_TEST(test_server_restarted)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    fx_start(&f);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_deliver(&f, "before-1", SLOW_MS);
+    ck_assert_int_eq(it_sh("bash '%s' restart-mariadb-binlog >/dev/null",
+                           it_src_path("tests/servers.sh")),
+                     0);
+    mysql_close(f.sql);
+    f.sql = it_db_connect_port(f.db_port, f.db);
+    fx_deliver(&f, "after-1", RESTART_MS);
+    fx_wait_live(&f, 2, RESTART_MS);
+    fx_wait_idle(&f);
+    fx_assert_woken(&f, "after-2");
+    fx_close(&f);
+}
+END_TEST
+
+/* No binlog on the server: one warning why, and the outbox polls. */
+START_TEST(test_no_binlog_polls)
+{
+    struct fx f;
+    /* The least-privilege account: the missing binlog is what it is told,
+     * not the grants that would not help. */
+    fx_open(&f, IT_DB_PORT, false, NULL, NULL);
+    fx_start(&f);
+    fx_assert_polls_because(&f, "log_bin is OFF");
+    /* The default 1 s ceiling, and margin for a loaded machine. */
+    fx_deliver(&f, "polled-1", 5000);
+    /* wake: auto asks for no binlog to be ready. */
+    FX_WAIT(&f, SLOW_MS, fx_readyz(&f, 200, NULL), "/readyz did not turn 200");
+    ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 0);
+    fx_assert_clean_exit(&f);
+    fx_close(&f);
+}
+END_TEST
+
+/* A relay account without the replication privileges: told which. */
+START_TEST(test_no_privilege_polls)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, false, NULL, NULL);
+    fx_start(&f);
+    fx_assert_polls_because(&f, "REPLICATION SLAVE");
+    fx_deliver(&f, "polled-1", 5000);
+    ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 0);
+    fx_close(&f);
+}
+END_TEST
+
+/* Whether either counter moved from what was read. */
+static bool
+counters_moved(struct fx *f, double wakes, double empty)
+{
+    double w = fx_metric(f, "outboxd_wakes_total");
+    double e = fx_metric(f, "outboxd_claims_empty_total");
+    /* A scrape that failed is no movement: say so rather than blame it. */
+    ck_assert_msg(w >= 0 && e >= 0, "/metrics: %s", it_http_why);
+    return w != wakes || e != empty;
+}
+
+/* Commits to another table of the same database wake nothing. */
+START_TEST(test_other_table_no_wake)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
+    it_db_exec(f.sql, "CREATE TABLE other_table (id INT AUTO_INCREMENT "
+                      "PRIMARY KEY, note VARCHAR(32))");
+    fx_start(&f);
+    fx_wait_live(&f, 1, SLOW_MS);
+    /* Just after a delivery the next empty claim is a whole 10 s ceiling
+     * away: the counters can only move by a wake meanwhile. */
+    fx_assert_woken(&f, "warm-1");
+    fx_wait_idle(&f);
+    uint64_t idle_at = it_now_ms();
+    double wakes = fx_metric(&f, "outboxd_wakes_total");
+    double empty = fx_metric(&f, "outboxd_claims_empty_total");
+    char *before = binlog_end(&f);
+    for (int i = 0; i < 20; i++)
+        it_db_exec(f.sql, "INSERT INTO other_table (note) VALUES ('n%d')", i);
+    char *after = binlog_end(&f);
+    ck_assert_msg(strcmp(before, after) != 0, "the inserts were not logged");
+    free(before);
+    free(after);
+    /* Something that must not happen needs a window: a short one. */
+    ck_assert(!IT_WAIT(500, counters_moved(&f, wakes, empty)));
+    ck_assert_msg(it_now_ms() - idle_at < 9000,
+                  "too slow to tell: the ceiling's claim may have come");
+    /* The stream reads commits in order: one wake more, this insert's,
+     * says that none of the 20 before it woke the outbox. */
+    fx_assert_woken(&f, "after-1");
+    ck_assert(fx_metric(&f, "outboxd_wakes_total") == wakes + 1);
+    fx_close(&f);
+}
+END_TEST
+
+/* wake: poll opens no replication connection, even where it could. */
+START_TEST(test_wake_poll)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, "poll", NULL);
+    fx_start(&f);
+    fx_deliver(&f, "polled-1", 5000);
+    FX_WAIT(&f, SLOW_MS, fx_source(&f, "poll") == 1,
+            "wake_source poll did not turn 1");
+    ck_assert(fx_source(&f, "binlog") == 0);
+    /* Its absence, watched for a second. */
+    ck_assert(!IT_WAIT(1000, fx_dumps(&f) > 0));
+    ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 0);
+    ck_assert_int_eq(log_lines(&f, NO_WAKE_LINE, NULL), 0);
+    fx_close(&f);
+}
+END_TEST
+
+/* wake: binlog where there is none: not ready, and still delivering. */
+START_TEST(test_wake_binlog_required)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_PORT, true, "binlog", NULL);
+    fx_start(&f);
+    FX_WAIT(&f, SLOW_MS, fx_readyz(&f, 503, NOT_LIVE_REASON),
+            "/readyz did not say \"%s\"", NOT_LIVE_REASON);
+    fx_deliver(&f, "polled-1", 5000);
+    ck_assert(fx_readyz(&f, 503, NOT_LIVE_REASON));
+    ck_assert(fx_source(&f, "poll") == 1);
+    fx_close(&f);
+}
+END_TEST
+
+Suite *
+it_wake_suite(void)
+{
+    Suite *s = suite_create("it_wake");
+    TCase *tc = tcase_create("binlog_wake");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_binlog_wake);
+    tcase_add_test(tc, test_stream_killed);
+    tcase_add_test(tc, test_server_restarted);
+    tcase_add_test(tc, test_no_binlog_polls);
+    tcase_add_test(tc, test_no_privilege_polls);
+    tcase_add_test(tc, test_other_table_no_wake);
+    tcase_add_test(tc, test_wake_poll);
+    tcase_add_test(tc, test_wake_binlog_required);
+    suite_add_tcase(s, tc);
+    return s;
+}
