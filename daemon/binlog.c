@@ -278,9 +278,25 @@ request_dump(struct binlog_stream *s, MYSQL *db, const char *file,
 }
 #endif
 
-/* Reads until the stream breaks: always -1, err saying why. */
+static void
+log_live(struct binlog_stream *s, const char *file, unsigned long pos)
+{
+    char outboxes[16];
+    snprintf(outboxes, sizeof(outboxes), "%zu", s->n);
+    log_info(LOG_KV("server", s->name, "outboxes", outboxes),
+             "binlog stream live from %s:%lu: commits wake their outboxes",
+             file, pos);
+}
+
+/*
+ * Reads until the stream breaks: always -1, err saying why.  The stream
+ * is live from its first event on (the server sends its format event at
+ * once), not from the request: a path that passes the request and
+ * nothing after it must not hold the outboxes at the long ceiling.
+ */
 static int
-read_events(struct binlog_stream *s, MYSQL *db, char *err, size_t errlen)
+read_events(struct binlog_stream *s, MYSQL *db, const char *file,
+            unsigned long pos, uint64_t *live_since, char *err, size_t errlen)
 {
     struct binlog_format fmt = {0};
     struct binlog_tracker tracker;
@@ -300,6 +316,12 @@ read_events(struct binlog_stream *s, MYSQL *db, char *err, size_t errlen)
         }
         if (binlog_parse(&fmt, p, n, &ev, err, errlen) < 0)
             return -1;
+        if (*live_since == 0) {
+            *live_since = clock_ms();
+            log_live(s, file, pos);
+            s->last_error[0] = '\0';
+            set_live(s, true);
+        }
         if (ev.kind == BINLOG_COMMIT)
             s->commits++;
         binlog_tracker_feed(&tracker, &ev);
@@ -317,16 +339,6 @@ publish_socket(struct binlog_stream *s, MYSQL *db)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void
-log_live(struct binlog_stream *s, const char *file, unsigned long pos)
-{
-    char outboxes[16];
-    snprintf(outboxes, sizeof(outboxes), "%zu", s->n);
-    log_info(LOG_KV("server", s->name, "outboxes", outboxes),
-             "binlog stream live from %s:%lu: commits wake their outboxes",
-             file, pos);
-}
-
 /* Connects, streams until it breaks; returns with err saying why. */
 static void
 stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
@@ -342,13 +354,8 @@ stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
     publish_socket(s, db);
     if (read_position(s, db, file, sizeof(file), &pos, err, errlen) == 0 &&
         prepare_session(s, db, err, errlen) == 0 &&
-        request_dump(s, db, file, pos, err, errlen) == 0) {
-        *live_since = clock_ms();
-        log_live(s, file, pos);
-        s->last_error[0] = '\0';
-        set_live(s, true);
-        read_events(s, db, err, errlen);
-    }
+        request_dump(s, db, file, pos, err, errlen) == 0)
+        read_events(s, db, file, pos, live_since, err, errlen);
     publish_socket(s, NULL);
     mysql_close(db);
 }
