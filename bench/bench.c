@@ -4,6 +4,9 @@
  * channel, then outboxd's drain of a backlog, its commit-to-consumer
  * latency at a steady rate, its peak RSS and its database statements
  * per 1,000 events, and prints the drain as a ratio to the ceiling.
+ * The drain, the latency and the cost of idle outboxes are measured
+ * against both MariaDB servers of tests/servers.sh: without a binary log
+ * outboxd polls, with one it wakes on commits read from it.
  */
 #define _GNU_SOURCE
 #include <amqp.h>
@@ -46,6 +49,10 @@ struct settings {
     long drain_runs; /* each drain's median is of this many */
     long latency_rate;
     long latency_seconds;
+    long slow_latency_seconds; /* at 10 events/s */
+    long idle_outboxes;
+    long idle_settle_seconds; /* for the backoff to reach its ceiling */
+    long idle_seconds;
     const char *queue_mode; /* x-queue-mode of the bench queue, or "" */
 };
 
@@ -87,13 +94,26 @@ sleep_s(double s)
 
 /* ---- database ---- */
 
+/* The two MariaDB servers of tests/servers.sh. */
+struct server {
+    const char *name;
+    int port;
+    const char *pidfile; /* pidof cannot tell the two mariadbd apart */
+    bool binlog;
+};
+
+static const struct server no_binlog = {"binlog off", 3306,
+                                        "/run/mysqld/mysqld.pid", false};
+static const struct server with_binlog = {
+    "binlog on", 3307, "/run/mysqld/mysqld-binlog.pid", true};
+
 static MYSQL *
-db_connect(const char *db)
+db_connect(const struct server *sv, const char *db)
 {
     MYSQL *m = mysql_init(NULL);
-    if (!mysql_real_connect(m, "127.0.0.1", "outboxd", "outboxd", db, 3306,
-                            NULL, 0))
-        die("MariaDB: %s", mysql_error(m));
+    if (!mysql_real_connect(m, "127.0.0.1", "outboxd", "outboxd", db,
+                            (unsigned)sv->port, NULL, 0))
+        die("MariaDB on port %d: %s", sv->port, mysql_error(m));
     return m;
 }
 
@@ -140,25 +160,74 @@ db_relay_statements(MYSQL *m)
                      "'" RELAY_USER "'");
 }
 
-static void
-db_recreate(const struct settings *s)
+/* The server's Questions: every client's statements, each read too. */
+static long long
+db_questions(MYSQL *m)
 {
-    MYSQL *m = db_connect(NULL);
-    db_exec(m, "DROP DATABASE IF EXISTS " DB_NAME);
-    db_exec(m, "CREATE DATABASE " DB_NAME);
-    db_exec(m, "CREATE USER IF NOT EXISTS '" RELAY_USER "'@'%%' IDENTIFIED BY "
-               "'" RELAY_USER "'");
-    db_exec(m, "GRANT SELECT, UPDATE, DELETE ON " DB_NAME ".* TO '" RELAY_USER
-               "'@'%%'");
+    return db_int(m, "SELECT VARIABLE_VALUE FROM "
+                     "information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME "
+                     "= 'QUESTIONS'");
+}
+
+static pid_t
+server_pid(const struct server *sv)
+{
+    FILE *f = fopen(sv->pidfile, "r");
+    int pid = 0;
+    if (f == NULL || fscanf(f, "%d", &pid) != 1)
+        die("cannot read %s", sv->pidfile);
+    fclose(f);
+    return (pid_t)pid;
+}
+
+/*
+ * The relay's account, as both hosts a client on 127.0.0.1 may be taken
+ * for: the binlog server, fresh from mysql_install_db, keeps an anonymous
+ * ''@localhost that matches before a '%' account would.  Reading the
+ * binary log takes the two global privileges (binlog.c).
+ */
+static void
+relay_account(MYSQL *m, const char *db)
+{
+    static const char *const hosts[] = {"localhost", "127.0.0.1"};
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(*hosts); i++) {
+        db_exec(m,
+                "CREATE USER IF NOT EXISTS '" RELAY_USER "'@'%s' IDENTIFIED "
+                "BY '" RELAY_USER "'",
+                hosts[i]);
+        db_exec(m,
+                "GRANT SELECT, UPDATE, DELETE ON %s.* TO '" RELAY_USER "'@'%s'",
+                db, hosts[i]);
+        db_exec(m,
+                "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '" RELAY_USER
+                "'@'%s'",
+                hosts[i]);
+    }
+}
+
+/* A fresh database db with the outbox table of sql/outbox.sql. */
+static void
+db_create(const struct settings *s, const struct server *sv, const char *db)
+{
+    MYSQL *m = db_connect(sv, NULL);
+    db_exec(m, "DROP DATABASE IF EXISTS %s", db);
+    db_exec(m, "CREATE DATABASE %s", db);
+    relay_account(m, db);
     db_exec(m, "SET GLOBAL userstat = 1");
     mysql_close(m);
     char cmd[1024];
     snprintf(cmd, sizeof(cmd),
-             "mariadb -h127.0.0.1 -uoutboxd -poutboxd " DB_NAME
+             "mariadb -h127.0.0.1 -P%d -uoutboxd -poutboxd %s"
              " < '%s/sql/outbox.sql'",
-             s->src);
+             sv->port, db, s->src);
     if (system(cmd) != 0)
         die("loading sql/outbox.sql failed");
+}
+
+static void
+db_recreate(const struct settings *s, const struct server *sv)
+{
+    db_create(s, sv, DB_NAME);
 }
 
 /* Inserts n events over the given aggregates in 1,000-row statements. */
@@ -433,22 +502,49 @@ print_ceiling(const char *what, const struct ceiling *c)
 
 /* ---- the daemon ---- */
 
-static void
-write_config(const char *path, const char *ordering, const char *extra)
+static FILE *
+config_open(const char *path)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         die("cannot write %s", path);
+    fchmod(fileno(f), 0600);
     fprintf(
         f,
         "relay:\n  id: bench\n  log_level: warn\n  listen: \"127.0.0.1:%d\"\n"
         "brokers:\n  main:\n    url: amqp://guest:guest@127.0.0.1:5672/\n"
-        "databases:\n  " DB_NAME ":\n    user: " RELAY_USER "\n"
-        "    password: " RELAY_USER "\n    database: " DB_NAME "\n"
-        "    outboxes:\n      - table: outbox_event\n"
-        "        exchange: " EXCHANGE "\n        ordering: %s\n%s",
-        METRICS_PORT, ordering, extra ? extra : "");
-    fchmod(fileno(f), 0600);
+        "databases:\n",
+        METRICS_PORT);
+    return f;
+}
+
+/*
+ * One database entry with its outbox, pacing left at its defaults: what
+ * the bench measures is what a user gets without tuning.  wake: NULL for
+ * the default (auto).
+ */
+static void
+config_database(FILE *f, const struct server *sv, const char *db,
+                const char *ordering, const char *wake)
+{
+    fprintf(f,
+            "  %s:\n    user: " RELAY_USER "\n    password: " RELAY_USER "\n"
+            "    port: %d\n    database: %s\n",
+            db, sv->port, db);
+    if (wake != NULL)
+        fprintf(f, "    wake: %s\n", wake);
+    fprintf(f,
+            "    outboxes:\n      - table: outbox_event\n"
+            "        exchange: " EXCHANGE "\n        ordering: %s\n",
+            ordering);
+}
+
+static void
+write_config(const char *path, const struct server *sv, const char *ordering,
+             const char *wake)
+{
+    FILE *f = config_open(path);
+    config_database(f, sv, DB_NAME, ordering, wake);
     fclose(f);
 }
 
@@ -497,13 +593,15 @@ stop_daemon(pid_t pid)
 }
 
 /*
- * outboxd's metrics page over its listener (HTTP/1.0: the answer ends
- * with the connection); malloc'd, NULL when nothing answers in time.
+ * A page of outboxd's listener, status line and headers included
+ * (HTTP/1.0: the answer ends with the connection); malloc'd, NULL when
+ * nothing answers in time.
  */
 static char *
-fetch_metrics(void)
+fetch_page(const char *path)
 {
-    static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    char req[128];
+    int reqlen = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
     struct sockaddr_in a = {.sin_family = AF_INET,
                             .sin_port = htons(METRICS_PORT),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -513,7 +611,7 @@ fetch_metrics(void)
         return NULL;
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-        write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+        write(fd, req, (size_t)reqlen) != (ssize_t)reqlen) {
         close(fd);
         return NULL;
     }
@@ -546,6 +644,53 @@ metric_sum(const char *page, const char *name, const char *label)
     return sum;
 }
 
+/* How many outboxes the binlog stream wakes now, by outboxd's count. */
+static double
+binlog_woken(const char *page)
+{
+    return metric_sum(page, "outboxd_wake_source", "source=\"binlog\"");
+}
+
+/* The wake source outboxd reports for n outboxes, in words. */
+static const char *
+wake_source(double woken, long n, char *buf, size_t len)
+{
+    if (woken == (double)n || woken == 0)
+        return woken > 0 ? "binlog" : "poll";
+    snprintf(buf, len, "binlog for %.0f of %ld", woken, n);
+    return buf;
+}
+
+/* /readyz answers 200 once every outbox has its database and broker. */
+static bool
+daemon_ready(void)
+{
+    char *page = fetch_page("/readyz");
+    const char *sp = page ? strchr(page, ' ') : NULL;
+    bool ready = sp != NULL && atoi(sp + 1) == 200;
+    free(page);
+    return ready;
+}
+
+/*
+ * Waits until outboxd is ready and, on the binlog server, its stream is
+ * live for all n outboxes: an event inserted before would measure the
+ * poll.  Past 30 s it carries on; the wake source printed tells.
+ */
+static void
+wait_started(const struct server *sv, long n)
+{
+    double t0 = now_s();
+    while (now_s() - t0 < 30) {
+        char *page = daemon_ready() ? fetch_page("/metrics") : NULL;
+        bool live = page != NULL && binlog_woken(page) >= (double)n;
+        free(page);
+        if (page != NULL && (live || !sv->binlog))
+            return;
+        sleep_s(0.1);
+    }
+}
+
 struct drain_result {
     double rate;      /* first: median_run sorts runs by it */
     double low, high; /* the slowest and fastest of the runs */
@@ -554,6 +699,7 @@ struct drain_result {
     double cpu_ms_per_1000[3]; /* mariadbd, RabbitMQ, outboxd */
     double seconds;
     double wait_s[2]; /* what outboxd waited on: broker, database */
+    double woken;     /* outboxes the binlog woke at the end: 0 or 1 */
 };
 _Static_assert(offsetof(struct ceiling, rate) == 0 &&
                    offsetof(struct drain_result, rate) == 0,
@@ -563,13 +709,14 @@ _Static_assert(offsetof(struct ceiling, rate) == 0 &&
 static void
 read_waits(struct drain_result *res)
 {
-    char *page = fetch_metrics();
+    char *page = fetch_page("/metrics");
     if (page == NULL)
         die("outboxd's metrics did not answer on 127.0.0.1:%d", METRICS_PORT);
     res->wait_s[0] =
         metric_sum(page, "outboxd_wait_seconds_total", "on=\"broker\"");
     res->wait_s[1] =
         metric_sum(page, "outboxd_wait_seconds_total", "on=\"database\"");
+    res->woken = binlog_woken(page);
     free(page);
 }
 
@@ -586,16 +733,22 @@ print_waits(const char *which, const struct drain_result *r)
 
 static const char *const cpu_names[3] = {"mariadbd", "rabbitmq", "outboxd"};
 
+/* What a drain runs against: a server, and its wake (NULL: auto). */
+struct target {
+    const struct server *sv;
+    const char *wake;
+};
+
 /* Drains a backlog of n PENDING rows (after `sent` old SENT rows). */
 static struct drain_result
-measure_drain(const struct settings *s, const char *ordering, long sent,
-              long held)
+measure_drain(const struct settings *s, struct target to, const char *ordering,
+              long sent, long held)
 {
     struct drain_result res;
     const char *conf = "/tmp/outboxd-bench.yaml";
-    db_recreate(s);
+    db_recreate(s, to.sv);
     queue_reset(s);
-    MYSQL *m = db_connect(DB_NAME);
+    MYSQL *m = db_connect(to.sv, DB_NAME);
     if (sent > 0)
         db_fill(m, "SENT", 0, sent, s->aggregates);
     if (held > 0) {
@@ -609,9 +762,9 @@ measure_drain(const struct settings *s, const char *ordering, long sent,
     }
     db_fill(m, "PENDING", sent + held, s->backlog, s->aggregates);
     db_exec(m, "ANALYZE TABLE outbox_event");
-    write_config(conf, ordering, NULL);
+    write_config(conf, to.sv, ordering, to.wake);
     long long q0 = db_relay_statements(m);
-    pid_t servers[2] = {pid_of("mariadbd"), pid_of("beam.smp")};
+    pid_t servers[2] = {server_pid(to.sv), pid_of("beam.smp")};
     double cpu0[3] = {cpu_ms(servers[0]), cpu_ms(servers[1]), 0};
     double t0 = now_s();
     pid_t pid = start_daemon(s, conf);
@@ -649,15 +802,15 @@ measure_drain(const struct settings *s, const char *ordering, long sent,
  * CPU and statements are printed; the peak RSS is the highest.
  */
 static struct drain_result
-measure_drain_median(const struct settings *s, const char *ordering, long sent,
-                     long held)
+measure_drain_median(const struct settings *s, struct target to,
+                     const char *ordering, long sent, long held)
 {
     struct drain_result runs[DRAIN_RUNS_MAX];
     size_t n = (size_t)s->drain_runs;
     long rss = 0;
     double low, high;
     for (size_t i = 0; i < n; i++) {
-        runs[i] = measure_drain(s, ordering, sent, held);
+        runs[i] = measure_drain(s, to, ordering, sent, held);
         if (runs[i].rss_kib > rss)
             rss = runs[i].rss_kib;
     }
@@ -677,7 +830,8 @@ static void
 drain_beside(const struct settings *s, const struct drain_result *plain,
              long sent, long held)
 {
-    struct drain_result r = measure_drain_median(s, "aggregate", sent, held);
+    struct drain_result r = measure_drain_median(
+        s, (struct target){&no_binlog, NULL}, "aggregate", sent, held);
     printf("drain with %ld %s in the table: %.0f events/s (median of %d "
            "runs, %.0f-%.0f) = %.2f of the drain without them\n",
            sent + held, sent > 0 ? "old SENT rows" : "RETRY rows waiting",
@@ -686,13 +840,52 @@ drain_beside(const struct settings *s, const struct drain_result *plain,
                 &r);
 }
 
+/*
+ * The headline drain against the binlog server, beside the binlog-off
+ * drain of the same run: the wake must not cost throughput.  That server
+ * also writes each change to its binary log, so the same server with
+ * wake: poll tells the wake's share of a gap from the log's.
+ */
+static void
+drain_with_binlog(const struct settings *s, const struct drain_result *off)
+{
+    struct drain_result on = measure_drain_median(
+        s, (struct target){&with_binlog, NULL}, "aggregate", 0, 0);
+    struct drain_result poll = measure_drain_median(
+        s, (struct target){&with_binlog, "poll"}, "aggregate", 0, 0);
+    char buf[48];
+    printf("drain %ld events, ordering aggregate, binlog on (port %d, wake "
+           "auto, wake source %s): %.0f events/s (median of %d runs, "
+           "%.0f-%.0f) = %.2f of the binlog-off drain\n",
+           s->backlog, with_binlog.port,
+           wake_source(on.woken, 1, buf, sizeof(buf)), on.rate,
+           (int)s->drain_runs, on.low, on.high, on.rate / off->rate);
+    printf("the same on the binlog server with wake: poll: %.0f events/s "
+           "(%.0f-%.0f) = %.2f of the binlog-off drain; wake auto over "
+           "wake poll: %.2f\n",
+           poll.rate, poll.low, poll.high, poll.rate / off->rate,
+           on.rate / poll.rate);
+    printf("database statements per 1000 events, binlog on: %.1f\n",
+           on.statements_per_1000);
+    print_waits("binlog on, wake auto", &on);
+}
+
 /* ---- latency at a steady rate ---- */
 
+/* Latencies by the events' own numbers, whatever order they arrive in. */
 struct consumer {
     long expected;
     int64_t *latency_us;
     long received;
 };
+
+/* A field of the bench's own JSON payloads. */
+static long long
+payload_field(const amqp_bytes_t *body, const char *key)
+{
+    const char *at = memmem(body->bytes, body->len, key, strlen(key));
+    return at ? strtoll(at + strlen(key), NULL, 10) : -1;
+}
 
 static void *
 consume_latencies(void *arg)
@@ -709,12 +902,13 @@ consume_latencies(void *arg)
         amqp_rpc_reply_t r = amqp_consume_message(conn, &env, &tv, 0);
         if (r.reply_type != AMQP_RESPONSE_NORMAL)
             break;
-        int64_t t = 0;
-        const char *body = env.message.body.bytes;
-        const char *at = memmem(body, env.message.body.len, "\"t\":", 4);
-        if (at)
-            t = strtoll(at + 4, NULL, 10);
-        c->latency_us[c->received++] = wall_us() - t;
+        long long i = payload_field(&env.message.body, "\"i\":");
+        long long t = payload_field(&env.message.body, "\"t\":");
+        /* a redelivery (latency already set) is not a new event */
+        if (i >= 0 && i < c->expected && c->latency_us[i] == 0) {
+            c->latency_us[i] = wall_us() - t;
+            c->received++;
+        }
         amqp_destroy_envelope(&env);
     }
     amqp_done(conn);
@@ -728,11 +922,11 @@ cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void
-insert_steadily(MYSQL *m, long rate, long seconds)
+/* Inserts n events at rate, each its own transaction; the rate achieved. */
+static double
+insert_steadily(MYSQL *m, long rate, long n)
 {
     double t0 = now_s();
-    long n = rate * seconds;
     for (long i = 0; i < n; i++) {
         double due = t0 + (double)i / (double)rate;
         double wait = due - now_s();
@@ -741,40 +935,219 @@ insert_steadily(MYSQL *m, long rate, long seconds)
         db_exec(m,
                 "INSERT INTO outbox_event (event_id, aggregate_type, "
                 "aggregate_id, event_type, payload) VALUES ('l-%ld', "
-                "'Order', '%ld', 'OrderCreated', '{\"t\":%lld}')",
-                i, i % 1000, (long long)wall_us());
+                "'Order', '%ld', 'OrderCreated', '{\"i\":%ld,\"t\":%lld}')",
+                i, i % 1000, i, (long long)wall_us());
         db_exec(m, "COMMIT");
     }
+    return (double)n / (now_s() - t0);
 }
 
+/*
+ * Commit to a real consumer at a steady rate, pacing at its defaults:
+ * with a live binlog stream each commit wakes the outbox, polling alone
+ * the backoff between events decides.  The first second's events are a
+ * warm-up: the first of them finds the idle outbox at the ceiling of its
+ * backoff, which would weigh on the percentiles of a short run; its
+ * latency is printed apart.
+ */
 static void
-measure_latency(const struct settings *s)
+measure_latency(const struct settings *s, const struct server *sv, long rate,
+                long seconds)
 {
     const char *conf = "/tmp/outboxd-bench.yaml";
-    db_recreate(s);
+    db_recreate(s, sv);
     queue_reset(s);
-    write_config(conf, "aggregate", NULL);
+    write_config(conf, sv, "aggregate", NULL);
     pid_t pid = start_daemon(s, conf);
-    struct consumer c = {.expected = s->latency_rate * s->latency_seconds};
+    long warm = rate;
+    struct consumer c = {.expected = warm + rate * seconds};
     c.latency_us = calloc((size_t)c.expected, sizeof(*c.latency_us));
     pthread_t th;
     pthread_create(&th, NULL, consume_latencies, &c);
-    sleep_s(1); /* let outboxd connect before the clock starts */
-    MYSQL *m = db_connect(DB_NAME);
-    insert_steadily(m, s->latency_rate, s->latency_seconds);
+    wait_started(sv, 1);
+    sleep_s(1); /* let the consumer subscribe before the clock starts */
+    MYSQL *m = db_connect(sv, DB_NAME);
+    double achieved = insert_steadily(m, rate, c.expected);
     pthread_join(th, NULL);
+    char *page = fetch_page("/metrics");
+    double woken = page ? binlog_woken(page) : 0;
+    free(page);
     stop_daemon(pid);
     mysql_close(m);
     if (c.received < c.expected)
         die("latency: received %ld of %ld events", c.received, c.expected);
-    qsort(c.latency_us, (size_t)c.received, sizeof(int64_t), cmp_i64);
-    printf("latency at %ld events/s (poll_interval 100ms): p50 %.1f ms, "
-           "p99 %.1f ms, max %.1f ms\n",
-           s->latency_rate, c.latency_us[c.received / 2] / 1000.0,
-           c.latency_us[c.received * 99 / 100] / 1000.0,
-           c.latency_us[c.received - 1] / 1000.0);
+    int64_t *lat = c.latency_us + warm;
+    long n = c.expected - warm;
+    qsort(lat, (size_t)n, sizeof(int64_t), cmp_i64);
+    char buf[48];
+    printf("latency at %ld events/s (%.0f achieved), %s (port %d, wake "
+           "source %s): p50 %.1f ms, p99 %.1f ms, max %.1f ms of %ld events "
+           "after a 1 s warm-up; the first event, after idle: %.1f ms\n",
+           rate, achieved, sv->name, sv->port,
+           wake_source(woken, 1, buf, sizeof(buf)), lat[n / 2] / 1000.0,
+           lat[n * 99 / 100] / 1000.0, lat[n - 1] / 1000.0, n,
+           c.latency_us[0] / 1000.0);
     free(c.latency_us);
     queue_reset(s);
+}
+
+/* Each rate, with the binlog off then on. */
+static void
+measure_latencies(const struct settings *s)
+{
+    const struct server *servers[2] = {&no_binlog, &with_binlog};
+    for (int i = 0; i < 2; i++)
+        measure_latency(s, servers[i], s->latency_rate, s->latency_seconds);
+    for (int i = 0; i < 2; i++)
+        measure_latency(s, servers[i], 10, s->slow_latency_seconds);
+}
+
+/* ---- the cost of idle outboxes ---- */
+
+static void
+idle_name(char *buf, size_t len, long i)
+{
+    snprintf(buf, len, DB_NAME "_idle_%ld", i);
+}
+
+/* n empty outboxes, each in a database of its own on the server. */
+static void
+idle_setup(const struct settings *s, const struct server *sv, const char *conf,
+           long n)
+{
+    FILE *f = config_open(conf);
+    for (long i = 1; i <= n; i++) {
+        char db[64];
+        idle_name(db, sizeof(db), i);
+        db_create(s, sv, db);
+        config_database(f, sv, db, "aggregate", NULL);
+    }
+    fclose(f);
+}
+
+static void
+idle_drop(const struct server *sv, long n)
+{
+    MYSQL *m = db_connect(sv, NULL);
+    for (long i = 1; i <= n; i++) {
+        char db[64];
+        idle_name(db, sizeof(db), i);
+        db_exec(m, "DROP DATABASE IF EXISTS %s", db);
+    }
+    mysql_close(m);
+}
+
+/* What the server did: the relay's statements, every client's, its CPU. */
+struct server_use {
+    long long relay, questions;
+    double cpu_ms;
+};
+
+/* Two statements of the bench's own, the second counting itself. */
+static struct server_use
+server_use(MYSQL *m, pid_t server)
+{
+    struct server_use u;
+    u.relay = db_relay_statements(m);
+    u.cpu_ms = cpu_ms(server);
+    u.questions = db_questions(m);
+    return u;
+}
+
+/*
+ * The server's use over a window.  Questions counts each read of it as it
+ * runs: of the bench's own statements the window holds the closing pair.
+ */
+static struct server_use
+use_over(MYSQL *m, pid_t server, long seconds)
+{
+    struct server_use a = server_use(m, server);
+    sleep_s((double)seconds);
+    struct server_use b = server_use(m, server);
+    return (struct server_use){b.relay - a.relay, b.questions - a.questions - 2,
+                               b.cpu_ms - a.cpu_ms};
+}
+
+struct idle_result {
+    struct server_use alone, idle; /* before outboxd started, then idle */
+    double outboxd_cpu_ms, empty_claims, woken;
+};
+
+static double
+empty_claims(void)
+{
+    char *page = fetch_page("/metrics");
+    double n =
+        page ? metric_sum(page, "outboxd_claims_empty_total", "outbox=") : 0;
+    free(page);
+    return n;
+}
+
+/*
+ * The server alone over a window, then with outboxd and its empty
+ * outboxes, once their backoff has reached its ceiling.  Nothing else of
+ * the bench runs meanwhile; the relay's own account counts its
+ * statements, apart from any other client's.
+ */
+static struct idle_result
+measure_idle(const struct settings *s, const struct server *sv)
+{
+    struct idle_result r;
+    const char *conf = "/tmp/outboxd-bench.yaml";
+    long n = s->idle_outboxes;
+    idle_setup(s, sv, conf, n);
+    queue_reset(s);
+    MYSQL *m = db_connect(sv, NULL);
+    pid_t server = server_pid(sv);
+    r.alone = use_over(m, server, s->idle_seconds);
+    pid_t pid = start_daemon(s, conf);
+    wait_started(sv, n);
+    sleep_s((double)s->idle_settle_seconds);
+    double empty0 = empty_claims(), cpu0 = cpu_ms(pid);
+    r.idle = use_over(m, server, s->idle_seconds);
+    r.outboxd_cpu_ms = cpu_ms(pid) - cpu0;
+    r.empty_claims = empty_claims() - empty0;
+    char *page = fetch_page("/metrics");
+    r.woken = page ? binlog_woken(page) : 0;
+    free(page);
+    stop_daemon(pid);
+    mysql_close(m);
+    idle_drop(sv, n);
+    return r;
+}
+
+/* Per idle outbox and second; the targets beside them. */
+static void
+print_idle(const struct settings *s, const struct server *sv,
+           const struct idle_result *r)
+{
+    double per = (double)s->idle_outboxes * (double)s->idle_seconds;
+    double secs = (double)s->idle_seconds;
+    char buf[48];
+    printf("idle cost, %s (port %d, wake source %s), %ld empty outboxes over "
+           "%ld s: %.2f statements/s per outbox (target <= %d), %.2f empty "
+           "claims/s per outbox; Questions from all clients %.2f/s per "
+           "outbox (%.2f/s in all before outboxd started)\n",
+           sv->name, sv->port,
+           wake_source(r->woken, s->idle_outboxes, buf, sizeof(buf)),
+           s->idle_outboxes, s->idle_seconds, (double)r->idle.relay / per,
+           sv->binlog ? 1 : 3, r->empty_claims / per,
+           (double)r->idle.questions / per, (double)r->alone.questions / secs);
+    printf("idle cost, %s: mariadbd CPU %.3f ms/s per outbox (%.2f ms/s in "
+           "all, %.2f ms/s before outboxd started), outboxd CPU %.3f ms/s "
+           "per outbox\n",
+           sv->name, r->idle.cpu_ms / per, r->idle.cpu_ms / secs,
+           r->alone.cpu_ms / secs, r->outboxd_cpu_ms / per);
+}
+
+static void
+measure_idles(const struct settings *s)
+{
+    const struct server *servers[2] = {&with_binlog, &no_binlog};
+    for (int i = 0; i < 2; i++) {
+        struct idle_result r = measure_idle(s, servers[i]);
+        print_idle(s, servers[i], &r);
+    }
 }
 
 /* The two ceilings, and the broker alone in outboxd's pattern. */
@@ -816,6 +1189,11 @@ main(void)
         .drain_runs = env_long("BENCH_DRAIN_RUNS", 3),
         .latency_rate = 1000,
         .latency_seconds = env_long("BENCH_LATENCY_SECONDS", 10),
+        /* 200 events at 10/s, enough for a p99 */
+        .slow_latency_seconds = env_long("BENCH_SLOW_LATENCY_SECONDS", 20),
+        .idle_outboxes = env_long("BENCH_IDLE_OUTBOXES", 10),
+        .idle_settle_seconds = env_long("BENCH_IDLE_SETTLE_SECONDS", 15),
+        .idle_seconds = env_long("BENCH_IDLE_SECONDS", 30),
         .queue_mode =
             getenv("BENCH_QUEUE_MODE") ? getenv("BENCH_QUEUE_MODE") : "",
     };
@@ -823,6 +1201,11 @@ main(void)
         die("run me through `make bench` (OUTBOXD_BIN, OUTBOXD_SRC)");
     if (s.aggregates < 1 || s.backlog < 1)
         die("BENCH_AGGREGATES and BENCH_BACKLOG must be at least 1");
+    if (s.latency_seconds < 1 || s.slow_latency_seconds < 1 ||
+        s.idle_outboxes < 1 || s.idle_seconds < 1 || s.idle_settle_seconds < 0)
+        die("BENCH_LATENCY_SECONDS, BENCH_SLOW_LATENCY_SECONDS, "
+            "BENCH_IDLE_OUTBOXES and BENCH_IDLE_SECONDS must be at least 1, "
+            "BENCH_IDLE_SETTLE_SECONDS at least 0");
     /* Odd: the median is then a run, not the faster of the middle two. */
     if (s.drain_runs < 1 || s.drain_runs > DRAIN_RUNS_MAX ||
         s.drain_runs % 2 == 0)
@@ -837,7 +1220,8 @@ main(void)
     struct ceiling bare, shaped;
     measure_ceilings(&s, &bare, &shaped);
     double ceiling = shaped.rate;
-    struct drain_result agg = measure_drain_median(&s, "aggregate", 0, 0);
+    struct target off = {&no_binlog, NULL};
+    struct drain_result agg = measure_drain_median(&s, off, "aggregate", 0, 0);
     printf("drain %ld events, %ld aggregates, ordering aggregate: %.0f "
            "events/s (median of %d runs, %.0f-%.0f) = %.2f of the shaped "
            "ceiling (%.2f of the bare one)\n",
@@ -852,19 +1236,21 @@ main(void)
     print_waits("ordering aggregate", &agg);
     printf("peak RSS of outboxd (%ld-row backlog): %.1f MiB\n", s.backlog,
            agg.rss_kib / 1024.0);
-    struct drain_result none = measure_drain_median(&s, "none", 0, 0);
+    struct drain_result none = measure_drain_median(&s, off, "none", 0, 0);
     printf("drain %ld events, ordering none: %.0f events/s (median of %d "
            "runs, %.0f-%.0f) = %.2f of the shaped ceiling (%.2f of the bare "
            "one)\n",
            s.backlog, none.rate, (int)s.drain_runs, none.low, none.high,
            none.rate / ceiling, none.rate / bare.rate);
     print_waits("ordering none", &none);
+    drain_with_binlog(&s, &agg);
     long sent_rows = env_long("BENCH_SENT_ROWS", 0);
     if (sent_rows > 0)
         drain_beside(&s, &agg, sent_rows, 0);
     long retry_rows = env_long("BENCH_RETRY_ROWS", 0);
     if (retry_rows > 0)
         drain_beside(&s, &agg, 0, retry_rows);
-    measure_latency(&s);
+    measure_latencies(&s);
+    measure_idles(&s);
     return 0;
 }
