@@ -47,7 +47,6 @@ struct binlog_stream {
     int sock;      /* the open stream's socket, -1: none (under lock) */
     bool stopping; /* under lock */
     _Atomic bool live;
-    _Atomic uint64_t commits;
     unsigned failures;
     char last_error[512];
 };
@@ -114,18 +113,6 @@ const char *
 binlog_stream_name(const struct binlog_stream *s)
 {
     return s->name;
-}
-
-bool
-binlog_stream_live(const struct binlog_stream *s)
-{
-    return s->live;
-}
-
-uint64_t
-binlog_stream_commits(const struct binlog_stream *s)
-{
-    return s->commits;
 }
 
 static void
@@ -304,6 +291,9 @@ read_events(struct binlog_stream *s, MYSQL *db, const char *file,
     binlog_tracker_init(&tracker, s->watches, s->n);
     for (;;) {
         unsigned long n = mysql_net_read_packet(db);
+        if (n == packet_error &&
+            mysql_errno(db) == ERRNO_SPECIFIC_ACCESS_DENIED)
+            return query_fail(s, db, "read the binary log", err, errlen);
         if (n == packet_error) {
             err_set(err, errlen, "binlog stream broke: %s (error %u)",
                     mysql_error(db), mysql_errno(db));
@@ -322,8 +312,6 @@ read_events(struct binlog_stream *s, MYSQL *db, const char *file,
             s->last_error[0] = '\0';
             set_live(s, true);
         }
-        if (ev.kind == BINLOG_COMMIT)
-            s->commits++;
         binlog_tracker_feed(&tracker, &ev);
     }
 }

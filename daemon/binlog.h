@@ -46,8 +46,5 @@ void binlog_stream_free(struct binlog_stream *s);
 
 /* "host:port" or the socket path, for logs and metrics. */
 const char *binlog_stream_name(const struct binlog_stream *s);
-bool binlog_stream_live(const struct binlog_stream *s);
-/* Commits of watched tables seen since start (any thread). */
-uint64_t binlog_stream_commits(const struct binlog_stream *s);
 
 #endif
