@@ -20,10 +20,12 @@ fail() { printf 'demo: FAILED: %s\n' "$*" >&2; exit 1; }
 # kill -0 also succeeds for a child that exited but was not waited for.
 running() { [[ $(ps -o stat= -p "$1" 2>/dev/null) == [^Z]* ]]; }
 
-# The application's connection: the same account and TCP port outboxd uses.
+# The application's connection: the same account and TCP port outboxd uses,
+# the test server that keeps a binary log (tests/servers.sh), so that
+# outboxd is woken by commits.
 sql() {
     MYSQL_PWD=$OUTBOXD_DEMO_DB_PASSWORD mariadb --protocol=tcp -h127.0.0.1 \
-        -P3306 -uoutboxd "$@"
+        -P3307 -uoutboxd "$@"
 }
 
 [[ -x $OUTBOXD ]] || fail "$OUTBOXD not built (run make)"
@@ -40,13 +42,9 @@ sql "$DB" -e "CREATE TABLE orders (
     amount DECIMAL(10,2),
     created_at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6))"
 
-step "Commit 5 orders, each with its outbox events in the same transaction"
-# customer amount paid-at-checkout
-orders=("alice 19.90 yes" "bob 5.00 no" "carol 120.00 yes" "dave 42.42 no"
-    "erin 7.50 yes")
-for o in "${orders[@]}"; do
-    read -r customer amount paid <<<"$o"
-    paid_event=
+# commit_order CUSTOMER AMOUNT PAID: the order and its events, one transaction.
+commit_order() {
+    local customer=$1 amount=$2 paid=$3 paid_event=
     if [[ $paid == yes ]]; then
         paid_event="INSERT INTO outbox_event
               (event_id, aggregate_type, aggregate_id, event_type, payload)
@@ -64,6 +62,15 @@ for o in "${orders[@]}"; do
                         'customer', '$customer', 'amount', $amount));
         $paid_event
         COMMIT;"
+}
+
+step "Commit 5 orders, each with its outbox events in the same transaction"
+# customer amount paid-at-checkout
+orders=("alice 19.90 yes" "bob 5.00 no" "carol 120.00 yes" "dave 42.42 no"
+    "erin 7.50 yes")
+for o in "${orders[@]}"; do
+    read -r customer amount paid <<<"$o"
+    commit_order "$customer" "$amount" "$paid"
 done
 sql -t "$DB" -e "SELECT * FROM orders;
     SELECT id, aggregate_id, event_type, status, payload FROM outbox_event"
@@ -109,6 +116,23 @@ while :; do
     sleep 0.2
 done
 echo "$((events - unsent)) of $events rows SENT"
+
+step "Commit one more order while outboxd is idle: its commit wakes outboxd"
+# Long enough for the idle claims to back off to their ceiling: only the
+# binlog's wake makes this one quick.
+sleep 2
+commit_order frank 3.30 no
+events=$((events + 1))
+deadline=$((SECONDS + SENT_DEADLINE))
+until [[ $(sql -N "$DB" -e "SELECT COUNT(*) FROM outbox_event
+        WHERE status <> 'SENT'") == 0 ]]; do
+    if ! running "$outboxd_pid" || ((SECONDS >= deadline)); then break; fi
+    sleep 0.05
+done
+sql -t "$DB" -e "SELECT id, event_type, status,
+    TIMESTAMPDIFF(MICROSECOND, created_at, sent_at) / 1000 AS commit_to_sent_ms
+    FROM outbox_event ORDER BY id DESC LIMIT 1"
+unsent=$(sql -N "$DB" -e "SELECT COUNT(*) FROM outbox_event WHERE status <> 'SENT'")
 sql -t "$DB" -e "SELECT id, event_id, aggregate_id, event_type, status, sent_at
     FROM outbox_event ORDER BY id"
 
