@@ -33,6 +33,7 @@
 #define STABLE_MS 10000
 /* Access denied; you need (at least one of) the ... privilege(s). */
 #define ERRNO_SPECIFIC_ACCESS_DENIED 1227
+#define ERRNO_PARSE_ERROR 1064
 
 struct binlog_stream {
     const struct database_config *db;
@@ -183,7 +184,10 @@ read_position(struct binlog_stream *s, MYSQL *db, char *file, size_t filelen,
                 "to wake on commit");
         return -1;
     }
-    if (mysql_query(db, "SHOW MASTER STATUS") != 0)
+    /* MySQL 8.4 knows only the newer name. */
+    if (mysql_query(db, "SHOW MASTER STATUS") != 0 &&
+        (mysql_errno(db) != ERRNO_PARSE_ERROR ||
+         mysql_query(db, "SHOW BINARY LOG STATUS") != 0))
         return query_fail(s, db, "read the binary log position", err, errlen);
     MYSQL_RES *res = mysql_store_result(db);
     MYSQL_ROW r = res != NULL ? mysql_fetch_row(res) : NULL;
