@@ -8,14 +8,19 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 static _Atomic int log_min_level = LOG_INFO;
 static _Atomic int log_fmt = LOG_FORMAT_TEXT;
+static _Atomic bool log_journal; /* stderr is systemd's journal stream */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
+/* syslog(3) priorities of the levels: err, warning, info, debug. */
+static const char *const journal_prefixes[] = {"<3>", "<4>", "<6>", "<7>"};
 
 /* A long line is cut rather than overflowing, and these bytes stay free
  * for what closes it (a quote, a brace, the newline). */
@@ -27,11 +32,31 @@ struct line {
     bool full; /* a value was cut: the fields after it are left out */
 };
 
+/*
+ * Under systemd, stderr is the journal's stream when JOURNAL_STREAM names
+ * its device and inode (systemd.exec(5)).  A "<N>" prefix then gives
+ * each line its priority (sd-daemon(3)), so that `journalctl -p err`
+ * finds the errors; anywhere else lines stay as they are.
+ */
+static bool
+stderr_is_journal(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    if (js == NULL || sscanf(js, "%llu:%llu", &dev, &ino) != 2 ||
+        fstat(STDERR_FILENO, &st) != 0)
+        return false;
+    return (unsigned long long)st.st_dev == dev &&
+           (unsigned long long)st.st_ino == ino;
+}
+
 void
 log_init(enum log_level level, enum log_format format)
 {
     log_min_level = level;
     log_fmt = format;
+    log_journal = stderr_is_journal();
 }
 
 bool
@@ -206,6 +231,8 @@ log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
 
+    if (log_journal)
+        line_puts(&l, journal_prefixes[level]);
     if (log_fmt == LOG_FORMAT_JSON)
         line_put(&l, "{", 1);
     line_put_field(&l, "ts", ts, true);

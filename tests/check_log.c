@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -123,6 +124,46 @@ START_TEST(test_text_long_value)
 }
 END_TEST
 
+/* What one line at level wrote to stderr, with JOURNAL_STREAM naming
+ * stderr's file (journal) or another one. */
+static char *
+capture_journal(enum log_level level, bool journal)
+{
+    int sink = memfd_create("check_log", 0), saved = dup(STDERR_FILENO);
+    struct stat st;
+    char js[64];
+    ck_assert_int_eq(fstat(sink, &st), 0);
+    snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino + (journal ? 0 : 1));
+    setenv("JOURNAL_STREAM", js, 1);
+    dup2(sink, STDERR_FILENO);
+    log_init(LOG_DEBUG, LOG_FORMAT_TEXT);
+    log_msg(level, NULL, "hello");
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    unsetenv("JOURNAL_STREAM");
+    log_init(LOG_INFO, LOG_FORMAT_TEXT);
+    char *out = calloc(1, 512);
+    ck_assert_int_gt(pread(sink, out, 511, 0), 0);
+    close(sink);
+    return out;
+}
+
+/* Under the journal each line leads with its syslog priority. */
+START_TEST(test_journal_priority)
+{
+    static const char *const want[] = {"<3>ts=", "<4>ts=", "<6>ts=", "<7>ts="};
+    for (int lv = LOG_ERROR; lv <= LOG_DEBUG; lv++) {
+        char *out = capture_journal((enum log_level)lv, true);
+        ck_assert_msg(strncmp(out, want[lv], strlen(want[lv])) == 0, "%s", out);
+        free(out);
+    }
+    char *out = capture_journal(LOG_ERROR, false);
+    ck_assert_msg(strncmp(out, "ts=", 3) == 0, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *
 log_suite(void)
 {
@@ -132,6 +173,7 @@ log_suite(void)
     tcase_add_test(tc, test_json_long_value);
     tcase_add_test(tc, test_text_escapes);
     tcase_add_test(tc, test_text_long_value);
+    tcase_add_test(tc, test_journal_priority);
     suite_add_tcase(s, tc);
     return s;
 }
