@@ -78,7 +78,7 @@ $(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o
 
 # SPEC section 10: throughput as a ratio to the ceiling measured in the
 # same run; BENCH_SENT_ROWS=1000000 adds the drain beside old SENT rows,
-# BENCH_QUEUE_MODE=lazy declares the bench queue lazy (see README).
+# BENCH_QUEUE_MODE=lazy declares the bench queue lazy (see docs/performance.md).
 bench:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start

@@ -409,7 +409,7 @@ read_acked(amqp_connection_state_t c, long acked)
  * cost the broker about a third more per message, and no relay can
  * publish them faster than the broker takes them.  In turn, it is the
  * broker alone driven the way outboxd drives it: each batch confirmed
- * before the next goes out (README: sending ahead was slower), which
+ * before the next goes out (docs/performance.md: sending ahead was slower), which
  * tells the pattern's share of the gap from the database's.
  */
 static struct ceiling
@@ -705,7 +705,7 @@ _Static_assert(offsetof(struct ceiling, rate) == 0 &&
                    offsetof(struct drain_result, rate) == 0,
                "median_run reads a run's rate at its start");
 
-/* Where the relay's time went, by its own count (README: Performance). */
+/* Where the relay's time went, by its own count (docs/performance.md). */
 static void
 read_waits(struct drain_result *res)
 {

@@ -28,7 +28,7 @@
 
 GRANT SELECT, UPDATE, DELETE ON `{{database}}`.`{{table}}` TO '{{user}}'@'{{host}}';
 
--- Optional, once per account: wake on commit (README, "Latency").  The
+-- Optional, once per account: wake on commit (docs/design.md, "Latency").  The
 -- relay reads the server's binary log from its current position as a
 -- replica would, and needs to read that position.  Without these it
 -- logs once why, and polls.  On MySQL write REPLICATION CLIENT instead
