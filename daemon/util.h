@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OUTBOXD_VERSION "0.1.0"
+#define OUTBOXD_VERSION "0.2.0"
 
 /* sysexits.h values used by both programs (SPEC section 3). */
 #define EXIT_USAGE 64
