@@ -34,9 +34,19 @@ UNIT_OBJS = $(UNIT_SRCS:%.c=$(BUILD)/%.o)
 IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: all check check-unit check-alerts check-integration check-packaging \
-	setup demo install clean format valgrind bench fuzz fuzz-build
+	man setup demo install clean format valgrind bench fuzz fuzz-build
 
-all: $(BUILD)/outboxd $(BUILD)/outboxctl
+# Man pages: scdoc sources in docs/man/, generated into build/man/ (the
+# same for every SANITIZER build).
+MAN_PAGES := $(patsubst docs/man/%.scd,build/man/%,$(wildcard docs/man/*.scd))
+
+all: $(BUILD)/outboxd $(BUILD)/outboxctl man
+
+man: $(MAN_PAGES)
+
+build/man/%: docs/man/%.scd
+	@mkdir -p build/man
+	scdoc <$< >$@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
