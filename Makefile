@@ -86,7 +86,7 @@ check-integration: all $(BUILD)/check_integration
 $(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o
 	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS)
 
-# SPEC section 10: throughput as a ratio to the ceiling measured in the
+# docs/contract.md section 10: throughput as a ratio to the ceiling measured in the
 # same run; BENCH_SENT_ROWS=1000000 adds the drain beside old SENT rows,
 # BENCH_QUEUE_MODE=lazy declares the bench queue lazy (see docs/performance.md).
 bench:

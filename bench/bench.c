@@ -357,7 +357,7 @@ struct ceiling {
 #define CEILING_RUNS 3
 #define DRAIN_RUNS_MAX 9
 
-/* Properties, headers and mandatory as outboxd publishes (SPEC 7). */
+/* Properties, headers and mandatory as outboxd publishes (docs/contract.md section 7). */
 static void
 shape_like_outboxd(amqp_basic_properties_t *p, amqp_table_entry_t h[3])
 {
@@ -382,7 +382,7 @@ shape_like_outboxd(amqp_basic_properties_t *p, amqp_table_entry_t h[3])
 /* How the ceiling's publisher sends: the bench's two ceilings and the
  * relay's own pattern. */
 struct publishing {
-    bool shaped;  /* properties and headers as outboxd's (SPEC 7) */
+    bool shaped;  /* properties and headers as outboxd's (docs/contract.md section 7) */
     long window;  /* unconfirmed messages at most */
     bool in_turn; /* each window confirmed before the next goes out */
 };
@@ -1181,7 +1181,7 @@ measure_ceilings(const struct settings *s, struct ceiling *bare,
     *bare = measure_ceiling_median(s, (struct publishing){false, 1000, false});
     print_ceiling("bare messages", bare);
     *shaped = measure_ceiling_median(s, (struct publishing){true, 1000, false});
-    print_ceiling("shaped as outboxd's (SPEC 7 properties, headers, "
+    print_ceiling("shaped as outboxd's (docs/contract.md section 7 properties, headers, "
                   "mandatory)",
                   shaped);
     struct ceiling turn =

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Status values stored in the outbox table (SPEC section 6). */
+/* Status values stored in the outbox table (docs/contract.md section 6). */
 enum outbox_status {
     OUTBOX_PENDING,
     OUTBOX_PROCESSING,

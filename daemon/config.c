@@ -1,5 +1,5 @@
 /*
- * config: the YAML file of SPEC section 4 checked against one table of keys
+ * config: the YAML file of docs/contract.md section 4 checked against one table of keys
  * into a struct config; every problem is kept as "file:line:column: message"
  * and the load fails once, at the end.
  */

@@ -1,5 +1,5 @@
 /*
- * config: the YAML file (SPEC section 4) loaded into a validated struct,
+ * config: the YAML file (docs/contract.md section 4) loaded into a validated struct,
  * driven by one table of keys; every problem reported as
  * "file:line:column: message" before the load fails.
  */

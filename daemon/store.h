@@ -16,7 +16,7 @@
 
 struct store;
 
-/* Minimum versions with SKIP LOCKED (SPEC section 5). */
+/* Minimum versions with SKIP LOCKED (docs/contract.md section 5). */
 #define STORE_MIN_MYSQL 80001UL
 #define STORE_MIN_MARIADB 100600UL
 
@@ -104,7 +104,7 @@ struct store_purge {
 };
 
 /*
- * Retention (SPEC section 8): deletes the SENT rows whose sent_at is
+ * Retention (docs/contract.md section 8): deletes the SENT rows whose sent_at is
  * more than older_than_ms ago, DEAD and unfinished rows never.  Walks
  * the table by primary key, batch rows at a time, each step its own
  * short transaction that locks only the rows it deletes.  Stops where

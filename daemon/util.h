@@ -12,7 +12,7 @@
 
 #define OUTBOXD_VERSION "0.2.0"
 
-/* sysexits.h values used by both programs (SPEC section 3). */
+/* sysexits.h values used by both programs (docs/contract.md section 3). */
 #define EXIT_USAGE 64
 #define EXIT_UNAVAILABLE 69
 #define EXIT_CONFIG 78

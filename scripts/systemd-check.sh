@@ -2,7 +2,7 @@
 # Checks systemd/outboxd.service without installing it: `systemd-analyze
 # verify` on a copy whose commands point at the built binary (verify
 # insists that ExecStart exists), silent or it fails, since verify only
-# warns about unknown keys; the keys SPEC section 8 promises; and the
+# warns about unknown keys; the keys docs/contract.md section 8 promises; and the
 # hardening score of `systemd-analyze security`, which must stay "OK".
 #
 # Usage: bash scripts/systemd-check.sh [BINARY]   (default build/outboxd)

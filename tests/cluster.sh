@@ -120,7 +120,7 @@ prepare_dir() {
     fi
 }
 
-# As SPEC section 11 says: the real script, run as the rabbitmq user with
+# The real script, run as the rabbitmq user with
 # env -i, since the /usr/sbin wrapper run as root drops RABBITMQ_*. setsid
 # keeps a Ctrl-C of the caller away; su and the script stay as waiting
 # parents, so an exited node is reaped rather than left a zombie.

@@ -3,7 +3,7 @@
  * servers: broker refusals with backoff and dead letters, a chaos drain
  * with relay kills and server restarts, fencing of a stalled relay, a
  * row that kills the relay, a blackholed and a blocked broker, the
- * database lost at finalize, and the bad rows of SPEC section 9.
+ * database lost at finalize, and the bad rows of docs/contract.md section 9.
  *
  * Tests that break a shared server restore it themselves, and start a
  * guard first: a process outside the test's process group that restores
@@ -444,7 +444,7 @@ tally_free(struct tally *t)
 }
 
 /*
- * Counts one message and checks SPEC 1.3: per aggregate the ids never go
+ * Counts one message and checks docs/contract.md guarantee 1.3: per aggregate the ids never go
  * down; a duplicate may repeat the latest event, never an earlier one.
  */
 static void
@@ -1273,7 +1273,7 @@ START_TEST(test_claim_ahead_fails_on_dropped_column)
 }
 END_TEST
 
-/* ---- 8. bad rows (SPEC section 9) among good ones ---- */
+/* ---- 8. bad rows (docs/contract.md section 9) among good ones ---- */
 
 struct expect {
     const char *event_id;

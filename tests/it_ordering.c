@@ -208,7 +208,7 @@ tally_free(struct tally *t)
 }
 
 /*
- * SPEC guarantee 3 as a consumer sees it: per aggregate the ids never go
+ * docs/contract.md guarantee 1.3 as a consumer sees it: per aggregate the ids never go
  * down; a duplicate may repeat the event just seen, never an earlier one.
  */
 static void

@@ -105,7 +105,7 @@ receive_events(struct fx *f, int n, int aggregates, int *copies, int timeout_ms)
     return receive_new_events(f, n, aggregates, copies, n, timeout_ms);
 }
 
-/* SPEC section 7: every property and header of one message. */
+/* docs/contract.md section 7: every property and header of one message. */
 static void
 check_message_properties(struct fx *f)
 {

@@ -123,7 +123,8 @@ CONF
         chown rabbitmq:rabbitmq "$cookie"
         chmod 0400 "$cookie"
     fi
-    # As SPEC section 11 says: the real script as the rabbitmq user, env -i.
+    # The real script as the rabbitmq user, env -i (see launch() in
+    # tests/cluster.sh: the /usr/sbin wrapper run as root drops RABBITMQ_*).
     setsid su rabbitmq -s /bin/sh -c "exec env -i \
         PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 HOME=/var/lib/rabbitmq \
         RABBITMQ_NODENAME=$NODE \
