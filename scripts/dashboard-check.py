@@ -413,7 +413,7 @@ def load(path):
         sys.exit("dashboard-check: %s: %s" % (path, e))
 
 
-def summary(d, checker):
+def summary(checker):
     metrics = set()
     for _, expr, _ in checker.exprs:
         metrics.update(m for m, _ in analyse(expr)[0] if m)
@@ -555,7 +555,7 @@ def main(argv):
     for e in errors:
         print("dashboard-check: " + e, file=sys.stderr)
     if not errors:
-        print("dashboard-check: %s: %s" % (where, summary(dashboard, checker)))
+        print("dashboard-check: %s: %s" % (where, summary(checker)))
     failed = self_test(dashboard, exported, where) if selftest and not errors else 0
     return 1 if errors or failed else 0
 
