@@ -73,10 +73,13 @@ check:
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
 
-# The alerting rules: valid, and each alert fires when it should.
+# The alerting rules: valid, and each alert fires when it should.  The
+# dashboard: importable, its PromQL parses and names only metrics outboxd
+# exports, and the check catches each way of breaking that (--self-test).
 check-alerts:
 	promtool check rules conf/outboxd-alerts.yml
 	cd tests && promtool test rules alerts_test.yml
+	python3 scripts/dashboard-check.py --self-test
 
 check-integration: all $(BUILD)/check_integration
 	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd \

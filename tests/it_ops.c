@@ -339,6 +339,26 @@ check_alert_names(struct fx *f)
     ck_assert_int_gt(names, 7);
 }
 
+/* The dashboard against this scrape: every metric, label and label
+ * value its panels select is one outboxd serves (a panel on a name it
+ * does not export would stay empty). */
+static void
+check_dashboard(struct fx *f)
+{
+    char path[300];
+    struct reply r = http_get(f->port, "/metrics", 2000);
+    ck_assert_int_eq(r.status, 200);
+    snprintf(path, sizeof(path), "/tmp/%s.dashboard.metrics", f->name);
+    it_write_file(path, "%s", r.body);
+    /* The script finds conf/outboxd-dashboard.json beside itself. */
+    int rc = it_sh("python3 '%s' --metrics '%s'",
+                   it_src_path("scripts/dashboard-check.py"), path);
+    ck_assert_msg(rc == 0, "scripts/dashboard-check.py failed (%d) on %s", rc,
+                  path);
+    unlink(path);
+    free(r.body);
+}
+
 START_TEST(test_metrics_follow_drain)
 {
     struct fx f;
@@ -384,6 +404,7 @@ START_TEST(test_metrics_follow_drain)
     ck_assert_msg(age >= 119 && age < 600, "oldest pending age %f", age);
     check_promtool(&f);
     check_alert_names(&f);
+    check_dashboard(&f);
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
     fx_close(&f);

@@ -49,6 +49,8 @@ PACKAGES=(build-essential pkg-config mariadb-server rabbitmq-server
     default-libmysqlclient-dev librabbitmq-dev libyaml-dev libevent-dev check
     amqp-tools prometheus clang valgrind libclang-rt-14-dev procps iproute2
     systemd scdoc man-db)
+# scripts/dashboard-check.py (make check-alerts).
+PACKAGES+=(python3)
 
 MARIADB_SOCKET=/run/mysqld/mysqld.sock
 MARIADB_LOG=/var/log/mysql/mariadbd.log
