@@ -45,7 +45,8 @@ UNIT_OBJS = $(UNIT_SRCS:%.c=$(BUILD)/%.o)
 IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: all check check-unit check-alerts check-integration check-packaging \
-	man setup demo install clean format valgrind bench fuzz fuzz-build
+	man setup demo install clean format valgrind bench fuzz fuzz-build \
+	deb check-version
 
 # Man pages: scdoc sources in docs/man/, generated into build/man/ (the
 # same for every SANITIZER build).
@@ -148,6 +149,27 @@ install: all
 	install -m 644 systemd/outboxd.sysusers \
 		$(DESTDIR)$(SYSUSERSDIR)/outboxd.conf
 	install -m 644 conf/bash-completion/outboxctl $(DESTDIR)$(BASHCOMPDIR)
+
+# The Debian package, built by dpkg-buildpackage in a copy of the tree
+# (build/deb/src): its outputs go to the parent directory, and debian/
+# fills with build state, neither of which belongs in the repository.
+# The .deb files are left in build/deb/.
+DEB_DIR := build/deb
+deb: check-version
+	rm -rf $(DEB_DIR)
+	mkdir -p $(DEB_DIR)/src
+	tar -c --exclude=./build --exclude=./.git . | tar -x -C $(DEB_DIR)/src
+	cd $(DEB_DIR)/src && dpkg-buildpackage -us -uc -b
+	rm -rf $(DEB_DIR)/src
+	@ls -l $(DEB_DIR)/*.deb
+
+# debian/changelog's upstream version is the one the binaries report.
+check-version:
+	@code=$$(sed -n 's/^#define OUTBOXD_VERSION "\(.*\)"$$/\1/p' daemon/util.h); \
+	deb=$$(dpkg-parsechangelog -S Version); \
+	[ "$${deb%-*}" = "$$code" ] || { echo "debian/changelog is at $$deb," \
+		"daemon/util.h OUTBOXD_VERSION at $$code" >&2; exit 1; }; \
+	echo "check-version: $$code (debian/changelog $$deb)"
 
 format:
 	clang-format -i daemon/*.c daemon/*.h tests/*.c tests/*.h tests/fuzz/*.c \

@@ -48,7 +48,7 @@ set -euo pipefail
 PACKAGES=(build-essential pkg-config mariadb-server rabbitmq-server
     default-libmysqlclient-dev librabbitmq-dev libyaml-dev libevent-dev check
     amqp-tools prometheus clang valgrind libclang-rt-14-dev procps iproute2
-    systemd scdoc man-db)
+    systemd scdoc man-db debhelper devscripts lintian fakeroot)
 
 MARIADB_SOCKET=/run/mysqld/mysqld.sock
 MARIADB_LOG=/var/log/mysql/mariadbd.log
