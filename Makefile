@@ -46,7 +46,7 @@ IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: all check check-unit check-alerts check-integration check-packaging \
 	man setup demo install clean format valgrind bench fuzz fuzz-build \
-	deb check-version
+	deb check-deb check-version
 
 # Man pages: scdoc sources in docs/man/, generated into build/man/ (the
 # same for every SANITIZER build).
@@ -162,6 +162,11 @@ deb: check-version
 	cd $(DEB_DIR)/src && dpkg-buildpackage -us -uc -b
 	rm -rf $(DEB_DIR)/src
 	@ls -l $(DEB_DIR)/*.deb
+
+# The package: built, lintian-clean, installed, the demo run against the
+# installed binaries, purged (scripts/deb-check.sh, run by CI as root).
+check-deb:
+	bash scripts/deb-check.sh
 
 # debian/changelog's upstream version is the one the binaries report.
 check-version:
