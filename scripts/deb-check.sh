@@ -79,7 +79,8 @@ ls /usr/share/doc/outboxd/README.md* >/dev/null || die "no README in /usr/share/
 ok "binaries, unit, sysusers entry, example config, sql/, alert rules," \
     "dashboard, completion, docs"
 for page in 8:outboxd 8:outboxctl 5:outboxd.yaml; do
-    path=$(man -w "${page%%:*}" "${page#*:}") || die "man -w ${page/:/ } finds no page"
+    path=$(man -w "${page%%:*}" "${page#*:}") ||
+        die "man -w ${page/:/ } finds no page (does /etc/dpkg/dpkg.cfg.d drop man pages?)"
     [[ -n $(man -l "$path" 2>/dev/null) ]] || die "man -l $path renders nothing"
     ok "man ${page/:/ }: $path"
 done
