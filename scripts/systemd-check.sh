@@ -3,8 +3,8 @@
 # verify` on a copy whose commands point at the built binary (verify
 # insists that ExecStart exists), silent or it fails, since verify only
 # warns about unknown keys; the keys SPEC section 8 promises; and the
-# hardening score of `systemd-analyze security`, which must stay "OK"; and
-# that systemd/outboxd.sysusers creates the static user the unit names.
+# hardening score of `systemd-analyze security`, which must stay "OK".
+# It then checks that systemd/outboxd.sysusers creates the unit's user.
 #
 # Usage: bash scripts/systemd-check.sh [BINARY]   (default build/outboxd)
 set -euo pipefail

@@ -48,7 +48,10 @@ set -euo pipefail
 PACKAGES=(build-essential pkg-config mariadb-server rabbitmq-server
     default-libmysqlclient-dev librabbitmq-dev libyaml-dev libevent-dev check
     amqp-tools prometheus clang valgrind libclang-rt-14-dev procps iproute2
-    systemd scdoc man-db debhelper devscripts lintian fakeroot)
+    systemd scdoc man-db)
+
+# make deb and scripts/deb-check.sh (make check-deb).
+PACKAGES+=(debhelper devscripts lintian fakeroot)
 
 MARIADB_SOCKET=/run/mysqld/mysqld.sock
 MARIADB_LOG=/var/log/mysql/mariadbd.log
