@@ -4,8 +4,16 @@
 # builds into build/san/ with the sanitizers.
 
 CC ?= cc
+# Install locations (make install, and debian/rules with PREFIX=/usr).
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share/outboxd
+DOCDIR ?= $(PREFIX)/share/doc/outboxd
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 
 BUILD := build
 ifneq ($(SANITIZER),)
@@ -19,9 +27,12 @@ endif
 PKGS = libevent libevent_pthreads librabbitmq yaml-0.1 mysqlclient
 WARN = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wmissing-prototypes \
 	-Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
+# CPPFLAGS, CFLAGS and LDFLAGS are the builder's (dpkg-buildflags' hardening
+# in the package), added after the project's own so that they win.
 CFLAGS ?= -O2 -g
-ALL_CFLAGS = -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CFLAGS) $(SANFLAGS) \
-	-pthread -MMD -MP $(shell pkg-config --cflags $(PKGS))
+ALL_CFLAGS = -std=c11 -D_DEFAULT_SOURCE $(WARN) $(CPPFLAGS) $(CFLAGS) \
+	$(SANFLAGS) -pthread -MMD -MP $(shell pkg-config --cflags $(PKGS))
+LINK = $(CC) $(CFLAGS) $(SANFLAGS) $(LDFLAGS) -pthread
 LIBS = $(shell pkg-config --libs $(PKGS)) -lm
 TEST_LIBS = $(shell pkg-config --libs check)
 
@@ -34,7 +45,8 @@ UNIT_OBJS = $(UNIT_SRCS:%.c=$(BUILD)/%.o)
 IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: all check check-unit check-alerts check-integration check-packaging \
-	man setup demo install clean format valgrind bench fuzz fuzz-build
+	man setup demo install clean format valgrind bench fuzz fuzz-build \
+	deb check-deb check-version
 
 # Man pages: scdoc sources in docs/man/, generated into build/man/ (the
 # same for every SANITIZER build).
@@ -53,16 +65,16 @@ $(BUILD)/%.o: %.c
 	$(CC) $(ALL_CFLAGS) -Idaemon -c $< -o $@
 
 $(BUILD)/outboxd: $(BUILD)/daemon/main.o $(DAEMON_OBJS)
-	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS)
+	$(LINK) -o $@ $^ $(LIBS)
 
 $(BUILD)/outboxctl: $(BUILD)/daemon/outboxctl.o $(DAEMON_OBJS)
-	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS)
+	$(LINK) -o $@ $^ $(LIBS)
 
 $(BUILD)/check_unit: $(UNIT_OBJS) $(DAEMON_OBJS)
-	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS) $(TEST_LIBS)
+	$(LINK) -o $@ $^ $(LIBS) $(TEST_LIBS)
 
 $(BUILD)/check_integration: $(IT_OBJS) $(DAEMON_OBJS)
-	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS) $(TEST_LIBS)
+	$(LINK) -o $@ $^ $(LIBS) $(TEST_LIBS)
 
 # The README's test command: servers first, then every suite.
 check:
@@ -87,7 +99,7 @@ check-integration: all $(BUILD)/check_integration
 	OUTBOXD_SRC=$(CURDIR) $(BUILD)/check_integration
 
 $(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o
-	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS)
+	$(LINK) -o $@ $^ $(LIBS)
 
 # docs/contract.md section 10: throughput as a ratio to the ceiling measured in the
 # same run; BENCH_SENT_ROWS=1000000 adds the drain beside old SENT rows,
@@ -113,12 +125,59 @@ demo:
 	$(MAKE) all
 	bash scripts/demo.sh
 
+# Everything the Debian package ships, under $(DESTDIR)$(PREFIX): the unit's
+# commands are pointed at $(BINDIR); the example config is not outboxd.yaml,
+# so the service (ConditionPathExists) waits for a real one.
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SYSCONFDIR)/outboxd
-	install -m 755 $(BUILD)/outboxd $(BUILD)/outboxctl $(DESTDIR)$(PREFIX)/bin
-	install -m 640 conf/outboxd.yaml $(DESTDIR)$(SYSCONFDIR)/outboxd/outboxd.yaml.example
-	install -d $(DESTDIR)$(PREFIX)/share/outboxd
-	install -m 644 conf/outboxd-alerts.yml $(DESTDIR)$(PREFIX)/share/outboxd
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man5 \
+		$(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/outboxd \
+		$(DESTDIR)$(DATADIR)/sql/migrations $(DESTDIR)$(DOCDIR) \
+		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) \
+		$(DESTDIR)$(BASHCOMPDIR)
+	install -m 755 $(BUILD)/outboxd $(BUILD)/outboxctl $(DESTDIR)$(BINDIR)
+	install -m 644 $(filter %.5,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man5
+	install -m 644 $(filter %.8,$(MAN_PAGES)) $(DESTDIR)$(MANDIR)/man8
+	install -m 644 conf/outboxd.yaml \
+		$(DESTDIR)$(SYSCONFDIR)/outboxd/outboxd.yaml.example
+	install -m 644 conf/outboxd-alerts.yml conf/outboxd-dashboard.json \
+		$(DESTDIR)$(DATADIR)
+	install -m 644 sql/*.sql $(DESTDIR)$(DATADIR)/sql
+	install -m 644 sql/migrations/*.sql $(DESTDIR)$(DATADIR)/sql/migrations
+	install -m 644 README.md $(wildcard NEWS.md) LICENSE docs/*.md \
+		$(DESTDIR)$(DOCDIR)
+	sed -e 's#^\(Exec[A-Za-z]*=\)/usr/bin/#\1$(BINDIR)/#' \
+		-e 's#/etc/outboxd/#$(SYSCONFDIR)/outboxd/#g' \
+		systemd/outboxd.service >$(BUILD)/outboxd.service
+	install -m 644 $(BUILD)/outboxd.service $(DESTDIR)$(SYSTEMDUNITDIR)
+	install -m 644 systemd/outboxd.sysusers \
+		$(DESTDIR)$(SYSUSERSDIR)/outboxd.conf
+	install -m 644 conf/bash-completion/outboxctl $(DESTDIR)$(BASHCOMPDIR)
+
+# The Debian package, built by dpkg-buildpackage in a copy of the tree
+# (build/deb/src): its outputs go to the parent directory, and debian/
+# fills with build state, neither of which belongs in the repository.
+# The .deb files are left in build/deb/.
+DEB_DIR := build/deb
+deb: check-version
+	rm -rf $(DEB_DIR)
+	mkdir -p $(DEB_DIR)/src
+	tar -c --exclude=./build --exclude=./.git . | tar -x -C $(DEB_DIR)/src
+	cd $(DEB_DIR)/src && dpkg-buildpackage -us -uc -b
+	rm -rf $(DEB_DIR)/src
+	@ls -l $(DEB_DIR)/*.deb
+
+# The package: built, lintian-clean, installed, the demo run against the
+# installed binaries, purged (scripts/deb-check.sh, run by CI as root).
+check-deb:
+	bash scripts/deb-check.sh
+
+# debian/changelog's upstream version is the one the binaries report.
+check-version:
+	@code=$$(sed -n 's/^#define OUTBOXD_VERSION "\(.*\)"$$/\1/p' daemon/util.h); \
+	deb=$$(dpkg-parsechangelog -S Version); \
+	[ "$${deb%-*}" = "$$code" ] || { echo "debian/changelog is at $$deb," \
+		"daemon/util.h OUTBOXD_VERSION at $$code" >&2; exit 1; }; \
+	echo "check-version: $$code (debian/changelog $$deb)"
 
 format:
 	clang-format -i daemon/*.c daemon/*.h tests/*.c tests/*.h tests/fuzz/*.c \

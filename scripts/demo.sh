@@ -3,10 +3,11 @@
 # their outbox events, outboxd relays them to RabbitMQ, and we show the rows
 # turning SENT and the messages arriving in a queue. Exits 0 only if every
 # row was SENT, every payload arrived exactly once and outboxd exited 0.
+# OUTBOXD_BIN runs another binary, such as the package's /usr/bin/outboxd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OUTBOXD=${OUTBOXD:-build/outboxd}
+OUTBOXD=${OUTBOXD_BIN:-build/outboxd}
 CONFIG=conf/demo.yaml
 DB=outboxd_demo
 QUEUE=outboxd.demo

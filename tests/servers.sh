@@ -52,6 +52,9 @@ PACKAGES=(build-essential pkg-config mariadb-server rabbitmq-server
 # scripts/dashboard-check.py (make check-alerts).
 PACKAGES+=(python3)
 
+# make deb and scripts/deb-check.sh (make check-deb).
+PACKAGES+=(debhelper devscripts lintian fakeroot)
+
 MARIADB_SOCKET=/run/mysqld/mysqld.sock
 MARIADB_LOG=/var/log/mysql/mariadbd.log
 MARIADB_TIMEOUT=${OUTBOXD_MARIADB_TIMEOUT:-60}
