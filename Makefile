@@ -69,9 +69,17 @@ check:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start
 	$(MAKE) check-unit check-alerts check-integration
+	$(MAKE) check-outboxctl
 
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
+
+# outboxctl(8) and the bash completion name every command and option
+# that outboxctl accepts (no servers needed).
+.PHONY: check-outboxctl
+check-outboxctl: $(BUILD)/outboxctl
+	bash tests/man_outboxctl_test.sh $(BUILD)/outboxctl
+	bash tests/completion_test.sh $(BUILD)/outboxctl
 
 # The alerting rules: valid, and each alert fires when it should.
 check-alerts:
