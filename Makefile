@@ -27,6 +27,9 @@ TEST_LIBS = $(shell pkg-config --libs check)
 
 DAEMON_SRCS := $(filter-out daemon/main.c daemon/outboxctl.c, \
 	$(wildcard daemon/*.c))
+# outboxctl's own files beside outboxctl.c, linked into it alone.
+CTL_SRCS := $(wildcard daemon/outboxctl_*.c)
+DAEMON_SRCS := $(filter-out $(CTL_SRCS), $(DAEMON_SRCS))
 DAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 UNIT_SRCS := $(wildcard tests/check_*.c)
 IT_SRCS := $(wildcard tests/it_*.c) tests/itest.c
@@ -57,6 +60,8 @@ $(BUILD)/outboxd: $(BUILD)/daemon/main.o $(DAEMON_OBJS)
 
 $(BUILD)/outboxctl: $(BUILD)/daemon/outboxctl.o $(DAEMON_OBJS)
 	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS)
+
+$(BUILD)/outboxctl: $(CTL_SRCS:%.c=$(BUILD)/%.o)
 
 $(BUILD)/check_unit: $(UNIT_OBJS) $(DAEMON_OBJS)
 	$(CC) $(SANFLAGS) -pthread -o $@ $^ $(LIBS) $(TEST_LIBS)

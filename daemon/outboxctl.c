@@ -2,45 +2,26 @@
  * outboxctl: the operator's tool (SPEC section 3): status, dead list,
  * dead retry and purge on the outboxes of the daemon's own config file,
  * as an aligned table for a terminal or --json for scripts.  The SQL
- * lives in admin.c and store.c; this file parses, connects and prints.
+ * lives in admin.c and store.c, the commands that change many rows in
+ * outboxctl_walk.c; this file parses, connects and prints.
  */
 #include <getopt.h>
 #include <inttypes.h>
 #include <mysql.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "admin.h"
 #include "config.h"
+#include "outboxctl.h"
 #include "store.h"
 #include "util.h"
 
 /* dead list shows at most this many rows; purge and retry go further. */
 #define LIST_LIMIT_MAX 1000000
 #define LIMIT_MAX 1000000000
-
-enum command {
-    CMD_NONE,
-    CMD_STATUS,
-    CMD_DEAD_LIST,
-    CMD_DEAD_RETRY,
-    CMD_PURGE,
-    CMD_OUTBOXES,
-    CMD_HELP
-};
-
-/* Options that only some commands take, as bits for the check. */
-enum {
-    OPT_OUTBOX = 1,
-    OPT_LIMIT = 2,
-    OPT_ALL = 4,
-    OPT_OLDER = 8,
-    OPT_DRY_RUN = 16,
-};
 
 /*
  * Every option: getopt_long's table, the check that a command takes it
@@ -112,29 +93,6 @@ static const struct ctl_command ctl_commands[] = {
      ""},
 };
 #define NCOMMANDS (sizeof(ctl_commands) / sizeof(ctl_commands[0]))
-
-struct options {
-    const char *config;
-    bool json, help;
-    unsigned given; /* OPT_* bits seen */
-    const char *outbox;
-    unsigned limit;
-    uint64_t older_ms;
-    const struct ctl_command *cmd;
-    const char *help_topic; /* help's COMMAND, or "dead" for both */
-    char **ids;             /* dead retry's EVENT_IDs: argv entries */
-    size_t nids;
-};
-
-/* One run over the selected outboxes. */
-struct ctl {
-    struct options *o;
-    struct config *cfg;
-    struct outbox_config **outboxes;
-    size_t n;
-    bool unavailable; /* a database could not be reached: exit 69 */
-    bool failed;      /* anything else went wrong: exit 1 */
-};
 
 static void
 usage(FILE *f)
@@ -396,8 +354,8 @@ parse_args(struct options *o, int argc, char **argv)
 /* ---- output helpers ---- */
 
 /* A JSON string: control characters escaped, anything else as stored. */
-static void
-json_str(const char *s)
+void
+ctl_json_str(const char *s)
 {
     if (s == NULL) {
         fputs("null", stdout);
@@ -451,8 +409,8 @@ format_age(int64_t us, char *buf, size_t size)
 
 /* ---- connecting ---- */
 
-static void
-report(struct ctl *c, const struct outbox_config *ob, const char *err)
+void
+ctl_report(struct ctl *c, const struct outbox_config *ob, const char *err)
 {
     fprintf(stderr, "outboxctl: %s: %s\n", ob->name, err);
     c->failed = true;
@@ -463,15 +421,15 @@ report(struct ctl *c, const struct outbox_config *ob, const char *err)
  * does.  A failure that is not about the schema is the database being
  * out of reach (down, wrong port, refused login): exit 69.
  */
-static struct store *
-open_store(struct ctl *c, const struct outbox_config *ob)
+struct store *
+ctl_open_store(struct ctl *c, const struct outbox_config *ob)
 {
     char err[1024];
     struct store *st = store_new(ob);
     if (store_connect(st, err, sizeof(err)) == 0)
         return st;
     if (store_last_error_is_schema(st))
-        report(c, ob, err);
+        ctl_report(c, ob, err);
     else {
         fprintf(stderr, "outboxctl: %s: %s\n", ob->name, err);
         c->unavailable = true;
@@ -502,12 +460,12 @@ static void
 status_collect(struct ctl *c, struct status_result *r)
 {
     char err[1024];
-    struct store *st = open_store(c, r->ob);
+    struct store *st = ctl_open_store(c, r->ob);
     if (st == NULL)
         return;
     if (admin_status(store_session(st), r->ob->table, &r->s, err, sizeof(err)) <
         0)
-        report(c, r->ob, err);
+        ctl_report(c, r->ob, err);
     else
         r->ok = true;
     store_free(st);
@@ -575,7 +533,7 @@ static void
 status_print_json_one(const struct status_result *r)
 {
     printf("{\"outbox\":");
-    json_str(r->ob->name);
+    ctl_json_str(r->ob->name);
     if (!r->ok) {
         printf(",\"error\":true}");
         return;
@@ -676,20 +634,20 @@ dead_print_json_row(const struct admin_dead_row *d)
 {
     char a[512];
     printf("{\"id\":%" PRIu64 ",\"event_id\":", d->id);
-    json_str(d->event_id);
+    ctl_json_str(d->event_id);
     dead_aggregate(d, a, sizeof(a));
     printf(",\"aggregate\":");
-    json_str(a);
+    ctl_json_str(a);
     printf(",\"aggregate_type\":");
-    json_str(d->aggregate_type);
+    ctl_json_str(d->aggregate_type);
     printf(",\"aggregate_id\":");
-    json_str(d->aggregate_id);
+    ctl_json_str(d->aggregate_id);
     printf(",\"event_type\":");
-    json_str(d->event_type);
+    ctl_json_str(d->event_type);
     printf(",\"retry_count\":%lu,\"created_at\":", d->retry_count);
-    json_str(d->created_at);
+    ctl_json_str(d->created_at);
     printf(",\"last_error\":");
-    json_str(d->last_error);
+    ctl_json_str(d->last_error);
     printf("}");
 }
 
@@ -697,7 +655,7 @@ static void
 dead_print_json(const struct outbox_config *ob, const struct admin_dead_list *l)
 {
     printf("{\"outbox\":");
-    json_str(ob->name);
+    ctl_json_str(ob->name);
     if (l == NULL) {
         printf(",\"error\":true}");
         return;
@@ -717,13 +675,13 @@ dead_collect(struct ctl *c, const struct outbox_config *ob,
              struct admin_dead_list *l)
 {
     char err[1024];
-    struct store *st = open_store(c, ob);
+    struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return false;
     int rc = admin_dead_list(store_session(st), ob->table, c->o->limit, l, err,
                              sizeof(err));
     if (rc < 0)
-        report(c, ob, err);
+        ctl_report(c, ob, err);
     store_free(st);
     return rc == 0;
 }
@@ -751,363 +709,6 @@ cmd_dead_list(struct ctl *c)
         printf("]}\n");
 }
 
-/* ---- purge and dead retry --all: long walks ---- */
-
-/* The signal that asked to stop; the walks check it between transactions. */
-static volatile sig_atomic_t stop_signal;
-
-static void
-stop_cb(int sig)
-{
-    stop_signal = sig;
-}
-
-/*
- * SA_RESTART: a query under way is not cut short, its transaction ends
- * as it would have.  SA_RESETHAND: a second Ctrl-C kills outright, and
- * the server rolls back what that connection had not committed.
- */
-static void
-catch_stop_signals(void)
-{
-    struct sigaction sa = {.sa_handler = stop_cb,
-                           .sa_flags = SA_RESTART | SA_RESETHAND};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-/* A line on the terminal, rewritten in place, four times a second. */
-struct progress {
-    bool on;
-    const char *name, *verb;
-    uint64_t total, shown_ms;
-    int width; /* of the last line, to blank it out */
-};
-
-#define PROGRESS_EVERY_MS 250
-
-static void
-progress_show(struct progress *p, uint64_t done, bool now)
-{
-    if (!p->on || (!now && clock_ms() - p->shown_ms < PROGRESS_EVERY_MS))
-        return;
-    /* Rows that aged in since the count are deleted too. */
-    uint64_t total = done > p->total ? done : p->total;
-    int w = fprintf(stderr, "\r%s: %" PRIu64 "/%" PRIu64 " rows %s", p->name,
-                    done, total, p->verb);
-    if (w < p->width)
-        fprintf(stderr, "%*s", p->width - w, "");
-    p->width = max_int(w, p->width);
-    p->shown_ms = clock_ms();
-}
-
-static void
-progress_end(struct progress *p)
-{
-    if (p->on && p->width > 0)
-        fprintf(stderr, "\r%*s\r", p->width, "");
-}
-
-/* What one walk does on one outbox: purge or dead retry --all. */
-struct walk {
-    const char *verb; /* of the progress line */
-    int (*count)(struct ctl *c, struct store *st,
-                 const struct outbox_config *ob, uint64_t *total, char *err,
-                 size_t errlen);
-    /* One transaction of at most max rows (0: no bound); *finished when
-     * nothing is left. */
-    int (*step)(struct ctl *c, struct store *st, const struct outbox_config *ob,
-                uint64_t max, uint64_t *done, bool *finished, char *err,
-                size_t errlen);
-};
-
-struct walk_result {
-    uint64_t total; /* the count first, bounded by --limit */
-    uint64_t done;
-    bool ok;          /* false: failed (reported); done says what stayed */
-    bool interrupted; /* a signal stopped it before the end */
-};
-
-static uint64_t
-walk_limit(const struct ctl *c)
-{
-    return (c->o->given & OPT_LIMIT) ? c->o->limit : 0;
-}
-
-/* Steps until the end, the limit or a signal; false on an error. */
-static bool
-walk_steps(struct ctl *c, const struct walk *w, struct store *st,
-           const struct outbox_config *ob, struct walk_result *r,
-           struct progress *p, char *err, size_t len)
-{
-    uint64_t limit = walk_limit(c);
-    bool finished = false;
-    while (!finished && (limit == 0 || r->done < limit)) {
-        if (stop_signal) {
-            r->interrupted = true;
-            return true;
-        }
-        uint64_t n = 0;
-        int rc = w->step(c, st, ob, limit ? limit - r->done : 0, &n, &finished,
-                         err, len);
-        r->done += n;
-        if (rc < 0)
-            return false;
-        progress_show(p, r->done, false);
-    }
-    return true;
-}
-
-static void
-walk_one(struct ctl *c, const struct walk *w, const struct outbox_config *ob,
-         struct walk_result *r)
-{
-    char err[1024];
-    memset(r, 0, sizeof(*r));
-    struct store *st = open_store(c, ob);
-    if (st == NULL)
-        return;
-    uint64_t limit = walk_limit(c);
-    r->ok = w->count(c, st, ob, &r->total, err, sizeof(err)) == 0;
-    if (r->ok && limit != 0 && r->total > limit)
-        r->total = limit;
-    struct progress p = {.on = !c->o->json && isatty(STDERR_FILENO),
-                         .name = ob->name,
-                         .verb = w->verb,
-                         .total = r->total};
-    if (r->ok && !(c->o->given & OPT_DRY_RUN)) {
-        progress_show(&p, 0, true);
-        r->ok = walk_steps(c, w, st, ob, r, &p, err, sizeof(err));
-        progress_end(&p);
-    }
-    if (!r->ok)
-        report(c, ob, err);
-    store_free(st);
-}
-
-/* After a signal: what was not done, and how to finish. */
-static int
-walk_stopped(struct ctl *c, size_t next)
-{
-    fprintf(stderr,
-            "outboxctl: stopped by %s after a committed transaction; run "
-            "it again to finish",
-            stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
-    for (size_t i = next; i < c->n; i++)
-        fprintf(stderr, "%s %s", i == next ? "; not started:" : ",",
-                c->outboxes[i]->name);
-    fprintf(stderr, "\n");
-    return 128 + stop_signal;
-}
-
-/* ---- dead retry ---- */
-
-static int
-retry_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
-            uint64_t *total, char *err, size_t errlen)
-{
-    (void)c;
-    return admin_dead_count(store_session(st), ob->table, total, err, errlen);
-}
-
-static int
-retry_step(struct ctl *c, struct store *st, const struct outbox_config *ob,
-           uint64_t max, uint64_t *done, bool *finished, char *err,
-           size_t errlen)
-{
-    (void)c;
-    unsigned ask =
-        max != 0 && max < ADMIN_RETRY_BATCH ? (unsigned)max : ADMIN_RETRY_BATCH;
-    if (admin_dead_retry_batch(store_session(st), ob->table, ask, done, err,
-                               errlen) < 0)
-        return -1;
-    *finished = *done < ask;
-    return 0;
-}
-
-static const struct walk retry_walk = {"retried", retry_count, retry_step};
-
-static void
-retry_print(const struct ctl *c, const struct outbox_config *ob,
-            const struct walk_result *r, size_t i)
-{
-    bool dry = c->o->given & OPT_DRY_RUN;
-    if (c->o->json) {
-        printf("%s{\"outbox\":", i ? "," : "");
-        json_str(ob->name);
-        if (!r->ok && r->done == 0)
-            fputs(",\"error\":true}", stdout);
-        else
-            printf(",\"%s\":%" PRIu64 "%s}", dry ? "would_retry" : "retried",
-                   dry ? r->total : r->done,
-                   r->interrupted ? ",\"interrupted\":true" : "");
-    } else if (dry && r->ok) {
-        printf("%s: would retry %" PRIu64 " DEAD row%s\n", ob->name, r->total,
-               r->total == 1 ? "" : "s");
-    } else if (r->ok || r->done > 0) {
-        printf("%s: %" PRIu64 " DEAD row%s back to PENDING%s\n", ob->name,
-               r->done, r->done == 1 ? "" : "s",
-               r->interrupted ? " (interrupted)" : "");
-    }
-}
-
-static int
-cmd_dead_retry_all(struct ctl *c)
-{
-    bool dry = c->o->given & OPT_DRY_RUN;
-    uint64_t total = 0;
-    size_t i = 0;
-    if (c->o->json)
-        fputs("{\"outboxes\":[", stdout);
-    for (; i < c->n && !stop_signal; i++) {
-        struct walk_result r;
-        walk_one(c, &retry_walk, c->outboxes[i], &r);
-        retry_print(c, c->outboxes[i], &r, i);
-        total += dry ? r.total : r.done;
-    }
-    if (c->o->json)
-        printf("],\"%s\":%" PRIu64 "%s}\n", dry ? "would_retry" : "retried",
-               total, stop_signal ? ",\"interrupted\":true" : "");
-    fflush(stdout);
-    return stop_signal ? walk_stopped(c, i) : 0;
-}
-
-/* -1 (reported) when the outbox could not be changed. */
-static int64_t
-retry_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
-{
-    char err[1024];
-    uint64_t n = 0;
-    struct store *st = open_store(c, ob);
-    if (st == NULL)
-        return -1;
-    int rc = admin_dead_retry_ids(store_session(st), ob->table,
-                                  (const char *const *)c->o->ids, c->o->nids,
-                                  found, &n, err, sizeof(err));
-    if (rc < 0)
-        report(c, ob, err);
-    store_free(st);
-    return rc < 0 ? -1 : (int64_t)n;
-}
-
-static void
-retry_print_missing(struct ctl *c, const bool *found)
-{
-    bool any = false;
-    for (size_t i = 0; i < c->o->nids; i++) {
-        if (found[i])
-            continue;
-        if (c->o->json) {
-            if (any)
-                putchar(',');
-            json_str(c->o->ids[i]);
-        } else {
-            fprintf(stderr, "outboxctl: no DEAD row has event_id %s\n",
-                    c->o->ids[i]);
-        }
-        any = true;
-        c->failed = true;
-    }
-}
-
-static void
-cmd_dead_retry_ids(struct ctl *c)
-{
-    bool *found = xcalloc(c->o->nids + 1, sizeof(*found));
-    uint64_t total = 0;
-    if (c->o->json)
-        fputs("{\"outboxes\":[", stdout);
-    for (size_t i = 0; i < c->n; i++) {
-        const struct outbox_config *ob = c->outboxes[i];
-        int64_t n = retry_ids_one(c, ob, found);
-        struct walk_result r = {.ok = n >= 0, .done = n > 0 ? (uint64_t)n : 0};
-        retry_print(c, ob, &r, i);
-        total += r.done;
-    }
-    if (c->o->json)
-        printf("],\"retried\":%" PRIu64 ",\"not_found\":[", total);
-    /* An outbox we could not search may hold the missing ids. */
-    if (!c->failed && !c->unavailable)
-        retry_print_missing(c, found);
-    if (c->o->json)
-        fputs("]}\n", stdout);
-    free(found);
-}
-
-/* ---- purge ---- */
-
-static int
-purge_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
-            uint64_t *total, char *err, size_t errlen)
-{
-    return admin_purge_count(store_session(st), ob->table, c->o->older_ms,
-                             total, err, errlen);
-}
-
-/* The daemon's own walk and batch size, without its time budget. */
-static int
-purge_step(struct ctl *c, struct store *st, const struct outbox_config *ob,
-           uint64_t max, uint64_t *done, bool *finished, char *err,
-           size_t errlen)
-{
-    struct store_purge res = {0};
-    int rc = store_purge_sent_step(st, c->o->older_ms, ob->retention_batch, max,
-                                   &res, err, errlen);
-    *done = res.deleted;
-    *finished = res.done;
-    return rc;
-}
-
-static const struct walk purge_walk = {"purged", purge_count, purge_step};
-
-static void
-purge_print(const struct ctl *c, const struct outbox_config *ob,
-            const struct walk_result *r, size_t i, const char *age)
-{
-    bool dry = c->o->given & OPT_DRY_RUN;
-    if (c->o->json) {
-        printf("%s{\"outbox\":", i ? "," : "");
-        json_str(ob->name);
-        if (!r->ok && r->done == 0)
-            fputs(",\"error\":true}", stdout);
-        else
-            printf(",\"%s\":%" PRIu64 "%s}", dry ? "would_delete" : "deleted",
-                   dry ? r->total : r->done,
-                   r->interrupted ? ",\"interrupted\":true" : "");
-    } else if (dry && r->ok) {
-        printf("%s: would delete %" PRIu64 " SENT row%s older than %s\n",
-               ob->name, r->total, r->total == 1 ? "" : "s", age);
-    } else if (r->ok || r->done > 0) {
-        printf("%s: deleted %" PRIu64 " SENT row%s older than %s%s\n", ob->name,
-               r->done, r->done == 1 ? "" : "s", age,
-               r->interrupted ? " (interrupted)" : "");
-    }
-}
-
-static int
-cmd_purge(struct ctl *c)
-{
-    char age[32];
-    bool dry = c->o->given & OPT_DRY_RUN;
-    uint64_t total = 0;
-    size_t i = 0;
-    duration_format(c->o->older_ms, age, sizeof(age));
-    if (c->o->json)
-        fputs("{\"outboxes\":[", stdout);
-    for (; i < c->n && !stop_signal; i++) {
-        struct walk_result r;
-        walk_one(c, &purge_walk, c->outboxes[i], &r);
-        purge_print(c, c->outboxes[i], &r, i, age);
-        total += dry ? r.total : r.done;
-    }
-    if (c->o->json)
-        printf("],\"%s\":%" PRIu64 "%s}\n", dry ? "would_delete" : "deleted",
-               total, stop_signal ? ",\"interrupted\":true" : "");
-    fflush(stdout);
-    return stop_signal ? walk_stopped(c, i) : 0;
-}
-
 /* ---- outboxes ---- */
 
 /* The names --outbox takes, from the file alone: for scripts and
@@ -1121,7 +722,7 @@ cmd_outboxes(struct ctl *c)
         if (c->o->json) {
             if (i > 0)
                 putchar(',');
-            json_str(c->outboxes[i]->name);
+            ctl_json_str(c->outboxes[i]->name);
         } else {
             printf("%s\n", c->outboxes[i]->name);
         }
@@ -1170,14 +771,14 @@ run_command(struct ctl *c)
         return 0;
     case CMD_DEAD_RETRY:
         if (c->o->nids > 0) {
-            cmd_dead_retry_ids(c);
+            ctl_dead_retry_ids(c);
             return 0;
         }
-        catch_stop_signals();
-        return cmd_dead_retry_all(c);
+        ctl_catch_stop_signals();
+        return ctl_dead_retry_all(c);
     case CMD_PURGE:
-        catch_stop_signals();
-        return cmd_purge(c);
+        ctl_catch_stop_signals();
+        return ctl_purge(c);
     case CMD_OUTBOXES:
         cmd_outboxes(c);
         return 0;
