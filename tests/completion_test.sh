@@ -6,7 +6,7 @@
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 bin=$(realpath "${1:?usage: $0 path/to/outboxctl}")
-# shellcheck source=../conf/bash-completion/outboxctl
+# shellcheck source=conf/bash-completion/outboxctl disable=SC2154
 . "$src/conf/bash-completion/outboxctl"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
