@@ -38,6 +38,9 @@ TEST_LIBS = $(shell pkg-config --libs check)
 
 DAEMON_SRCS := $(filter-out daemon/main.c daemon/outboxctl.c, \
 	$(wildcard daemon/*.c))
+# outboxctl's own files beside outboxctl.c, linked into it alone.
+CTL_SRCS := $(wildcard daemon/outboxctl_*.c)
+DAEMON_SRCS := $(filter-out $(CTL_SRCS), $(DAEMON_SRCS))
 DAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 UNIT_SRCS := $(wildcard tests/check_*.c)
 IT_SRCS := $(wildcard tests/it_*.c) tests/itest.c
@@ -70,6 +73,8 @@ $(BUILD)/outboxd: $(BUILD)/daemon/main.o $(DAEMON_OBJS)
 $(BUILD)/outboxctl: $(BUILD)/daemon/outboxctl.o $(DAEMON_OBJS)
 	$(LINK) -o $@ $^ $(LIBS)
 
+$(BUILD)/outboxctl: $(CTL_SRCS:%.c=$(BUILD)/%.o)
+
 $(BUILD)/check_unit: $(UNIT_OBJS) $(DAEMON_OBJS)
 	$(LINK) -o $@ $^ $(LIBS) $(TEST_LIBS)
 
@@ -81,9 +86,17 @@ check:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start
 	$(MAKE) check-unit check-alerts check-integration
+	$(MAKE) check-outboxctl
 
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
+
+# outboxctl(8) and the bash completion name every command and option
+# that outboxctl accepts (no servers needed).
+.PHONY: check-outboxctl
+check-outboxctl: $(BUILD)/outboxctl
+	bash tests/man_outboxctl_test.sh $(BUILD)/outboxctl
+	bash tests/completion_test.sh $(BUILD)/outboxctl
 
 # The alerting rules: valid, and each alert fires when it should.  The
 # dashboard: importable, its PromQL parses and names only metrics outboxd

@@ -16,7 +16,7 @@
 #include "util.h"
 
 /* dead retry --all: rows per transaction, so locks stay short. */
-#define RETRY_BATCH 1000
+#define RETRY_BATCH ADMIN_RETRY_BATCH
 
 /* The columns every retry resets; last_error stays (see admin.h). */
 #define RETRY_SET                                                              \
@@ -304,30 +304,30 @@ admin_dead_list_free(struct admin_dead_list *l)
 /* ---- dead retry ---- */
 
 int
-admin_dead_retry_all(MYSQL *db, const char *table, uint64_t *retried, char *err,
-                     size_t errlen)
+admin_dead_count(MYSQL *db, const char *table, uint64_t *total, char *err,
+                 size_t errlen)
+{
+    if (count_dead(db, table, total, err, errlen) < 0)
+        return -1;
+    return commit(db, "counting DEAD rows", table, err, errlen);
+}
+
+int
+admin_dead_retry_batch(MYSQL *db, const char *table, unsigned max,
+                       uint64_t *retried, char *err, size_t errlen)
 {
     struct stmt s = {0};
+    unsigned n = max != 0 && max < RETRY_BATCH ? max : RETRY_BATCH;
     stmt_table(&s, "UPDATE ", table, " " RETRY_SET);
-    stmt_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %d",
-              RETRY_BATCH);
+    stmt_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %u", n);
     *retried = 0;
-    int rc = 0;
-    for (;;) {
-        if (run(db, &s, "retrying DEAD rows", table, err, errlen) < 0) {
-            rc = -1;
-            break;
-        }
-        uint64_t n = affected(db);
-        if (commit(db, "retrying DEAD rows", table, err, errlen) < 0) {
-            rc = -1;
-            break;
-        }
-        *retried += n;
-        if (n < RETRY_BATCH)
-            break;
-    }
+    int rc = run(db, &s, "retrying DEAD rows", table, err, errlen);
     free(s.p);
+    uint64_t k = rc == 0 ? affected(db) : 0;
+    if (rc == 0)
+        rc = commit(db, "retrying DEAD rows", table, err, errlen);
+    if (rc == 0)
+        *retried = k;
     return rc;
 }
 
@@ -363,4 +363,31 @@ admin_dead_retry_ids(MYSQL *db, const char *table, const char *const *event_ids,
     free(hit);
     free(s.p);
     return rc;
+}
+
+/* ---- purge ---- */
+
+/*
+ * The rows a purge now would delete, for its progress and --dry-run:
+ * the same condition as store_purge_sent, counted on (status, id).
+ */
+int
+admin_purge_count(MYSQL *db, const char *table, uint64_t older_than_ms,
+                  uint64_t *total, char *err, size_t errlen)
+{
+    struct stmt s = {0};
+    stmt_table(&s, "SELECT COUNT(*) FROM ", table, "");
+    stmt_addf(&s,
+              " WHERE `status` = 'SENT' AND `sent_at` < NOW(6) - INTERVAL "
+              "%" PRIu64 " MICROSECOND",
+              older_than_ms * 1000);
+    MYSQL_RES *res =
+        run_select(db, &s, "counting SENT rows", table, err, errlen);
+    free(s.p);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r = mysql_fetch_row(res);
+    *total = r && r[0] ? strtoull(r[0], NULL, 10) : 0;
+    mysql_free_result(res);
+    return commit(db, "counting SENT rows", table, err, errlen);
 }

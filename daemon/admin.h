@@ -13,7 +13,8 @@
 
 #include "batch.h"
 
-#define ADMIN_DEAD_LIMIT 100 /* dead list without --limit */
+#define ADMIN_DEAD_LIMIT 100   /* dead list without --limit */
+#define ADMIN_RETRY_BATCH 1000 /* dead retry --all: rows per transaction */
 
 struct admin_status {
     uint64_t rows[OUTBOX_STATUS_COUNT];
@@ -46,19 +47,29 @@ int admin_dead_list(MYSQL *db, const char *table, unsigned limit,
     __attribute__((warn_unused_result));
 void admin_dead_list_free(struct admin_dead_list *l);
 
+/* DEAD rows in the table, for dead retry's progress and --dry-run. */
+int admin_dead_count(MYSQL *db, const char *table, uint64_t *total, char *err,
+                     size_t errlen) __attribute__((warn_unused_result));
+
+/* SENT rows whose sent_at is more than older_than_ms ago. */
+int admin_purge_count(MYSQL *db, const char *table, uint64_t older_than_ms,
+                      uint64_t *total, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /*
  * DEAD back to PENDING with retry_count 0 and no lease or retry time;
  * last_error is kept as the evidence of the last failure until the row
  * is SENT (which clears it) or fails again (which replaces it).
  *
- * _all works in id order in short transactions of a bounded size, so
- * the events of one aggregate come back in their order.  _ids sets
- * found[i] when event_ids[i] named a DEAD row, all in one transaction.
- * *retried counts the rows changed; on -1, _ids changed nothing and
- * _all kept the batches it had committed (counted in *retried).
+ * _batch is one short transaction of at most max rows (0 for
+ * ADMIN_RETRY_BATCH) in id order; called until it retries fewer than
+ * asked, it is `dead retry --all`, and the events of one aggregate come
+ * back in their order.  _ids sets found[i] when event_ids[i] named a
+ * DEAD row, all in one transaction.  *retried counts the rows changed;
+ * on -1 nothing was.
  */
-int admin_dead_retry_all(MYSQL *db, const char *table, uint64_t *retried,
-                         char *err, size_t errlen)
+int admin_dead_retry_batch(MYSQL *db, const char *table, unsigned max,
+                           uint64_t *retried, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 int admin_dead_retry_ids(MYSQL *db, const char *table,
                          const char *const *event_ids, size_t n, bool *found,

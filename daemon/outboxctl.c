@@ -2,7 +2,8 @@
  * outboxctl: the operator's tool (docs/contract.md section 3): status, dead list,
  * dead retry and purge on the outboxes of the daemon's own config file,
  * as an aligned table for a terminal or --json for scripts.  The SQL
- * lives in admin.c and store.c; this file parses, connects and prints.
+ * lives in admin.c and store.c, the commands that change many rows in
+ * outboxctl_walk.c; this file parses, connects and prints.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -14,57 +15,111 @@
 
 #include "admin.h"
 #include "config.h"
+#include "outboxctl.h"
 #include "store.h"
 #include "util.h"
 
-#define LIMIT_MAX 1000000
+/* dead list shows at most this many rows; purge and retry go further. */
+#define LIST_LIMIT_MAX 1000000
+#define LIMIT_MAX 1000000000
 
-enum command { CMD_NONE, CMD_STATUS, CMD_DEAD_LIST, CMD_DEAD_RETRY, CMD_PURGE };
+/*
+ * Every option: getopt_long's table, the check that a command takes it
+ * and the help are made from this, so they cannot disagree.
+ */
+struct ctl_option {
+    const char *name;
+    int has_arg, key;
+    unsigned bit; /* OPT_*, 0 for the options of every command */
+};
 
-/* Options that only some commands take, as bits for the check. */
-enum { OPT_OUTBOX = 1, OPT_LIMIT = 2, OPT_ALL = 4, OPT_OLDER = 8 };
+static const struct ctl_option ctl_options[] = {
+    {"json", no_argument, 'j', 0},
+    {"help", no_argument, 'h', 0},
+    {"version", no_argument, 'V', 0},
+    {"outbox", required_argument, 'o', OPT_OUTBOX},
+    {"limit", required_argument, 'l', OPT_LIMIT},
+    {"all", no_argument, 'a', OPT_ALL},
+    {"sent-older-than", required_argument, 's', OPT_OLDER},
+    {"dry-run", no_argument, 'n', OPT_DRY_RUN},
+};
+#define NOPTIONS (sizeof(ctl_options) / sizeof(ctl_options[0]))
 
-struct options {
-    const char *config;
-    bool json;
-    unsigned given; /* OPT_* bits seen */
-    const char *outbox;
-    unsigned limit;
-    uint64_t older_ms;
+#define OUTBOX_HELP                                                            \
+    "  --outbox NAME    only this outbox, named <database>.<table> "           \
+    "(default: all)\n"
+
+/* Every command, in the order of the help. */
+struct ctl_command {
     enum command cmd;
-    char **ids; /* dead retry's EVENT_IDs: argv entries */
-    size_t nids;
+    const char *name; /* as typed: "dead list" */
+    const char *args; /* the synopsis after the name */
+    const char *summary;
+    unsigned opts;    /* the OPT_* it takes */
+    const char *help; /* its options, one a line */
 };
 
-/* One run over the selected outboxes. */
-struct ctl {
-    struct options *o;
-    struct config *cfg;
-    struct outbox_config **outboxes;
-    size_t n;
-    bool unavailable; /* a database could not be reached: exit 69 */
-    bool failed;      /* anything else went wrong: exit 1 */
+static const struct ctl_command ctl_commands[] = {
+    {CMD_STATUS, "status", "[--outbox NAME]",
+     "rows per status and the age of the oldest PENDING row", OPT_OUTBOX,
+     OUTBOX_HELP},
+    {CMD_DEAD_LIST, "dead list", "[--outbox NAME] [--limit N]",
+     "the DEAD rows, oldest first, with their last error",
+     OPT_OUTBOX | OPT_LIMIT,
+     OUTBOX_HELP "  --limit N        show at most N rows per outbox, 1 to "
+                 "1000000 (default 100)\n"},
+    {CMD_DEAD_RETRY, "dead retry",
+     "[--outbox NAME] (--all [--dry-run] [--limit N] | EVENT_ID...)",
+     "put DEAD rows back to PENDING",
+     OPT_OUTBOX | OPT_ALL | OPT_DRY_RUN | OPT_LIMIT,
+     OUTBOX_HELP
+     "  --all            every DEAD row, in id order, 1000 per transaction\n"
+     "  --dry-run        with --all: count the rows, change nothing\n"
+     "  --limit N        with --all: retry at most N rows per outbox\n"
+     "  EVENT_ID...      the DEAD rows with these event_ids, in one "
+     "transaction\n"},
+    {CMD_PURGE, "purge",
+     "--sent-older-than DURATION [--outbox NAME] [--dry-run] [--limit N]",
+     "delete SENT rows older than DURATION, as retention does",
+     OPT_OUTBOX | OPT_OLDER | OPT_DRY_RUN | OPT_LIMIT,
+     "  --sent-older-than DURATION\n"
+     "                   rows whose sent_at is older than this (30m, 12h, "
+     "7d)\n" OUTBOX_HELP "  --dry-run        count the rows, delete nothing\n"
+     "  --limit N        delete at most N rows per outbox\n"},
+    {CMD_OUTBOXES, "outboxes", "",
+     "the outboxes of the configuration, one a line (reads no database)", 0,
+     ""},
+    {CMD_HELP, "help", "[COMMAND]", "the help of outboxctl or of COMMAND", 0,
+     ""},
 };
+#define NCOMMANDS (sizeof(ctl_commands) / sizeof(ctl_commands[0]))
 
 static void
 usage(FILE *f)
 {
-    fprintf(f,
-            "usage: outboxctl [-c FILE] [--json] COMMAND\n"
-            "  status                             rows per status, oldest "
-            "PENDING age\n"
-            "  dead list [--outbox NAME] [--limit N]\n"
-            "  dead retry [--outbox NAME] (--all | EVENT_ID...)\n"
-            "  purge [--outbox NAME] --sent-older-than DURATION\n"
-            "options:\n"
-            "  -c FILE      configuration (default " CONFIG_DEFAULT_PATH ")\n"
-            "  --json       machine-readable output on stdout\n"
-            "  --outbox NAME  one outbox, named <database>.<table> "
-            "(default: all)\n"
-            "  --limit N    dead list: rows per outbox (default %d)\n"
-            "exit codes: 0 ok, 64 usage, 69 database unavailable, 78 "
-            "configuration, 1 other\n",
-            ADMIN_DEAD_LIMIT);
+    fprintf(f, "usage: outboxctl [-c FILE] [--json] COMMAND [OPTION...]\n"
+               "commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", ctl_commands[i].name,
+                ctl_commands[i].summary);
+    fprintf(f, "options of every command:\n"
+               "  -c FILE          configuration (default " CONFIG_DEFAULT_PATH
+               ")\n"
+               "  --json           one JSON document on stdout, for scripts\n"
+               "  -h, --help       this help; COMMAND --help: that command's\n"
+               "  -V, --version    the version\n"
+               "exit status: 0 done, 64 usage, 69 a database unavailable, 78 "
+               "configuration,\n"
+               "  130/143 stopped by SIGINT/SIGTERM, 1 anything else\n");
+}
+
+static void
+usage_command(FILE *f, const struct ctl_command *c)
+{
+    fprintf(f, "usage: outboxctl [-c FILE] [--json] %s%s%s\n  %s\n", c->name,
+            c->args[0] ? " " : "", c->args, c->summary);
+    if (c->help[0] != '\0')
+        fprintf(f, "options:\n%s", c->help);
 }
 
 static int
@@ -73,6 +128,16 @@ usage_error(const char *fmt, const char *arg)
     fprintf(stderr, "outboxctl: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nTry 'outboxctl --help'.\n");
+    return EXIT_USAGE;
+}
+
+/* The same, pointing at the command's own help. */
+static int
+command_error(const struct ctl_command *c, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "outboxctl: %s: ", c->name);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'outboxctl %s --help'.\n", c->name);
     return EXIT_USAGE;
 }
 
@@ -86,8 +151,8 @@ parse_limit(const char *text, unsigned *limit)
     unsigned long v = strtoul(text, &end, 10);
     if (text[0] < '0' || text[0] > '9' || *end != '\0' || v < 1 ||
         v > LIMIT_MAX)
-        return usage_error("--limit wants a whole number from 1 to 1000000, "
-                           "not \"%s\"",
+        return usage_error("--limit wants a whole number from 1 to "
+                           "1000000000, not \"%s\"",
                            text);
     *limit = (unsigned)v;
     return 0;
@@ -102,10 +167,20 @@ parse_older(const char *text, uint64_t *ms)
     return usage_error("--sent-older-than: %s", err);
 }
 
-/* 0 to go on, -1 after --help or --version (exit 0), else EXIT_USAGE. */
+static unsigned
+option_bit(int key)
+{
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (ctl_options[i].key == key)
+            return ctl_options[i].bit;
+    return 0;
+}
+
+/* 0 to go on, -1 after --version (exit 0), else EXIT_USAGE. */
 static int
 parse_option(struct options *o, int ch)
 {
+    o->given |= option_bit(ch);
     switch (ch) {
     case 'c':
         o->config = optarg;
@@ -114,21 +189,18 @@ parse_option(struct options *o, int ch)
         o->json = true;
         return 0;
     case 'o':
-        o->given |= OPT_OUTBOX;
         o->outbox = optarg;
         return 0;
     case 'l':
-        o->given |= OPT_LIMIT;
         return parse_limit(optarg, &o->limit);
-    case 'a':
-        o->given |= OPT_ALL;
-        return 0;
     case 's':
-        o->given |= OPT_OLDER;
         return parse_older(optarg, &o->older_ms);
+    case 'a':
+    case 'n':
+        return 0;
     case 'h':
-        usage(stdout);
-        return -1;
+        o->help = true;
+        return 0;
     case 'V':
         printf("outboxctl %s\n", OUTBOXD_VERSION);
         return -1;
@@ -138,30 +210,60 @@ parse_option(struct options *o, int ch)
     }
 }
 
+/* The command that words start with; *used says how many words it took. */
+static const struct ctl_command *
+find_command(char **words, size_t n, size_t *used)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const char *name = ctl_commands[i].name;
+        const char *sp = strchr(name, ' ');
+        if (sp == NULL && strcmp(words[0], name) == 0) {
+            *used = 1;
+            return &ctl_commands[i];
+        }
+        if (sp != NULL && n >= 2 &&
+            strncmp(words[0], name, (size_t)(sp - name)) == 0 &&
+            words[0][sp - name] == '\0' && strcmp(words[1], sp + 1) == 0) {
+            *used = 2;
+            return &ctl_commands[i];
+        }
+    }
+    return NULL;
+}
+
+/* `help dead`, `dead --help`: dead list's and dead retry's both. */
+static bool
+is_dead_prefix(char **words, size_t n)
+{
+    return n >= 1 && strcmp(words[0], "dead") == 0 &&
+           (n == 1 ||
+            (strcmp(words[1], "list") != 0 && strcmp(words[1], "retry") != 0));
+}
+
 /* The words after the options: the command and dead retry's ids. */
 static int
 parse_command(struct options *o, char **words, size_t n)
 {
     if (n == 0)
-        return usage_error("%s", "no command given");
-    size_t used = 1;
-    if (strcmp(words[0], "status") == 0)
-        o->cmd = CMD_STATUS;
-    else if (strcmp(words[0], "purge") == 0)
-        o->cmd = CMD_PURGE;
-    else if (strcmp(words[0], "dead") != 0)
-        return usage_error("unknown command \"%s\"", words[0]);
-    else if (n < 2)
+        return o->help ? 0 : usage_error("%s", "no command given");
+    size_t used = 0;
+    o->cmd = find_command(words, n, &used);
+    if (o->cmd == NULL && is_dead_prefix(words, n) && n == 1 && o->help) {
+        o->help_topic = "dead";
+        return 0;
+    }
+    if (o->cmd == NULL && is_dead_prefix(words, n) && n == 1)
         return usage_error("%s", "dead wants list or retry");
-    else if (strcmp(words[1], "list") == 0)
-        o->cmd = CMD_DEAD_LIST, used = 2;
-    else if (strcmp(words[1], "retry") == 0)
-        o->cmd = CMD_DEAD_RETRY, used = 2;
-    else
+    if (o->cmd == NULL && is_dead_prefix(words, n))
         return usage_error("unknown command \"dead %s\"", words[1]);
-    if (o->cmd == CMD_DEAD_RETRY) {
+    if (o->cmd == NULL)
+        return usage_error("unknown command \"%s\"", words[0]);
+    if (o->cmd->cmd == CMD_DEAD_RETRY) {
         o->ids = words + used;
         o->nids = n - used;
+    } else if (o->cmd->cmd == CMD_HELP && n - used <= 2) {
+        o->help = true;
+        return n > used ? parse_command(o, words + used, n - used) : 0;
     } else if (n > used) {
         return usage_error("unexpected argument \"%s\"", words[used]);
     }
@@ -172,52 +274,78 @@ parse_command(struct options *o, char **words, size_t n)
 static int
 check_command_options(const struct options *o)
 {
-    static const unsigned allowed[] = {
-        [CMD_STATUS] = OPT_OUTBOX,
-        [CMD_DEAD_LIST] = OPT_OUTBOX | OPT_LIMIT,
-        [CMD_DEAD_RETRY] = OPT_OUTBOX | OPT_ALL,
-        [CMD_PURGE] = OPT_OUTBOX | OPT_OLDER,
-    };
-    static const char *const names[] = {"--outbox", "--limit", "--all",
-                                        "--sent-older-than"};
-    unsigned extra = o->given & ~allowed[o->cmd];
-    for (unsigned i = 0; i < 4; i++)
-        if (extra & (1u << i))
-            return usage_error("%s does not apply to this command", names[i]);
-    if (o->cmd == CMD_PURGE && !(o->given & OPT_OLDER))
-        return usage_error("%s", "purge needs --sent-older-than DURATION");
-    if (o->cmd == CMD_DEAD_RETRY && (o->given & OPT_ALL) && o->nids > 0)
-        return usage_error("%s", "dead retry takes --all or EVENT_IDs, not "
-                                 "both");
-    if (o->cmd == CMD_DEAD_RETRY && !(o->given & OPT_ALL) && o->nids == 0)
-        return usage_error("%s", "dead retry needs --all or EVENT_IDs");
+    const struct ctl_command *c = o->cmd;
+    unsigned extra = o->given & ~c->opts;
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (extra & ctl_options[i].bit) {
+            fprintf(stderr, "outboxctl: %s: --%s does not apply to it\n",
+                    c->name, ctl_options[i].name);
+            fprintf(stderr, "Try 'outboxctl %s --help'.\n", c->name);
+            return EXIT_USAGE;
+        }
+    if (c->cmd == CMD_DEAD_LIST && o->limit > LIST_LIMIT_MAX)
+        return command_error(c, "--limit shows at most %s rows", "1000000");
+    if (c->cmd == CMD_PURGE && !(o->given & OPT_OLDER))
+        return command_error(c, "%s", "needs --sent-older-than DURATION");
+    if (c->cmd != CMD_DEAD_RETRY)
+        return 0;
+    if ((o->given & OPT_ALL) && o->nids > 0)
+        return command_error(c, "%s", "takes --all or EVENT_IDs, not both");
+    if (!(o->given & OPT_ALL) && o->nids == 0)
+        return command_error(c, "%s", "needs --all or EVENT_IDs");
+    if (!(o->given & OPT_ALL) && (o->given & (OPT_DRY_RUN | OPT_LIMIT)))
+        return command_error(c, "%s", "--dry-run and --limit go with --all");
     return 0;
+}
+
+/* --help, help, COMMAND --help: exit 0 with the help on stdout. */
+static int
+print_help(const struct options *o)
+{
+    if (o->help_topic != NULL) {
+        for (size_t i = 0, n = 0; i < NCOMMANDS; i++)
+            if (strncmp(ctl_commands[i].name, "dead ", 5) == 0) {
+                if (n++ > 0)
+                    putchar('\n');
+                usage_command(stdout, &ctl_commands[i]);
+            }
+    } else if (o->cmd != NULL && o->cmd->cmd != CMD_HELP) {
+        usage_command(stdout, o->cmd);
+    } else {
+        usage(stdout);
+    }
+    return 0;
+}
+
+/* getopt_long's table, from ctl_options. */
+static const struct option *
+long_options(void)
+{
+    static struct option longopts[NOPTIONS + 1];
+    for (size_t i = 0; i < NOPTIONS; i++)
+        longopts[i] =
+            (struct option){ctl_options[i].name, ctl_options[i].has_arg, NULL,
+                            ctl_options[i].key};
+    return longopts;
 }
 
 /* Returns -1 to go on, else the exit code. */
 static int
 parse_args(struct options *o, int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"outbox", required_argument, NULL, 'o'},
-        {"limit", required_argument, NULL, 'l'},
-        {"all", no_argument, NULL, 'a'},
-        {"sent-older-than", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
-    };
+    const struct option *longopts = long_options();
     int ch;
     o->config = CONFIG_DEFAULT_PATH;
     o->limit = ADMIN_DEAD_LIMIT;
     /* Options may follow the command: `outboxctl dead list --json`. */
-    while ((ch = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:hV", longopts, NULL)) != -1) {
         int rc = parse_option(o, ch);
         if (rc != 0)
             return rc < 0 ? 0 : rc;
     }
     int rc = parse_command(o, argv + optind, (size_t)(argc - optind));
+    if (rc == 0 && o->help)
+        return print_help(o);
     if (rc == 0)
         rc = check_command_options(o);
     return rc != 0 ? rc : -1;
@@ -226,8 +354,8 @@ parse_args(struct options *o, int argc, char **argv)
 /* ---- output helpers ---- */
 
 /* A JSON string: control characters escaped, anything else as stored. */
-static void
-json_str(const char *s)
+void
+ctl_json_str(const char *s)
 {
     if (s == NULL) {
         fputs("null", stdout);
@@ -281,8 +409,8 @@ format_age(int64_t us, char *buf, size_t size)
 
 /* ---- connecting ---- */
 
-static void
-report(struct ctl *c, const struct outbox_config *ob, const char *err)
+void
+ctl_report(struct ctl *c, const struct outbox_config *ob, const char *err)
 {
     fprintf(stderr, "outboxctl: %s: %s\n", ob->name, err);
     c->failed = true;
@@ -293,15 +421,15 @@ report(struct ctl *c, const struct outbox_config *ob, const char *err)
  * does.  A failure that is not about the schema is the database being
  * out of reach (down, wrong port, refused login): exit 69.
  */
-static struct store *
-open_store(struct ctl *c, const struct outbox_config *ob)
+struct store *
+ctl_open_store(struct ctl *c, const struct outbox_config *ob)
 {
     char err[1024];
     struct store *st = store_new(ob);
     if (store_connect(st, err, sizeof(err)) == 0)
         return st;
     if (store_last_error_is_schema(st))
-        report(c, ob, err);
+        ctl_report(c, ob, err);
     else {
         fprintf(stderr, "outboxctl: %s: %s\n", ob->name, err);
         c->unavailable = true;
@@ -332,12 +460,12 @@ static void
 status_collect(struct ctl *c, struct status_result *r)
 {
     char err[1024];
-    struct store *st = open_store(c, r->ob);
+    struct store *st = ctl_open_store(c, r->ob);
     if (st == NULL)
         return;
     if (admin_status(store_session(st), r->ob->table, &r->s, err, sizeof(err)) <
         0)
-        report(c, r->ob, err);
+        ctl_report(c, r->ob, err);
     else
         r->ok = true;
     store_free(st);
@@ -405,7 +533,7 @@ static void
 status_print_json_one(const struct status_result *r)
 {
     printf("{\"outbox\":");
-    json_str(r->ob->name);
+    ctl_json_str(r->ob->name);
     if (!r->ok) {
         printf(",\"error\":true}");
         return;
@@ -506,20 +634,20 @@ dead_print_json_row(const struct admin_dead_row *d)
 {
     char a[512];
     printf("{\"id\":%" PRIu64 ",\"event_id\":", d->id);
-    json_str(d->event_id);
+    ctl_json_str(d->event_id);
     dead_aggregate(d, a, sizeof(a));
     printf(",\"aggregate\":");
-    json_str(a);
+    ctl_json_str(a);
     printf(",\"aggregate_type\":");
-    json_str(d->aggregate_type);
+    ctl_json_str(d->aggregate_type);
     printf(",\"aggregate_id\":");
-    json_str(d->aggregate_id);
+    ctl_json_str(d->aggregate_id);
     printf(",\"event_type\":");
-    json_str(d->event_type);
+    ctl_json_str(d->event_type);
     printf(",\"retry_count\":%lu,\"created_at\":", d->retry_count);
-    json_str(d->created_at);
+    ctl_json_str(d->created_at);
     printf(",\"last_error\":");
-    json_str(d->last_error);
+    ctl_json_str(d->last_error);
     printf("}");
 }
 
@@ -527,7 +655,7 @@ static void
 dead_print_json(const struct outbox_config *ob, const struct admin_dead_list *l)
 {
     printf("{\"outbox\":");
-    json_str(ob->name);
+    ctl_json_str(ob->name);
     if (l == NULL) {
         printf(",\"error\":true}");
         return;
@@ -547,13 +675,13 @@ dead_collect(struct ctl *c, const struct outbox_config *ob,
              struct admin_dead_list *l)
 {
     char err[1024];
-    struct store *st = open_store(c, ob);
+    struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return false;
     int rc = admin_dead_list(store_session(st), ob->table, c->o->limit, l, err,
                              sizeof(err));
     if (rc < 0)
-        report(c, ob, err);
+        ctl_report(c, ob, err);
     store_free(st);
     return rc == 0;
 }
@@ -581,134 +709,26 @@ cmd_dead_list(struct ctl *c)
         printf("]}\n");
 }
 
-/* ---- dead retry ---- */
+/* ---- outboxes ---- */
 
-/* -1 (reported) when the outbox could not be changed. */
-static int64_t
-retry_one(struct ctl *c, const struct outbox_config *ob, bool *found)
-{
-    char err[1024];
-    uint64_t n = 0;
-    struct store *st = open_store(c, ob);
-    if (st == NULL)
-        return -1;
-    MYSQL *db = store_session(st);
-    int rc = c->o->nids == 0
-                 ? admin_dead_retry_all(db, ob->table, &n, err, sizeof(err))
-                 : admin_dead_retry_ids(
-                       db, ob->table, (const char *const *)c->o->ids,
-                       c->o->nids, found, &n, err, sizeof(err));
-    if (rc < 0)
-        report(c, ob, err);
-    store_free(st);
-    /* --all commits in batches: what it changed before failing counts. */
-    return rc < 0 && n == 0 ? -1 : (int64_t)n;
-}
-
+/* The names --outbox takes, from the file alone: for scripts and
+ * completion, and it works with every database down. */
 static void
-retry_print_missing(struct ctl *c, const bool *found)
+cmd_outboxes(struct ctl *c)
 {
-    bool any = false;
-    for (size_t i = 0; i < c->o->nids; i++) {
-        if (found[i])
-            continue;
-        if (c->o->json) {
-            if (any)
-                putchar(',');
-            json_str(c->o->ids[i]);
-        } else {
-            fprintf(stderr, "outboxctl: no DEAD row has event_id %s\n",
-                    c->o->ids[i]);
-        }
-        any = true;
-        c->failed = true;
-    }
-}
-
-static void
-cmd_dead_retry(struct ctl *c)
-{
-    bool *found = xcalloc(c->o->nids + 1, sizeof(*found));
-    uint64_t total = 0;
     if (c->o->json)
         fputs("{\"outboxes\":[", stdout);
     for (size_t i = 0; i < c->n; i++) {
-        const struct outbox_config *ob = c->outboxes[i];
-        int64_t n = retry_one(c, ob, found);
-        total += n > 0 ? (uint64_t)n : 0;
         if (c->o->json) {
-            printf("%s{\"outbox\":", i ? "," : "");
-            json_str(ob->name);
-            if (n < 0)
-                fputs(",\"error\":true}", stdout);
-            else
-                printf(",\"retried\":%" PRId64 "}", n);
-        } else if (n >= 0) {
-            printf("%s: %" PRId64 " DEAD row%s back to PENDING\n", ob->name, n,
-                   n == 1 ? "" : "s");
+            if (i > 0)
+                putchar(',');
+            ctl_json_str(c->outboxes[i]->name);
+        } else {
+            printf("%s\n", c->outboxes[i]->name);
         }
     }
-    if (c->o->json)
-        printf("],\"retried\":%" PRIu64 ",\"not_found\":[", total);
-    if (c->failed || c->unavailable) {
-        /* An outbox we could not search may hold the missing ids. */
-        if (c->o->json)
-            printf("]}\n");
-        free(found);
-        return;
-    }
-    retry_print_missing(c, found);
     if (c->o->json)
         fputs("]}\n", stdout);
-    free(found);
-}
-
-/* ---- purge ---- */
-
-/* -1 (reported) when nothing could be deleted. */
-static int64_t
-purge_one(struct ctl *c, const struct outbox_config *ob)
-{
-    char err[1024];
-    struct store_purge res;
-    struct store *st = open_store(c, ob);
-    if (st == NULL)
-        return -1;
-    /* The daemon's own walk and batch size, without its time budget. */
-    int rc = store_purge_sent(st, c->o->older_ms, ob->retention_batch, 0, &res,
-                              err, sizeof(err));
-    if (rc < 0)
-        report(c, ob, err);
-    store_free(st);
-    return rc < 0 && res.deleted == 0 ? -1 : (int64_t)res.deleted;
-}
-
-static void
-cmd_purge(struct ctl *c)
-{
-    char age[32];
-    uint64_t total = 0;
-    duration_format(c->o->older_ms, age, sizeof(age));
-    if (c->o->json)
-        fputs("{\"outboxes\":[", stdout);
-    for (size_t i = 0; i < c->n; i++) {
-        const struct outbox_config *ob = c->outboxes[i];
-        int64_t n = purge_one(c, ob);
-        total += n > 0 ? (uint64_t)n : 0;
-        if (c->o->json) {
-            printf("%s{\"outbox\":", i ? "," : "");
-            json_str(ob->name);
-            if (n < 0)
-                fputs(",\"error\":true}", stdout);
-            else
-                printf(",\"deleted\":%" PRId64 "}", n);
-        } else if (n >= 0) {
-            printf("%s: deleted %" PRId64 " SENT row%s older than %s\n",
-                   ob->name, n, n == 1 ? "" : "s", age);
-        }
-    }
-    if (c->o->json)
-        printf("],\"deleted\":%" PRIu64 "}\n", total);
 }
 
 /* ---- main ---- */
@@ -738,29 +758,45 @@ select_outboxes(struct ctl *c)
     return EXIT_USAGE;
 }
 
+/* The exit code a walk chose (after a signal), or 0. */
+static int
+run_command(struct ctl *c)
+{
+    switch (c->o->cmd->cmd) {
+    case CMD_STATUS:
+        cmd_status(c);
+        return 0;
+    case CMD_DEAD_LIST:
+        cmd_dead_list(c);
+        return 0;
+    case CMD_DEAD_RETRY:
+        if (c->o->nids > 0) {
+            ctl_dead_retry_ids(c);
+            return 0;
+        }
+        ctl_catch_stop_signals();
+        return ctl_dead_retry_all(c);
+    case CMD_PURGE:
+        ctl_catch_stop_signals();
+        return ctl_purge(c);
+    case CMD_OUTBOXES:
+        cmd_outboxes(c);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 static int
 run(struct ctl *c)
 {
     int rc = select_outboxes(c);
     if (rc != 0)
         return rc;
-    switch (c->o->cmd) {
-    case CMD_STATUS:
-        cmd_status(c);
-        break;
-    case CMD_DEAD_LIST:
-        cmd_dead_list(c);
-        break;
-    case CMD_DEAD_RETRY:
-        cmd_dead_retry(c);
-        break;
-    case CMD_PURGE:
-        cmd_purge(c);
-        break;
-    case CMD_NONE:
-        break;
-    }
+    rc = run_command(c);
     fflush(stdout);
+    if (rc != 0)
+        return rc;
     return c->unavailable ? EXIT_UNAVAILABLE : c->failed ? 1 : 0;
 }
 

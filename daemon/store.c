@@ -2217,6 +2217,7 @@ struct purge_step {
     size_t seen, expired;
     uint64_t last_id;
     bool last_young; /* the last row read was created after the cutoff */
+    bool capped;     /* stopped at the cap: the walk is not over */
 };
 
 /* Evaluated per statement: each one is exact at its own time. */
@@ -2234,7 +2235,7 @@ sql_add_cutoff(struct sqlbuf *q, uint64_t older_than_ms)
  * fewer than n are old, which is the whole retention window.
  */
 static int
-purge_scan(struct store *st, uint64_t older_than_ms, unsigned batch,
+purge_scan(struct store *st, uint64_t older_than_ms, unsigned batch, size_t cap,
            struct purge_step *ps, char *err, size_t errlen)
 {
     struct sqlbuf *q = &st->sql;
@@ -2252,6 +2253,11 @@ purge_scan(struct store *st, uint64_t older_than_ms, unsigned batch,
         grow(st->purge_ids, &st->purge_cap, batch, sizeof(*st->purge_ids));
     MYSQL_ROW r;
     while ((r = mysql_fetch_row(res)) != NULL) {
+        /* The rows after the cap are read again by the next step. */
+        if (ps->expired == cap) {
+            ps->capped = true;
+            break;
+        }
         ps->last_id = strtoull(r[0], NULL, 10);
         ps->last_young = r[2] != NULL && r[2][0] == '1';
         if (r[1] != NULL && r[1][0] == '1')
@@ -2279,12 +2285,12 @@ purge_delete(struct store *st, uint64_t older_than_ms, size_t n,
 }
 
 static int
-purge_once(struct store *st, uint64_t older_than_ms, unsigned batch,
+purge_once(struct store *st, uint64_t older_than_ms, unsigned batch, size_t cap,
            struct purge_step *ps, uint64_t *deleted, char *err, size_t errlen)
 {
     memset(ps, 0, sizeof(*ps));
     *deleted = 0;
-    if (purge_scan(st, older_than_ms, batch, ps, err, errlen) < 0)
+    if (purge_scan(st, older_than_ms, batch, cap, ps, err, errlen) < 0)
         return -1;
     if (ps->expired > 0 &&
         purge_delete(st, older_than_ms, ps->expired, deleted, err, errlen) < 0)
@@ -2312,19 +2318,45 @@ purge_fail(struct store *st, char *err, size_t errlen)
 }
 
 static int
-purge_step(struct store *st, uint64_t older_than_ms, unsigned batch,
+purge_step(struct store *st, uint64_t older_than_ms, unsigned batch, size_t cap,
            struct purge_step *ps, uint64_t *deleted, char *err, size_t errlen)
 {
     for (int attempt = 1;; attempt++) {
         if (require_ready(st, "retention", err, errlen) < 0)
             return -1;
         st->last_errno = 0;
-        if (purge_once(st, older_than_ms, batch, ps, deleted, err, errlen) == 0)
+        if (purge_once(st, older_than_ms, batch, cap, ps, deleted, err,
+                       errlen) == 0)
             return 0;
         purge_fail(st, err, errlen);
         if (attempt == STORE_ATTEMPTS || !is_lock_errno(st->last_errno))
             return -1;
     }
+}
+
+/* One step of the walk and where the next one starts; res adds up. */
+static int
+purge_advance(struct store *st, uint64_t older_than_ms, unsigned batch,
+              size_t cap, struct store_purge *res, char *err, size_t errlen)
+{
+    struct purge_step ps;
+    uint64_t deleted;
+    if (purge_step(st, older_than_ms, batch, cap, &ps, &deleted, err, errlen) <
+        0)
+        return -1;
+    res->deleted += deleted;
+    res->batches += deleted > 0;
+    res->examined += ps.seen;
+    /* Rows created after the cutoff were sent after it too; ids and
+     * created_at rise together, so the rest is younger still.  What an
+     * out-of-order created_at hides now, the next walk finds. */
+    if (!ps.capped && (ps.seen < batch || ps.last_young)) {
+        st->purge_from = 0;
+        res->done = true;
+    } else {
+        st->purge_from = ps.last_id;
+    }
+    return 0;
 }
 
 int
@@ -2334,25 +2366,22 @@ store_purge_sent(struct store *st, uint64_t older_than_ms, unsigned batch,
 {
     memset(res, 0, sizeof(*res));
     batch = batch ? batch : 1;
-    for (;;) {
-        struct purge_step ps;
-        uint64_t deleted;
-        if (purge_step(st, older_than_ms, batch, &ps, &deleted, err, errlen) <
+    while (!res->done) {
+        if (purge_advance(st, older_than_ms, batch, batch, res, err, errlen) <
             0)
             return -1;
-        res->deleted += deleted;
-        res->batches += deleted > 0;
-        res->examined += ps.seen;
-        /* Rows created after the cutoff were sent after it too; ids and
-         * created_at rise together, so the rest is younger still.  What
-         * an out-of-order created_at hides now, the next walk finds. */
-        if (ps.seen < batch || ps.last_young) {
-            st->purge_from = 0;
-            res->done = true;
-            return 0;
-        }
-        st->purge_from = ps.last_id;
-        if (deadline_ms != 0 && clock_ms() >= deadline_ms)
+        if (!res->done && deadline_ms != 0 && clock_ms() >= deadline_ms)
             return 0;
     }
+    return 0;
+}
+
+int
+store_purge_sent_step(struct store *st, uint64_t older_than_ms, unsigned batch,
+                      uint64_t max, struct store_purge *res, char *err,
+                      size_t errlen)
+{
+    batch = batch ? batch : 1;
+    size_t cap = max != 0 && max < batch ? (size_t)max : batch;
+    return purge_advance(st, older_than_ms, batch, cap, res, err, errlen);
 }

@@ -116,4 +116,16 @@ int store_purge_sent(struct store *st, uint64_t older_than_ms, unsigned batch,
                      uint64_t deadline_ms, struct store_purge *res, char *err,
                      size_t errlen) __attribute__((warn_unused_result));
 
+/*
+ * outboxctl purge: one step of the same walk (one transaction), deleting
+ * at most max rows (0: up to batch), so that the caller can show
+ * progress, honour a limit and stop between transactions.  Adds to *res
+ * (zero it first); res->done once the walk reached its end, and the next
+ * call starts a new walk.
+ */
+int store_purge_sent_step(struct store *st, uint64_t older_than_ms,
+                          unsigned batch, uint64_t max, struct store_purge *res,
+                          char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 #endif

@@ -1,11 +1,15 @@
 /*
  * it_outboxctl: the operator's tool against the real MariaDB (and
  * RabbitMQ where a retried row must arrive): status, dead list, dead
- * retry, purge, exit codes; and sql/inbox.sql's idempotency recipe.
+ * retry, purge, exit codes, --help, --dry-run, --limit, progress on a
+ * terminal, SIGINT mid-walk; and sql/inbox.sql's idempotency recipe.
  */
 #define _GNU_SOURCE
 #include "itest.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -403,6 +407,17 @@ START_TEST(test_bad_usage)
         "purge --sent-older-than 10",
         "purge --sent-older-than 1fortnight",
         "purge --outbox nosuch.table --sent-older-than 1h",
+        "purge --sent-older-than 1h --limit 0",
+        "purge --sent-older-than 1h --limit 1000000001",
+        "status --dry-run",
+        "dead list --dry-run",
+        "dead list --limit 1000001",
+        "dead retry d-1 --dry-run",
+        "dead retry d-1 --limit 5",
+        "outboxes --limit 5",
+        "outboxes extra-word",
+        "help frobnicate",
+        "help dead bury",
     };
     struct fx f;
     fx_open(&f, "sql/outbox.sql");
@@ -516,6 +531,354 @@ START_TEST(test_unreachable)
 }
 END_TEST
 
+/* Each command's help, on stdout, exit 0; a bad option still exits 64. */
+START_TEST(test_help)
+{
+    static const char *const cases[][2] = {
+        {"status --help", "status [--outbox NAME]"},
+        {"dead list --help", "dead list [--outbox NAME] [--limit N]"},
+        {"dead retry --help", "--dry-run        with --all"},
+        {"purge --help", "purge --sent-older-than DURATION"},
+        {"outboxes --help", "outboxes\n"},
+        {"help purge", "--limit N        delete at most N rows"},
+        {"help dead retry", "EVENT_ID..."},
+        {"dead --help", "dead retry [--outbox NAME]"},
+        {"help", "commands:\n  status "},
+        {"-h", "dead retry   put DEAD rows back to PENDING"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct ctl_run r = ctl("/nonexistent.yaml", "%s", cases[i][0]);
+        ck_assert_msg(r.rc == 0 && r.err[0] == '\0', "%s: exit %d, %s",
+                      cases[i][0], r.rc, r.err);
+        ck_assert_msg(strstr(r.out, cases[i][1]) != NULL,
+                      "%s: no \"%s\" in:\n%s", cases[i][0], cases[i][1], r.out);
+        ctl_free(&r);
+    }
+    struct ctl_run r = ctl("/nonexistent.yaml", "purge --help --limit 0");
+    ck_assert_int_eq(r.rc, 64);
+    ck_assert_msg(r.out[0] == '\0' && strstr(r.err, "--limit"), "%s", r.err);
+    ctl_free(&r);
+    r = ctl("/nonexistent.yaml", "dead retry d-1 --dry-run");
+    ck_assert_int_eq(r.rc, 64);
+    ck_assert_msg(strstr(r.err, "Try 'outboxctl dead retry --help'"), "%s",
+                  r.err);
+    ctl_free(&r);
+}
+END_TEST
+
+/* n rows of one status, created 3 h ago, the SENT ones sent 2 h ago. */
+static void
+insert_rows(struct fx *f, const char *prefix, int n, const char *status)
+{
+    it_db_exec(f->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status, created_at, "
+               "sent_at) SELECT CONCAT('%s-', seq), 'Order', CONCAT('%s-', "
+               "seq), 'OrderCreated', '{}', '%s', NOW(6) - INTERVAL 3 HOUR, "
+               "IF('%s' = 'SENT', NOW(6) - INTERVAL 2 HOUR, NULL) FROM "
+               "seq_1_to_%d",
+               prefix, prefix, status, status, n);
+    it_db_exec(f->sql, "COMMIT");
+}
+
+/* The outbox of a test of its own, retention walking batch rows a step. */
+static void
+fx_open_batch(struct fx *f, unsigned batch)
+{
+    char keys[128];
+    fx_open(f, "sql/outbox.sql");
+    snprintf(keys, sizeof(keys), "        retention:\n          batch: %u\n",
+             batch);
+    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex, keys);
+}
+
+START_TEST(test_dry_run)
+{
+    struct fx f;
+    fx_open(&f, "sql/outbox.sql");
+    insert_every_status(&f);
+    char *before = table_digest(&f);
+    struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h --dry-run");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, ": would delete 3 SENT rows older than 1h"),
+                  "%s", r.out);
+    ctl_free(&r);
+    r = ctl(f.conf, "--json purge --sent-older-than 5m --dry-run --limit 10");
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_msg(strstr(r.out, "\"would_delete\":4}],\"would_delete\":4}"),
+                  "%s", r.out);
+    ctl_free(&r);
+    r = ctl(f.conf, "purge --sent-older-than 1h --dry-run --limit 2");
+    ck_assert_msg(strstr(r.out, ": would delete 2 SENT rows"), "%s", r.out);
+    ctl_free(&r);
+    r = ctl(f.conf, "dead retry --all --dry-run");
+    ck_assert_msg(r.rc == 0 && strstr(r.out, ": would retry 3 DEAD rows"),
+                  "rc %d: %s", r.rc, r.out);
+    ctl_free(&r);
+    r = ctl(f.conf, "--json dead retry --all --dry-run");
+    ck_assert_msg(strstr(r.out, "\"would_retry\":3}],\"would_retry\":3}"), "%s",
+                  r.out);
+    ctl_free(&r);
+    char *after = table_digest(&f);
+    ck_assert_str_eq(after, before);
+    free(before);
+    free(after);
+    fx_close(&f);
+}
+END_TEST
+
+/* --limit bounds each outbox's walk, across steps too, oldest id first. */
+START_TEST(test_limit)
+{
+    struct fx f;
+    fx_open_batch(&f, 3);
+    insert_rows(&f, "s", 10, "SENT");
+    insert_rows(&f, "d", 2500, "DEAD");
+    struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h --limit 7");
+    ck_assert_msg(r.rc == 0 && strstr(r.out, ": deleted 7 SENT rows"),
+                  "rc %d: %s%s", r.rc, r.out, r.err);
+    ctl_free(&r);
+    char *left = it_db_str(f.sql, "SELECT GROUP_CONCAT(event_id ORDER BY id) "
+                                  "FROM outbox_event WHERE status = 'SENT'");
+    ck_assert_str_eq(left, "s-8,s-9,s-10");
+    free(left);
+    r = ctl(f.conf, "--json purge --sent-older-than 1h");
+    ck_assert_msg(strstr(r.out, "\"deleted\":3}"), "%s", r.out);
+    ctl_free(&r);
+    r = ctl(f.conf, "dead retry --all --limit 1500");
+    ck_assert_msg(r.rc == 0 && strstr(r.out, ": 1500 DEAD rows back"),
+                  "rc %d: %s%s", r.rc, r.out, r.err);
+    ctl_free(&r);
+    ck_assert_int_eq(count_status(&f, "DEAD"), 1000);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT MAX(id) FROM outbox_event "
+                                      "WHERE status = 'PENDING'") <
+                         it_db_int(f.sql, "SELECT MIN(id) FROM outbox_event "
+                                          "WHERE status = 'DEAD'"),
+                     1);
+    r = ctl(f.conf, "dead retry --all --limit 2");
+    ck_assert_msg(strstr(r.out, ": 2 DEAD rows back"), "%s", r.out);
+    ctl_free(&r);
+    ck_assert_int_eq(count_status(&f, "DEAD"), 998);
+    fx_close(&f);
+}
+END_TEST
+
+/* outboxctl -c conf args..., stdout and stderr to files, not waited for. */
+static pid_t
+ctl_spawn(const char *conf, const char *const *args, const char *out,
+          const char *err)
+{
+    const char *bin = getenv("OUTBOXCTL_BIN");
+    ck_assert_ptr_nonnull(bin);
+    char *argv[16] = {(char *)bin, "-c", (char *)conf};
+    for (int i = 0; args[i] != NULL && i < 12; i++)
+        argv[3 + i] = (char *)args[i];
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+            _exit(127);
+        execv(bin, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* The exit status, or -1 when it did not exit within timeout_ms. */
+static int
+wait_exit(pid_t pid, int timeout_ms)
+{
+    int status = 0;
+    if (!IT_WAIT((uint64_t)timeout_ms, waitpid(pid, &status, WNOHANG) == pid))
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static long long
+number_after(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+    ck_assert_msg(p != NULL, "no \"%s\" in:\n%s", key, text);
+    return strtoll(p + strlen(key), NULL, 10);
+}
+
+/* The walk stops between transactions: what it says is what is gone. */
+static void
+check_interrupt(struct fx *f, const char *const *args, int sig, int rows,
+                const char *status, const char *said)
+{
+    char out[128], err[128];
+    it_unique_name(out, sizeof(out), "/tmp/it_ctl_out");
+    it_unique_name(err, sizeof(err), "/tmp/it_ctl_err");
+    pid_t pid = ctl_spawn(f->conf, args, out, err);
+    /* Once the first transaction has committed. */
+    ck_assert(IT_WAIT(60000, count_status(f, status) < rows));
+    ck_assert_int_eq(kill(pid, sig), 0);
+    int rc = wait_exit(pid, 60000);
+    char *o = it_file_read(out), *e = it_file_read(err);
+    ck_assert_msg(rc == 128 + sig, "exit %d: %s%s", rc, o, e);
+    long long done = number_after(o, said);
+    long long left = count_status(f, status);
+    ck_assert_msg(left > 0 && done == rows - left,
+                  "said %lld, %lld of %d left:\n%s", done, left, rows, o);
+    ck_assert_msg(strstr(o, "(interrupted)") &&
+                      strstr(e, sig == SIGINT ? "stopped by SIGINT"
+                                              : "stopped by SIGTERM"),
+                  "%s%s", o, e);
+    /* What is left is the tail in id order, rows untouched. */
+    ck_assert_int_eq(it_db_int(f->sql,
+                               "SELECT MAX(id) - MIN(id) + 1 FROM "
+                               "outbox_event WHERE status = '%s'",
+                               status),
+                     left);
+    free(o);
+    free(e);
+    unlink(out);
+    unlink(err);
+}
+
+START_TEST(test_purge_interrupted)
+{
+    struct fx f;
+    fx_open_batch(&f, 100);
+    insert_rows(&f, "p", 3, "PENDING");
+    insert_rows(&f, "s", 200000, "SENT");
+    insert_rows(&f, "d", 3, "DEAD");
+    const char *args[] = {"purge", "--sent-older-than", "1h", NULL};
+    check_interrupt(&f, args, SIGINT, 200000, "SENT", ": deleted ");
+    /* A second purge finishes the job. */
+    long long left = count_status(&f, "SENT");
+    struct ctl_run r = ctl(f.conf, "--json purge --sent-older-than 1h");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_int_eq(number_after(r.out, "\"deleted\":"), left);
+    ctl_free(&r);
+    ck_assert_int_eq(count_status(&f, "SENT"), 0);
+    ck_assert_int_eq(count_status(&f, "PENDING"), 3);
+    ck_assert_int_eq(count_status(&f, "DEAD"), 3);
+    fx_close(&f);
+}
+END_TEST
+
+START_TEST(test_retry_interrupted)
+{
+    struct fx f;
+    fx_open(&f, "sql/outbox.sql");
+    insert_rows(&f, "d", 100000, "DEAD");
+    const char *args[] = {"dead", "retry", "--all", NULL};
+    check_interrupt(&f, args, SIGTERM, 100000, "DEAD", ": ");
+    struct ctl_run r = ctl(f.conf, "dead retry --all");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ctl_free(&r);
+    ck_assert_int_eq(count_status(&f, "PENDING"), 100000);
+    fx_close(&f);
+}
+END_TEST
+
+/* Everything outboxctl writes to a terminal, until it exits. */
+static char *
+ctl_on_pty(const char *conf, const char *const *args, int *rc)
+{
+    int master;
+    pid_t pid = forkpty(&master, NULL, NULL, NULL);
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        const char *bin = getenv("OUTBOXCTL_BIN");
+        char *argv[16] = {(char *)bin, "-c", (char *)conf};
+        for (int i = 0; args[i] != NULL && i < 12; i++)
+            argv[3 + i] = (char *)args[i];
+        execv(bin, argv);
+        _exit(127);
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    char chunk[4096];
+    ssize_t n;
+    /* EIO once the child has closed its side. */
+    while ((n = read(master, chunk, sizeof(chunk))) > 0 || errno == EINTR)
+        if (n > 0)
+            fwrite(chunk, 1, (size_t)n, mem);
+    fclose(mem);
+    close(master);
+    *rc = wait_exit(pid, 30000);
+    return buf;
+}
+
+START_TEST(test_progress)
+{
+    struct fx f;
+    fx_open_batch(&f, 100);
+    insert_rows(&f, "s", 3000, "SENT");
+    insert_rows(&f, "d", 2000, "DEAD");
+    int rc;
+    const char *purge[] = {"purge", "--sent-older-than", "1h", NULL};
+    char *out = ctl_on_pty(f.conf, purge, &rc);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "\r") && strstr(out, ": 0/3000 rows purged") &&
+                      strstr(out, ": deleted 3000 SENT rows"),
+                  "on a terminal:\n%s", out);
+    free(out);
+    const char *retry[] = {"dead", "retry", "--all", NULL};
+    out = ctl_on_pty(f.conf, retry, &rc);
+    ck_assert_msg(rc == 0 && strstr(out, "/2000 rows retried") &&
+                      strstr(out, ": 2000 DEAD rows back to PENDING"),
+                  "exit %d on a terminal:\n%s", rc, out);
+    free(out);
+    /* Piped: the result only. */
+    insert_rows(&f, "t", 300, "SENT");
+    struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h");
+    ck_assert_msg(r.rc == 0 && strstr(r.out, ": deleted 300 SENT rows"),
+                  "rc %d: %s", r.rc, r.out);
+    ck_assert_msg(r.err[0] == '\0' && !strchr(r.out, '\r'), "piped: %s%s",
+                  r.out, r.err);
+    ctl_free(&r);
+    fx_close(&f);
+}
+END_TEST
+
+/* outboxes: the names from the file alone, every database down. */
+START_TEST(test_outboxes)
+{
+    char conf[128];
+    it_unique_name(conf, sizeof(conf), "/tmp/it_ctl_outboxes");
+    it_write_file(conf, "brokers:\n"
+                        "  main:\n"
+                        "    url: amqp://127.0.0.1:1/\n"
+                        "databases:\n"
+                        "  orders:\n"
+                        "    host: 127.0.0.1\n"
+                        "    port: 1\n"
+                        "    user: u\n"
+                        "    database: shop\n"
+                        "    outboxes:\n"
+                        "      - table: outbox_event\n"
+                        "      - table: audit_outbox\n"
+                        "  billing:\n"
+                        "    host: 127.0.0.1\n"
+                        "    port: 1\n"
+                        "    user: u\n"
+                        "    database: bill\n"
+                        "    outboxes:\n"
+                        "      - table: outbox_event\n");
+    struct ctl_run r = ctl(conf, "outboxes");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_str_eq(r.out, "orders.outbox_event\norders.audit_outbox\n"
+                            "billing.outbox_event\n");
+    ctl_free(&r);
+    r = ctl(conf, "--json outboxes");
+    ck_assert_str_eq(r.out, "{\"outboxes\":[\"orders.outbox_event\","
+                            "\"orders.audit_outbox\",\"billing.outbox_event\"]}"
+                            "\n");
+    ctl_free(&r);
+    r = ctl(conf, "outboxes --outbox orders.outbox_event");
+    ck_assert_int_eq(r.rc, 64);
+    ctl_free(&r);
+    unlink(conf);
+}
+END_TEST
+
 /* sql/inbox.sql: the seed's table and both idempotency recipes. */
 static long long
 exec_affected(MYSQL *db, const char *sql)
@@ -612,6 +975,13 @@ it_outboxctl_suite(void)
     tcase_add_test(tc, test_bad_config);
     tcase_add_test(tc, test_unreachable);
     tcase_add_test(tc, test_inbox_recipe);
+    tcase_add_test(tc, test_help);
+    tcase_add_test(tc, test_dry_run);
+    tcase_add_test(tc, test_limit);
+    tcase_add_test(tc, test_purge_interrupted);
+    tcase_add_test(tc, test_retry_interrupted);
+    tcase_add_test(tc, test_progress);
+    tcase_add_test(tc, test_outboxes);
     suite_add_tcase(s, tc);
     return s;
 }
