@@ -15,8 +15,10 @@ SANFLAGS := -fsanitize=$(SANITIZER) -fno-omit-frame-pointer \
 endif
 
 # Recursive (=) so that a fresh machine can run `make check`, which
-# installs the libraries, before any pkg-config answers.
-PKGS = libevent libevent_pthreads librabbitmq yaml-0.1 mysqlclient
+# installs the libraries, before any pkg-config answers.  libcrypto is
+# linked only for `outboxd -V` to name the OpenSSL that librabbitmq and
+# libmariadb load (it is in the process already; libssl-dev has its .pc).
+PKGS = libevent libevent_pthreads librabbitmq yaml-0.1 mysqlclient libcrypto
 WARN = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wmissing-prototypes \
 	-Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
 CFLAGS ?= -O2 -g

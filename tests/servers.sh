@@ -50,6 +50,9 @@ PACKAGES=(build-essential pkg-config mariadb-server rabbitmq-server
     amqp-tools prometheus clang valgrind libclang-rt-14-dev procps iproute2
     systemd scdoc man-db)
 
+# libcrypto's pkg-config file, for outboxd -V (see PKGS in the Makefile).
+PACKAGES+=(libssl-dev)
+
 MARIADB_SOCKET=/run/mysqld/mysqld.sock
 MARIADB_LOG=/var/log/mysql/mariadbd.log
 MARIADB_TIMEOUT=${OUTBOXD_MARIADB_TIMEOUT:-60}
