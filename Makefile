@@ -70,7 +70,7 @@ $(BUILD)/check_integration: $(IT_OBJS) $(DAEMON_OBJS)
 check:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start
-	$(MAKE) check-unit check-alerts check-integration
+	$(MAKE) check-unit check-alerts check-man check-integration
 
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
@@ -79,6 +79,19 @@ check-unit: $(BUILD)/check_unit
 check-alerts:
 	promtool check rules conf/outboxd-alerts.yml
 	cd tests && promtool test rules alerts_test.yml
+
+# Each man page renders with no warning from groff (man --warnings) and
+# has its NAME: what `man -l` and lintian see.
+MAN_CHECK = LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l
+.PHONY: check-man
+check-man: man
+	@set -e; for p in $(MAN_PAGES); do \
+		echo "check-man: $(MAN_CHECK) $$p"; \
+		out=$$($(MAN_CHECK) $$p 2>&1 >/dev/null); \
+		[ -z "$$out" ] || { printf '%s\n' "$$out"; exit 1; }; \
+		$(MAN_CHECK) $$p 2>/dev/null | grep -q '^NAME$$' || \
+			{ echo "check-man: $$p renders no NAME section"; exit 1; }; \
+	done
 
 check-integration: all $(BUILD)/check_integration
 	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd \
