@@ -130,6 +130,31 @@ plain_safe(const char *s)
                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._:@+=-") == strlen(s);
 }
 
+/* YAML reads these as line breaks (folded to a space) or a BOM even in
+ * double quotes: they are written as escapes. */
+static const struct {
+    const char *utf8, *escape;
+} yaml_breaks[] = {
+    {"\xc2\x85", "\\N"},
+    {"\xe2\x80\xa8", "\\L"},
+    {"\xe2\x80\xa9", "\\P"},
+    {"\xef\xbb\xbf", "\\uFEFF"},
+};
+
+/* Writes the escape for a break at s to p; the bytes it covers. */
+static size_t
+yaml_break(const char *s, char **p)
+{
+    for (size_t i = 0; i < sizeof(yaml_breaks) / sizeof(*yaml_breaks); i++) {
+        size_t n = strlen(yaml_breaks[i].utf8);
+        if (strncmp(s, yaml_breaks[i].utf8, n) == 0) {
+            *p += sprintf(*p, "%s", yaml_breaks[i].escape);
+            return n;
+        }
+    }
+    return 0;
+}
+
 /* s as a YAML scalar, malloc'd: double quotes escape what they must. */
 static char *
 yaml_scalar(const char *s)
@@ -138,14 +163,17 @@ yaml_scalar(const char *s)
         return xstrdup(s);
     char *out = xmalloc(4 * strlen(s) + 3), *p = out;
     *p++ = '"';
-    for (; *s != '\0'; s++) {
+    while (*s != '\0') {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            p += sprintf(p, "\\%c", c);
+        size_t n = c >= 0x80 ? yaml_break(s, &p) : 0;
+        if (n > 0)
+            s += n;
+        else if (c == '"' || c == '\\')
+            p += sprintf(p, "\\%c", *s++);
         else if (c < 0x20 || c == 0x7f)
-            p += sprintf(p, "\\x%02x", c);
+            p += sprintf(p, "\\x%02x", (unsigned char)*s++);
         else
-            *p++ = (char)c;
+            *p++ = *s++;
     }
     *p++ = '"';
     *p = '\0';

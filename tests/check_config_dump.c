@@ -205,6 +205,7 @@ START_TEST(test_quoting)
         "  d:\n"
         "    user: \"a \\\"quoted\\\" #user\"\n"
         "    database: \"true\"\n"
+        "    socket: \"s\\N\\L\\P\\uFEFF\\x01\\t\"\n"
         "    outboxes: [{ table: p$t, routing_key: \"k: v\" }]\n";
     struct config *cfg = load_text("quoting.yaml", text);
     char *out = config_dump(cfg);
@@ -214,6 +215,9 @@ START_TEST(test_quoting)
     ck_assert_ptr_nonnull(strstr(out, "user: \"a \\\"quoted\\\" #user\"\n"));
     ck_assert_ptr_nonnull(strstr(out, "\n        broker: \"my broker\"\n"));
     ck_assert_ptr_nonnull(strstr(out, "routing_key: \"k: v\"\n"));
+    /* Breaks YAML would fold, and control characters, stay escaped. */
+    ck_assert_ptr_nonnull(
+        strstr(out, "socket: \"s\\N\\L\\P\\uFEFF\\x01\\x09\"\n"));
     assert_round_trip(out);
     free(out);
     config_free(cfg);
