@@ -23,8 +23,10 @@ SANFLAGS := -fsanitize=$(SANITIZER) -fno-omit-frame-pointer \
 endif
 
 # Recursive (=) so that a fresh machine can run `make check`, which
-# installs the libraries, before any pkg-config answers.
-PKGS = libevent libevent_pthreads librabbitmq yaml-0.1 mysqlclient
+# installs the libraries, before any pkg-config answers.  libcrypto is
+# linked only for `outboxd -V` to name the OpenSSL that librabbitmq and
+# libmariadb load (it is in the process already; libssl-dev has its .pc).
+PKGS = libevent libevent_pthreads librabbitmq yaml-0.1 mysqlclient libcrypto
 WARN = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wmissing-prototypes \
 	-Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
 # CPPFLAGS, CFLAGS and LDFLAGS are the builder's (dpkg-buildflags' hardening
@@ -85,8 +87,8 @@ $(BUILD)/check_integration: $(IT_OBJS) $(DAEMON_OBJS)
 check:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start
-	$(MAKE) check-unit check-alerts check-integration
-	$(MAKE) check-outboxctl
+	$(MAKE) check-unit check-alerts check-man check-outboxctl \
+		check-integration
 
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
@@ -105,6 +107,19 @@ check-alerts:
 	promtool check rules conf/outboxd-alerts.yml
 	cd tests && promtool test rules alerts_test.yml
 	python3 scripts/dashboard-check.py --self-test
+
+# Each man page renders with no warning from groff (man --warnings) and
+# has its NAME: what `man -l` and lintian see.
+MAN_CHECK = LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l
+.PHONY: check-man
+check-man: man
+	@set -e; for p in $(MAN_PAGES); do \
+		echo "check-man: $(MAN_CHECK) $$p"; \
+		out=$$($(MAN_CHECK) $$p 2>&1 >/dev/null); \
+		[ -z "$$out" ] || { printf '%s\n' "$$out"; exit 1; }; \
+		$(MAN_CHECK) $$p 2>/dev/null | grep -q '^NAME$$' || \
+			{ echo "check-man: $$p renders no NAME section"; exit 1; }; \
+	done
 
 check-integration: all $(BUILD)/check_integration
 	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd \

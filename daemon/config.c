@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "config_table.h"
 #include "util.h"
 
 /* Files larger than this are surely not a config or a secret. */
@@ -26,43 +27,6 @@
 /* MySQL's limit for table and column names. */
 #define IDENT_MAX 64
 #define SECTION_MAX 24
-#define NO_FIELD ((size_t)-1)
-
-#define OPT_REQUIRED 0x1
-#define OPT_RELOAD 0x2 /* may change on SIGHUP without a restart */
-
-enum opt_type {
-    OPT_STRING,
-    OPT_DURATION, /* "30s", stored as uint64_t milliseconds */
-    OPT_UINT,     /* stored as unsigned */
-    OPT_BOOL,
-    OPT_ENUM, /* stored as an int-sized enum */
-    OPT_MAP,  /* nested keys, the sub table applied at off */
-    OPT_LIST, /* a list of mappings, read by the section's finisher */
-    OPT_STRINGS,
-};
-
-struct loader;
-struct section;
-
-struct opt {
-    const char *name;
-    enum opt_type type;
-    const char *def; /* in config syntax; NULL: unset or computed */
-    unsigned flags;
-    uint64_t min, max;          /* UINT values, DURATION ms; max 0: unbounded */
-    const char *const *choices; /* ENUM: NULL-terminated, index = value */
-    int (*parse)(const char *); /* ENUM: parser when not the index */
-    size_t off;                 /* in the section's struct, or NO_FIELD */
-    const struct table *sub;    /* MAP: the nested keys */
-};
-
-struct table {
-    const struct opt *opts;
-    size_t nopts;
-    /* Cross-key checks and the keys that need more than a store. */
-    void (*finish)(struct loader *, struct section *);
-};
 
 /* One mapping matched against a table, kept for its finisher. */
 struct section {
@@ -112,9 +76,11 @@ _Static_assert(sizeof(enum on_sent) == sizeof(int), "enum size");
 #define K_BOOL(n, d, f, o) {n, OPT_BOOL, d, f, 0, 0, NULL, NULL, o, NULL}
 #define K_ENUM(n, d, f, c, p, o) {n, OPT_ENUM, d, f, 0, 0, c, p, o, NULL}
 #define K_MAP(n, f, o, t) {n, OPT_MAP, NULL, f, 0, 0, NULL, NULL, o, t}
-#define K_LIST(n, f) {n, OPT_LIST, NULL, f, 0, 0, NULL, NULL, NO_FIELD, NULL}
+#define K_LIST(n, f, t) {n, OPT_LIST, NULL, f, 0, 0, NULL, NULL, NO_FIELD, t}
+#define K_ENTRIES(n, f, t) \
+    {n, OPT_ENTRIES, NULL, f, 0, 0, NULL, NULL, NO_FIELD, t}
 #define K_STRS(n, f) {n, OPT_STRINGS, NULL, f, 0, 0, NULL, NULL, NO_FIELD, NULL}
-#define TABLE(opts, fin) {opts, sizeof(opts) / sizeof(*(opts)), fin}
+#define TABLE(name, opts, fin) {name, opts, sizeof(opts) / sizeof(*(opts)), fin}
 // clang-format on
 
 #define SEC 1000ULL
@@ -138,7 +104,8 @@ static const struct opt relay_opts[] = {
     K_DUR("shutdown_timeout", "10s", OPT_RELOAD, 0, 0,
           RELAY(shutdown_timeout_ms)),
 };
-static const struct table relay_table = TABLE(relay_opts, relay_finish);
+static const struct table relay_table =
+    TABLE("relay", relay_opts, relay_finish);
 
 #define TLS(f) offsetof(struct tls_config, f)
 static const struct opt tls_opts[] = {
@@ -148,7 +115,7 @@ static const struct opt tls_opts[] = {
     K_BOOL("verify_peer", "true", 0, TLS(verify_peer)),
     K_BOOL("verify_hostname", "true", 0, TLS(verify_hostname)),
 };
-static const struct table tls_table = TABLE(tls_opts, tls_finish);
+static const struct table tls_table = TABLE("tls", tls_opts, tls_finish);
 
 #define BROKER(f) offsetof(struct broker_config, f)
 static const struct opt broker_opts[] = {
@@ -164,7 +131,8 @@ static const struct opt broker_opts[] = {
           BROKER(confirm_timeout_ms)),
     K_MAP("tls", 0, BROKER(tls), &tls_table),
 };
-static const struct table broker_table = TABLE(broker_opts, broker_finish);
+static const struct table broker_table =
+    TABLE("brokers", broker_opts, broker_finish);
 
 /* backoff and retention are nested maps over outbox_config's own fields. */
 #define OUTBOX(f) offsetof(struct outbox_config, f)
@@ -172,7 +140,8 @@ static const struct opt backoff_opts[] = {
     K_DUR("initial", "1s", OPT_RELOAD, 1, 0, OUTBOX(backoff_initial_ms)),
     K_DUR("max", "300s", OPT_RELOAD, 1, 0, OUTBOX(backoff_max_ms)),
 };
-static const struct table backoff_table = TABLE(backoff_opts, backoff_finish);
+static const struct table backoff_table =
+    TABLE("backoff", backoff_opts, backoff_finish);
 
 static const struct opt retention_opts[] = {
     K_DUR("sent", "7d", OPT_RELOAD, 0, 0, OUTBOX(retention_sent_ms)),
@@ -180,7 +149,8 @@ static const struct opt retention_opts[] = {
           OUTBOX(retention_interval_ms)),
     K_UINT("batch", "5000", OPT_RELOAD, 1, 100000, OUTBOX(retention_batch)),
 };
-static const struct table retention_table = TABLE(retention_opts, NULL);
+static const struct table retention_table =
+    TABLE("retention", retention_opts, NULL);
 
 static const struct opt outbox_opts[] = {
     K_STR("table", NULL, OPT_REQUIRED, OUTBOX(table)),
@@ -204,7 +174,8 @@ static const struct opt outbox_opts[] = {
     K_ENUM("on_sent", "mark", OPT_RELOAD, on_sents, NULL, OUTBOX(on_sent)),
     K_MAP("retention", 0, 0, &retention_table),
 };
-static const struct table outbox_table = TABLE(outbox_opts, outbox_finish);
+static const struct table outbox_table =
+    TABLE("outboxes", outbox_opts, outbox_finish);
 
 #define DB(f) offsetof(struct database_config, f)
 static const struct opt database_opts[] = {
@@ -220,17 +191,23 @@ static const struct opt database_opts[] = {
     K_DUR("connect_timeout", "5s", 0, 1, 0, DB(connect_timeout_ms)),
     K_ENUM("wake", "auto", 0, wakes, NULL, DB(wake)),
     K_MAP("tls", 0, DB(tls), &tls_table),
-    K_LIST("outboxes", OPT_REQUIRED),
+    K_LIST("outboxes", OPT_REQUIRED, &outbox_table),
 };
 static const struct table database_table =
-    TABLE(database_opts, database_finish);
+    TABLE("databases", database_opts, database_finish);
 
 static const struct opt top_opts[] = {
     K_MAP("relay", 0, offsetof(struct config, relay), &relay_table),
-    K_MAP("brokers", OPT_REQUIRED, NO_FIELD, NULL),
-    K_MAP("databases", OPT_REQUIRED, NO_FIELD, NULL),
+    K_ENTRIES("brokers", OPT_REQUIRED, &broker_table),
+    K_ENTRIES("databases", OPT_REQUIRED, &database_table),
 };
-static const struct table top_table = TABLE(top_opts, top_finish);
+static const struct table top_table = TABLE(NULL, top_opts, top_finish);
+
+const struct table *
+config_top_table(void)
+{
+    return &top_table;
+}
 
 /* Errors */
 
@@ -627,6 +604,9 @@ opt_apply(struct loader *ld, struct section *s, const struct opt *o,
             o->sub != NULL)
             section_load(ld, &sub, o->sub, v, path, field);
         break;
+    case OPT_ENTRIES: /* read by the top level's finisher */
+        node_expect(ld, path, v, YAML_MAPPING_NODE, "a mapping");
+        break;
     case OPT_LIST:
         node_expect(ld, path, v, YAML_SEQUENCE_NODE, "a list");
         break;
@@ -844,6 +824,19 @@ secret_resolve(struct loader *ld, const struct section *s,
     return secret;
 }
 
+/* Records which key gave a secret and what it named: for -T. */
+static void
+secret_note(struct loader *ld, const struct section *s,
+            const char *const *names, int which, struct secret_source *src)
+{
+    const char *text = sec_text(s, names[which]);
+    src->key = names[which];
+    if (text != NULL && which == 1)
+        src->ref = xstrdup(text);
+    else if (text != NULL && which == 2)
+        src->ref = file_path(ld, text);
+}
+
 /* Finishers */
 
 static char *
@@ -966,6 +959,8 @@ broker_finish(struct loader *ld, struct section *s)
     static const char *const sources[] = {"url", "url_env", "url_file", "urls"};
     struct broker_config *b = s->base;
     int which = sec_pick_one(ld, s, sources, 4);
+    if (which >= 0)
+        secret_note(ld, s, sources, which, &b->url_source);
     if (which == -1) {
         ld_error(ld, &s->map->start_mark,
                  "missing required key \"url\" (or \"urls\", \"url_env\", "
@@ -1157,8 +1152,10 @@ database_finish(struct loader *ld, struct section *s)
                                           "password_file"};
     struct database_config *db = s->base;
     int which = sec_pick_one(ld, s, sources, 3);
-    if (which >= 0)
+    if (which >= 0) {
         db->password = secret_resolve(ld, s, sources, which);
+        secret_note(ld, s, sources, which, &db->password_source);
+    }
     if (which == 0)
         ld->inline_password = true;
     if (db->socket != NULL) {
@@ -1253,6 +1250,7 @@ top_finish(struct loader *ld, struct section *s)
 {
     struct config *cfg = s->base;
     /* Here, not in relay_finish, which runs only when relay: is present. */
+    cfg->relay.id_default = cfg->relay.id == NULL;
     if (cfg->relay.id == NULL)
         cfg->relay.id = default_relay_id();
     brokers_load(ld, sec_node(s, "brokers"));
@@ -1420,6 +1418,7 @@ database_free(struct database_config *db)
     free(db->socket);
     free(db->user);
     free(db->password);
+    free(db->password_source.ref);
     free(db->database);
     tls_free(&db->tls);
     for (size_t i = 0; i < db->noutboxes; i++)
@@ -1434,6 +1433,7 @@ broker_free(struct broker_config *b)
     for (size_t i = 0; i < b->nurls; i++)
         free(b->urls[i]);
     free(b->urls);
+    free(b->url_source.ref);
     tls_free(&b->tls);
 }
 
@@ -1519,8 +1519,8 @@ scalar_size(enum opt_type type)
     }
 }
 
-static bool
-opt_reloadable(const struct opt *o)
+bool
+config_opt_reloadable(const struct opt *o)
 {
     return (o->flags & OPT_RELOAD) && scalar_size(o->type) > 0;
 }
@@ -1610,7 +1610,7 @@ opt_diff(const struct opt *o, const void *a, const void *b, const char *path,
         return;
     field_format(o, a, was, sizeof(was));
     field_format(o, b, now, sizeof(now));
-    if (opt_reloadable(o) && !d->fixed)
+    if (config_opt_reloadable(o) && !d->fixed)
         diff_add(d, false, "%s.%s: %s -> %s", path, o->name, was, now);
     else
         diff_add(d, true,
@@ -1651,7 +1651,7 @@ table_apply(const struct table *t, void *dst, const void *src)
         if (o->type == OPT_MAP && o->sub != NULL)
             table_apply(o->sub, (char *)dst + o->off,
                         (const char *)src + o->off);
-        else if (opt_reloadable(o))
+        else if (config_opt_reloadable(o))
             memcpy((char *)dst + o->off, (const char *)src + o->off,
                    scalar_size(o->type));
     }

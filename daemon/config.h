@@ -30,10 +30,17 @@ struct tls_config {
     bool verify_hostname; /* default true */
 };
 
+/* Where a secret came from, for outboxd -T: never the secret itself. */
+struct secret_source {
+    const char *key; /* "url", "url_env", "password_file", ...; NULL: none */
+    char *ref;       /* the variable's name or the file's path; NULL inline */
+};
+
 struct broker_config {
     char *name;
     char **urls; /* url or urls, secrets resolved; tried in turn */
     size_t nurls;
+    struct secret_source url_source;
     uint64_t heartbeat_ms;       /* 30s */
     uint64_t connect_timeout_ms; /* 5s */
     uint64_t confirm_timeout_ms; /* 30s */
@@ -77,6 +84,7 @@ struct database_config {
     char *socket;
     char *user;
     char *password; /* password, password_env or password_file */
+    struct secret_source password_source;
     char *database;
     uint64_t connect_timeout_ms; /* 5s */
     enum wake_mode wake;         /* auto */
@@ -86,7 +94,8 @@ struct database_config {
 };
 
 struct relay_config {
-    char *id; /* default <hostname>:<pid> */
+    char *id;        /* default <hostname>:<pid> */
+    bool id_default; /* id was not in the file */
     enum log_level log_level;
     enum log_format log_format;
     char *listen; /* "" disables */
@@ -139,6 +148,33 @@ void config_outbox_adopt(struct outbox_config *dst,
                          const struct outbox_config *src);
 void config_broker_adopt(struct broker_config *dst,
                          const struct broker_config *src);
+
+/*
+ * outboxd -T: cfg as YAML that config_load reads back to the same text,
+ * every key with its value or default, durations in units, relative
+ * files made absolute; secrets masked ("***" for an inline password and
+ * a URL's password; of password_env and the like, only the name).
+ * malloc'd.
+ */
+char *config_dump(const struct config *cfg);
+
+/* One key of the file as the loader's tables define it. */
+struct config_key {
+    const char *section; /* its table: "relay", "brokers", "tls",
+                            "databases", "outboxes", "backoff",
+                            "retention"; NULL at the top level */
+    const char *path;    /* "databases.NAME.outboxes[].retention.sent" */
+    const char *name;    /* "sent" */
+    const char *type;    /* string, duration, integer, boolean, enum,
+                            mapping, list */
+    const char *def;     /* in config syntax; NULL: none or computed */
+    uint64_t min, max;   /* integer bounds; duration ms; max 0: none */
+    bool required;
+    bool reload; /* a SIGHUP applies it live */
+};
+/* Calls fn for every key, in table order, each nested table after the
+ * key that holds it (tls twice: under brokers and under databases). */
+void config_keys_walk(void (*fn)(const struct config_key *, void *), void *arg);
 
 /* Iteration helper: all outboxes of all databases, in file order. */
 size_t config_outbox_count(const struct config *cfg);

@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "util.h"
+#include "version.h"
 #include "worker.h"
 
 /* How often the main loop checks whether the workers have finished. */
@@ -51,10 +52,14 @@ struct daemon {
 static void
 usage(FILE *f)
 {
-    fprintf(f, "usage: outboxd [-c FILE] [-t] [-v] [--version]\n"
+    fprintf(f, "usage: outboxd [-c FILE] [-t | -T] [-v] [-V] [--version]\n"
                "  -c FILE    configuration (default " CONFIG_DEFAULT_PATH ")\n"
                "  -t         check the configuration and exit\n"
+               "  -T         check it and print it with every default filled "
+               "in,\n"
+               "             secrets masked\n"
                "  -v         log at debug level\n"
+               "  -V         print the version and the libraries' versions\n"
                "  --version  print the version and exit\n");
 }
 
@@ -467,33 +472,53 @@ run(struct daemon *d)
     return 0;
 }
 
-int
-main(int argc, char **argv)
+/* What the command line asks for. */
+struct options {
+    const char *path;
+    bool test_only; /* -t */
+    bool dump;      /* -T */
+    bool verbose;   /* -v */
+};
+
+/* Output that cannot be written (a closed pipe, a full disk) fails. */
+static int
+print_text(char *text)
 {
+    fputs(text, stdout);
+    free(text);
+    return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+}
+
+/* -1 to go on, else the exit status of what was done instead. */
+static int
+parse_args(int argc, char **argv, struct options *o)
+{
+    enum { OPT_VERSION = 256 }; /* --version: just the version */
     static const struct option longopts[] = {
-        {"version", no_argument, NULL, 'V'},
+        {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *path = CONFIG_DEFAULT_PATH;
-    bool test_only = false;
-    struct daemon d = {.last_reload_ok = true};
     int ch;
-
-    while ((ch = getopt_long(argc, argv, "c:tvh", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "c:tTvVh", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
-            path = optarg;
+            o->path = optarg;
             break;
         case 't':
-            test_only = true;
+            o->test_only = true;
+            break;
+        case 'T':
+            o->dump = true;
             break;
         case 'v':
-            d.verbose = true;
+            o->verbose = true;
             break;
-        case 'V':
+        case OPT_VERSION:
             printf("outboxd %s\n", OUTBOXD_VERSION);
             return 0;
+        case 'V':
+            return print_text(version_report());
         case 'h':
             usage(stdout);
             return 0;
@@ -502,17 +527,29 @@ main(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    if (optind != argc) {
+    if (optind != argc || (o->test_only && o->dump)) {
         usage(stderr);
         return EXIT_USAGE;
     }
-    d.cfg = config_load_or_report(path, "outboxd");
+    return -1;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct options opts = {.path = CONFIG_DEFAULT_PATH};
+    int rc = parse_args(argc, argv, &opts);
+    if (rc >= 0)
+        return rc;
+    struct daemon d = {.last_reload_ok = true, .verbose = opts.verbose};
+    d.cfg = config_load_or_report(opts.path, "outboxd");
     if (d.cfg == NULL)
         return EXIT_CONFIG;
-    if (test_only) {
-        printf("configuration OK\n");
+    if (opts.test_only || opts.dump) {
+        rc = opts.dump ? print_text(config_dump(d.cfg))
+                       : print_text(xstrdup("configuration OK\n"));
         config_free(d.cfg);
-        return 0;
+        return rc;
     }
     apply_log_settings(&d);
     return run(&d);

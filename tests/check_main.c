@@ -18,6 +18,8 @@ Suite *publisher_suite(void);
 Suite *log_suite(void);
 Suite *pacer_suite(void);
 Suite *binlog_suite(void);
+Suite *config_dump_suite(void);
+Suite *version_suite(void);
 
 int
 main(void)
@@ -36,6 +38,8 @@ main(void)
     srunner_add_suite(sr, log_suite());
     srunner_add_suite(sr, pacer_suite());
     srunner_add_suite(sr, binlog_suite());
+    srunner_add_suite(sr, config_dump_suite());
+    srunner_add_suite(sr, version_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -1,10 +1,11 @@
 /*
  * it_secrets: the passwords outboxd is given (password_file, url_env)
  * never come out of it: not in its log at debug level, not in /metrics,
- * /healthz or /readyz, not in outboxctl's output or `outboxd -t`, not
+ * /healthz or /readyz, not in outboxctl's output, `outboxd -t` or `-T`, not
  * after a SIGHUP that changes them; with the right secrets, with a wrong
- * broker password and with a wrong database password.  And a config that
- * others may read draws a warning when it holds a password inline.
+ * broker password and with a wrong database password.  A config that
+ * others may read draws a warning when it holds a password inline, and
+ * `outboxd -T` masks inline secrets and prints a config that reads back.
  */
 #define _GNU_SOURCE
 #include "itest.h"
@@ -164,6 +165,8 @@ assert_tools_clean(const struct fx *f)
     }
     it_sh("'%s' -t -c '%s' >'%s' 2>&1", getenv("OUTBOXD_BIN"), f->conf, f->out);
     assert_file_clean(f, f->out);
+    it_sh("'%s' -T -c '%s' >'%s' 2>&1", getenv("OUTBOXD_BIN"), f->conf, f->out);
+    assert_file_clean(f, f->out);
 }
 
 static long long
@@ -286,6 +289,57 @@ START_TEST(test_inline_password_mode_warning)
 }
 END_TEST
 
+static void
+assert_has(const char *path, const char *needle)
+{
+    char *text = it_file_read(path);
+    ck_assert_msg(strstr(text, needle) != NULL, "no \"%s\" in:\n%s", needle,
+                  text);
+    free(text);
+}
+
+/* outboxd -T: the secrets masked, the defaults filled in, and what it
+ * prints is a config that -t accepts and -T prints the same. */
+START_TEST(test_dump_masks_and_reads_back)
+{
+    char name[64], conf[256], out[256], again[256];
+    it_unique_name(name, sizeof(name), "it_secrets_dump");
+    snprintf(conf, sizeof(conf), "/tmp/%s.yaml", name);
+    snprintf(out, sizeof(out), "/tmp/%s.out.yaml", name);
+    snprintf(again, sizeof(again), "/tmp/%s.again.yaml", name);
+    static const char db_pw[] = "Inl1ne-Db-S3cret", mq_pw[] = "Url-Mq-S3cret";
+    it_write_file(conf,
+                  "brokers:\n  main:\n    url: amqp://relay:%s@127.0.0.1/\n"
+                  "databases:\n  d:\n    user: u\n    password: %s\n"
+                  "    database: d\n    outboxes:\n      - table: t\n",
+                  mq_pw, db_pw);
+    chmod(conf, 0600);
+    const char *bin = getenv("OUTBOXD_BIN");
+    ck_assert_int_eq(it_sh("'%s' -T -c '%s' >'%s' 2>&1", bin, conf, out), 0);
+    ck_assert_msg(!it_file_has(out, db_pw) && !it_file_has(out, mq_pw),
+                  "-T shows a secret: %s", it_file_read(out));
+    assert_has(out, "    url: \"amqp://relay:***@127.0.0.1/\"\n");
+    assert_has(out, "    password: \"***\"\n");
+    assert_has(out, "  shutdown_timeout: 10s\n");
+    assert_has(out, "        batch_size: 500\n");
+    assert_has(out, "        retention:\n          sent: 7d\n");
+    chmod(out, 0600);
+    ck_assert_int_eq(it_sh("'%s' -t -c '%s' >/dev/null 2>&1", bin, out), 0);
+    ck_assert_int_eq(it_sh("'%s' -T -c '%s' >'%s' 2>&1", bin, out, again), 0);
+    ck_assert_int_eq(it_sh("cmp -s '%s' '%s'", out, again), 0);
+    /* A bad config: the errors and 78, as -t, and no YAML. */
+    it_write_file(conf, "relay: { log_level: loud }\n");
+    ck_assert_int_eq(it_sh("'%s' -T -c '%s' >'%s' 2>/dev/null", bin, conf, out),
+                     78);
+    char *text = it_file_read(out);
+    ck_assert_str_eq(text, "");
+    free(text);
+    unlink(conf);
+    unlink(out);
+    unlink(again);
+}
+END_TEST
+
 Suite *
 it_secrets_suite(void)
 {
@@ -296,6 +350,7 @@ it_secrets_suite(void)
     tcase_add_test(tc, test_secrets_wrong_broker_password);
     tcase_add_test(tc, test_secrets_wrong_db_password);
     tcase_add_test(tc, test_inline_password_mode_warning);
+    tcase_add_test(tc, test_dump_masks_and_reads_back);
     suite_add_tcase(s, tc);
     return s;
 }

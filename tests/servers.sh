@@ -55,6 +55,9 @@ PACKAGES+=(python3)
 # make deb and scripts/deb-check.sh (make check-deb).
 PACKAGES+=(debhelper devscripts lintian fakeroot)
 
+# libcrypto's pkg-config file, for outboxd -V (see PKGS in the Makefile).
+PACKAGES+=(libssl-dev)
+
 MARIADB_SOCKET=/run/mysqld/mysqld.sock
 MARIADB_LOG=/var/log/mysql/mariadbd.log
 MARIADB_TIMEOUT=${OUTBOXD_MARIADB_TIMEOUT:-60}

@@ -1,7 +1,8 @@
 /*
  * fuzz_config: the YAML loader on any text.  A load either fails with
  * every message naming the file, or gives a config that compares with a
- * second load of the same text as unchanged (the SIGHUP path).
+ * second load of the same text as unchanged (the SIGHUP path) and whose
+ * dump (outboxd -T) loads again and dumps the same.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -28,6 +29,30 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     log_init(LOG_ERROR, LOG_FORMAT_TEXT);
     return 0;
+}
+
+/* outboxd -T's text loads again and prints the same. */
+static void
+dump_reads_back(const struct config *cfg)
+{
+    struct config_errors errs = {0};
+    char *text = config_dump(cfg);
+    struct config *dumped =
+        config_load_buffer(FUZZ_PATH, text, strlen(text), &errs);
+    if (dumped == NULL) {
+        for (size_t i = 0; i < errs.n; i++)
+            fprintf(stderr, "%s\n", errs.msgs[i]);
+        fprintf(stderr, "--- the dump:\n%s", text);
+        FUZZ_ASSERT(!"the dump does not load");
+    }
+    char *again = config_dump(dumped);
+    if (strcmp(text, again) != 0) {
+        fprintf(stderr, "--- dump:\n%s--- its dump:\n%s", text, again);
+        FUZZ_ASSERT(!"the dump of the dump differs");
+    }
+    free(again);
+    free(text);
+    config_free(dumped);
 }
 
 int
@@ -57,6 +82,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fprintf(stderr, "changed: %s\n", changed.msgs[i]);
         FUZZ_ASSERT(!"the same text reloads as a change");
     }
+    dump_reads_back(cfg);
     config_reload_apply(cfg, again);
     for (size_t i = 0; i < config_outbox_count(cfg); i++)
         FUZZ_ASSERT(config_outbox_find(cfg, config_outbox_at(cfg, i)->name) !=
