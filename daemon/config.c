@@ -8,6 +8,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -705,7 +706,7 @@ sec_mark(const struct section *s, const char *name)
 
 static int
 file_read(const char *path, size_t max, char **out, size_t *outlen,
-          mode_t *mode, char *err, size_t errlen)
+          struct stat *stat_out, char *err, size_t errlen)
 {
     struct stat st;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -741,8 +742,8 @@ file_read(const char *path, size_t max, char **out, size_t *outlen,
     *out = buf;
     if (outlen != NULL)
         *outlen = len;
-    if (mode != NULL)
-        *mode = st.st_mode;
+    if (stat_out != NULL)
+        *stat_out = st;
     return 0;
 }
 
@@ -1320,22 +1321,39 @@ config_build(struct loader *ld)
         section_load(ld, &s, &top_table, root, NULL, ld->cfg);
 }
 
-static void
-config_warn_mode(const struct loader *ld, mode_t mode)
+/* The group the relay runs as may read it: the package's convention is
+ * 0640 root:outboxd, and outboxctl run by root sees that group too. */
+static bool
+group_is_relays(gid_t gid)
 {
-    if (!ld->inline_password || (mode & (S_IRGRP | S_IROTH)) == 0)
+    if (gid == getegid())
+        return true;
+    const struct group *g = getgrnam(CONFIG_RELAY_GROUP);
+    return g != NULL && g->gr_gid == gid;
+}
+
+static void
+config_warn_mode(const struct loader *ld, const struct stat *st)
+{
+    if (!ld->inline_password || st == NULL)
+        return;
+    mode_t mode = st->st_mode;
+    bool exposed = (mode & S_IROTH) != 0 ||
+                   ((mode & S_IRGRP) != 0 && !group_is_relays(st->st_gid));
+    if (!exposed)
         return;
     log_warn(LOG_KV("file", ld->path),
              "%s holds an inline password but is readable by group or "
              "others (mode %03o); use password_env or password_file, or "
-             "chmod 600",
+             "chmod 600 (640 with the group " CONFIG_RELAY_GROUP ")",
              ld->path, (unsigned)(mode & 0777));
 }
 
 /* text NULL: the file could not be read, err says why. */
 static struct config *
-config_load_text(const char *path, const char *text, size_t len, mode_t mode,
-                 const char *err, struct config_errors *errs)
+config_load_text(const char *path, const char *text, size_t len,
+                 const struct stat *st, const char *err,
+                 struct config_errors *errs)
 {
     struct loader ld = {.path = path};
     const char *slash = strrchr(path, '/');
@@ -1350,7 +1368,7 @@ config_load_text(const char *path, const char *text, size_t len, mode_t mode,
             config_build(&ld);
             yaml_document_delete(&ld.doc);
         }
-        config_warn_mode(&ld, mode);
+        config_warn_mode(&ld, st);
     }
     free(ld.dir);
     bool failed = ld.nerrs > 0;
@@ -1367,11 +1385,12 @@ config_load(const char *path, struct config_errors *errs)
 {
     char *text = NULL, err[512] = "";
     size_t len = 0;
-    mode_t mode = 0;
-    if (file_read(path, CONFIG_MAX_BYTES, &text, &len, &mode, err,
+    struct stat st;
+    if (file_read(path, CONFIG_MAX_BYTES, &text, &len, &st, err,
                   sizeof(err)) < 0)
         text = NULL;
-    struct config *cfg = config_load_text(path, text, len, mode, err, errs);
+    struct config *cfg = config_load_text(path, text, len, text ? &st : NULL,
+                                          err, errs);
     free(text);
     return cfg;
 }
@@ -1382,7 +1401,7 @@ config_load_buffer(const char *path, const char *text, size_t len,
 {
     char err[64];
     snprintf(err, sizeof(err), "larger than %d bytes", CONFIG_MAX_BYTES);
-    return config_load_text(path, len > CONFIG_MAX_BYTES ? NULL : text, len, 0,
+    return config_load_text(path, len > CONFIG_MAX_BYTES ? NULL : text, len, NULL,
                             err, errs);
 }
 

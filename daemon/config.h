@@ -14,6 +14,8 @@
 #include "template.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/outboxd/outboxd.yaml"
+/* The group that may read the config (systemd/outboxd.sysusers). */
+#define CONFIG_RELAY_GROUP "outboxd"
 
 enum ordering { ORDERING_AGGREGATE, ORDERING_NONE };
 enum on_sent { ON_SENT_MARK, ON_SENT_DELETE };

@@ -450,7 +450,8 @@ run(struct daemon *d)
         teardown(d);
         return 1;
     }
-    if (start_workers(d) < 0) {
+    bool start_failed = start_workers(d) < 0;
+    if (start_failed) {
         begin_shutdown(d, "startup failure");
     } else {
         /* READY means started: /readyz tells when the links are up. */
@@ -469,7 +470,7 @@ run(struct daemon *d)
     }
     teardown(d);
     log_info(NULL, "stopped");
-    return 0;
+    return start_failed ? 1 : 0;
 }
 
 /* What the command line asks for. */

@@ -269,6 +269,11 @@ START_TEST(test_inline_password_mode_warning)
                   "no warning: %s", text);
     ck_assert_msg(strstr(text, secret) == NULL, "the warning shows it");
     free(text);
+    /* Group-readable by a group that is not the relay's: warned of. */
+    ck_assert_int_eq(chown(conf, (uid_t)-1, 65534), 0); /* nogroup */
+    chmod(conf, 0640);
+    ck_assert_int_eq(it_sh("'%s' -t -c '%s' >'%s' 2>&1", bin, conf, out), 0);
+    ck_assert(it_file_has(out, "mode 640"));
     chmod(conf, 0600);
     ck_assert_int_eq(it_sh("'%s' -t -c '%s' >'%s' 2>&1", bin, conf, out), 0);
     ck_assert(!it_file_has(out, "readable by group or others"));
