@@ -1,7 +1,7 @@
 /*
- * config: the YAML file of docs/contract.md section 4 checked against one table of keys
- * into a struct config; every problem is kept as "file:line:column: message"
- * and the load fails once, at the end.
+ * config: the YAML file of docs/contract.md section 4 checked against one table
+ * of keys into a struct config; every problem is kept as "file:line:column:
+ * message" and the load fails once, at the end.
  */
 #include "config.h"
 
@@ -1386,11 +1386,12 @@ config_load(const char *path, struct config_errors *errs)
     char *text = NULL, err[512] = "";
     size_t len = 0;
     struct stat st;
-    if (file_read(path, CONFIG_MAX_BYTES, &text, &len, &st, err,
-                  sizeof(err)) < 0)
+    int read =
+        file_read(path, CONFIG_MAX_BYTES, &text, &len, &st, err, sizeof(err));
+    if (read < 0)
         text = NULL;
-    struct config *cfg = config_load_text(path, text, len, text ? &st : NULL,
-                                          err, errs);
+    struct config *cfg =
+        config_load_text(path, text, len, text ? &st : NULL, err, errs);
     free(text);
     return cfg;
 }
@@ -1401,8 +1402,8 @@ config_load_buffer(const char *path, const char *text, size_t len,
 {
     char err[64];
     snprintf(err, sizeof(err), "larger than %d bytes", CONFIG_MAX_BYTES);
-    return config_load_text(path, len > CONFIG_MAX_BYTES ? NULL : text, len, NULL,
-                            err, errs);
+    return config_load_text(path, len > CONFIG_MAX_BYTES ? NULL : text, len,
+                            NULL, err, errs);
 }
 
 /* Freeing */

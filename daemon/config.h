@@ -1,6 +1,6 @@
 /*
- * config: the YAML file (docs/contract.md section 4) loaded into a validated struct,
- * driven by one table of keys; every problem reported as
+ * config: the YAML file (docs/contract.md section 4) loaded into a validated
+ * struct, driven by one table of keys; every problem reported as
  * "file:line:column: message" before the load fails.
  */
 #ifndef OUTBOXD_CONFIG_H

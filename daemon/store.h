@@ -104,13 +104,13 @@ struct store_purge {
 };
 
 /*
- * Retention (docs/contract.md section 8): deletes the SENT rows whose sent_at is
- * more than older_than_ms ago, DEAD and unfinished rows never.  Walks
- * the table by primary key, batch rows at a time, each step its own
- * short transaction that locks only the rows it deletes.  Stops where
- * rows were created after the cutoff (none of them can be old enough),
- * or at deadline_ms (clock_ms; 0 for none), and then resumes there on
- * the next call.  On -1 the committed steps stay counted in *res.
+ * Retention (docs/contract.md section 8): deletes the SENT rows whose sent_at
+ * is more than older_than_ms ago, DEAD and unfinished rows never.  Walks the
+ * table by primary key, batch rows at a time, each step its own short
+ * transaction that locks only the rows it deletes.  Stops where rows were
+ * created after the cutoff (none of them can be old enough), or at deadline_ms
+ * (clock_ms; 0 for none), and then resumes there on the next call.  On -1 the
+ * committed steps stay counted in *res.
  */
 int store_purge_sent(struct store *st, uint64_t older_than_ms, unsigned batch,
                      uint64_t deadline_ms, struct store_purge *res, char *err,

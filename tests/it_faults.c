@@ -444,8 +444,9 @@ tally_free(struct tally *t)
 }
 
 /*
- * Counts one message and checks docs/contract.md guarantee 1.3: per aggregate the ids never go
- * down; a duplicate may repeat the latest event, never an earlier one.
+ * Counts one message and checks docs/contract.md guarantee 1.3: per aggregate
+ * the ids never go down; a duplicate may repeat the latest event, never an
+ * earlier one.
  */
 static void
 tally_add(struct tally *t, const struct it_message *m)

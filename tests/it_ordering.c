@@ -208,8 +208,9 @@ tally_free(struct tally *t)
 }
 
 /*
- * docs/contract.md guarantee 1.3 as a consumer sees it: per aggregate the ids never go
- * down; a duplicate may repeat the event just seen, never an earlier one.
+ * docs/contract.md guarantee 1.3 as a consumer sees it: per aggregate the ids
+ * never go down; a duplicate may repeat the event just seen, never an earlier
+ * one.
  */
 static void
 tally_message(struct tally *t, const struct it_message *m)

@@ -247,7 +247,8 @@ START_TEST(test_secrets_wrong_db_password)
 }
 END_TEST
 
-/* docs/contract.md section 4: a readable file with an inline password is warned of. */
+/* docs/contract.md section 4: a readable file with an inline password is warned
+ * of. */
 START_TEST(test_inline_password_mode_warning)
 {
     char conf[256], out[256], name[64];
