@@ -1386,9 +1386,9 @@ config_load(const char *path, struct config_errors *errs)
     char *text = NULL, err[512] = "";
     size_t len = 0;
     struct stat st;
-    int read =
+    int got =
         file_read(path, CONFIG_MAX_BYTES, &text, &len, &st, err, sizeof(err));
-    if (read < 0)
+    if (got < 0)
         text = NULL;
     struct config *cfg =
         config_load_text(path, text, len, text ? &st : NULL, err, errs);
