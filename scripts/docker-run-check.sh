@@ -137,7 +137,9 @@ make_base() {
     local sources
     mapfile -t sources < <(debian_sources)
     ((${#sources[@]})) || fail "apt has no bookworm sources"
-    echo "base: mmdebstrap --variant=minbase from: $(printf '%s; ' "${sources[@]}")"
+    local list
+    printf -v list '%s; ' "${sources[@]}"
+    echo "base: mmdebstrap --variant=minbase from: ${list%; }"
     mmdebstrap --variant=minbase --quiet \
         --dpkgopt='path-exclude=/usr/share/doc/*' \
         --dpkgopt='path-include=/usr/share/doc/*/copyright' \
