@@ -144,6 +144,12 @@ check-packaging: all
 	bash scripts/systemd-check.sh $(BUILD)/outboxd
 	bash scripts/docker-check.sh $(BUILD)/outboxd
 
+# The image built and run as a sidecar against the local servers (root:
+# installs and starts dockerd if none answers); needs no registry.
+.PHONY: check-docker
+check-docker:
+	bash scripts/docker-run-check.sh
+
 setup:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start

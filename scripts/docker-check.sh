@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Keeps the Dockerfile from rotting where no Docker engine runs (CI): its
-# runtime stage must install a package for every shared library that the
+# Checks the Dockerfile without a Docker engine, against this machine's
+# packages: its runtime stage must install a package for every shared library that the
 # built binary links (directly or through the packages' dependencies), its
 # build stage must hold the -dev packages behind the Makefile's pkg-config
 # modules, and those must be ones tests/servers.sh installs, so the image
-# builds what CI tests.  Package dependencies are read from dpkg, offline.
+# builds what CI tests; and its OCI labels are there, the version the
+# binary's.  Package dependencies are read from dpkg, offline.
+# scripts/docker-run-check.sh builds and runs the image where Docker runs.
 #
 # Usage: bash scripts/docker-check.sh [BINARY]   (default build/outboxd)
 set -euo pipefail
@@ -69,6 +71,21 @@ grep -q '^HEALTHCHECK ' Dockerfile || die "no HEALTHCHECK"
 grep -q '/healthz' scripts/docker-healthcheck.sh || die "healthcheck skips /healthz"
 grep -q '^ENTRYPOINT .*"-c", "/etc/outboxd/outboxd.yaml"' Dockerfile ||
     die "ENTRYPOINT does not read /etc/outboxd/outboxd.yaml"
+# The OCI labels, and a version that is the binary's (the build stage also
+# refuses an OUTBOXD_VERSION other than daemon/util.h's).
+version=$(sed -n 's/^#define OUTBOXD_VERSION "\(.*\)"$/\1/p' daemon/util.h)
+[[ -n $version ]] || die "no OUTBOXD_VERSION in daemon/util.h"
+for label in title description version licenses source revision documentation; do
+    grep -q "^ *\(LABEL \)\?org\.opencontainers\.image\.$label=" Dockerfile ||
+        die "no label org.opencontainers.image.$label"
+done
+# shellcheck disable=SC2016 # a literal $OUTBOXD_VERSION
+grep -q '^ *org\.opencontainers\.image\.version="\$OUTBOXD_VERSION"' Dockerfile ||
+    die "the version label is not \$OUTBOXD_VERSION"
+while read -r arg; do
+    [[ $arg == "ARG OUTBOXD_VERSION=$version" ]] ||
+        die "Dockerfile has '$arg', daemon/util.h says $version"
+done < <(grep '^ARG OUTBOXD_VERSION' Dockerfile)
 # shellcheck disable=SC2013 # words: paths without spaces
 for src in $(awk '/^COPY / && !/--from/ { for (i = 2; i < NF; i++) print $i }' Dockerfile); do
     [[ -e $src ]] || die "COPY source $src does not exist"
@@ -118,5 +135,6 @@ for p in "${run_pkgs[@]}"; do
         die "runtime package $p provides no library $BIN links"
 done
 
-echo "docker-check: Dockerfile OK (build: ${build_pkgs[*]}; runtime:" \
+echo "docker-check: Dockerfile OK (version $version, OCI labels; build:" \
+    "${build_pkgs[*]}; runtime:" \
     "${run_pkgs[*]}; $BIN needs ${#needed[@]} libraries, all provided)"
