@@ -20,7 +20,7 @@ FROM debian:12 AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         build-essential pkg-config default-libmysqlclient-dev \
-        librabbitmq-dev libyaml-dev libevent-dev \
+        librabbitmq-dev libyaml-dev libevent-dev libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -61,7 +61,7 @@ COPY --from=build /out/usr/local/bin/ /usr/local/bin/
 COPY --from=build /out/etc/outboxd/ /etc/outboxd/
 COPY scripts/docker-healthcheck.sh /usr/local/bin/outboxd-healthcheck
 # The licence travels with the binaries; the docs are what the label names.
-COPY LICENSE README.md /usr/share/doc/outboxd/
+COPY LICENSE README.md NEWS.md /usr/share/doc/outboxd/
 COPY docs/*.md /usr/share/doc/outboxd/docs/
 USER outboxd:outboxd
 EXPOSE 9180
