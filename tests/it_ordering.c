@@ -3,7 +3,9 @@
  * against the real servers: three daemons with random SIGKILLs and a
  * route that fails for a while, three daemons without faults (each event
  * exactly once, rate against one relay), and a hot aggregate that must
- * move at a confirm round trip per event, not a poll interval.
+ * move at a confirm round trip per event, not a poll interval; and
+ * concurrent producers, with and without the aggregate's lock, for what
+ * the consumer sees when commits come out of id order.
  */
 #define _GNU_SOURCE
 #include "itest.h"
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 Suite *it_ordering_suite(void);
@@ -500,6 +503,332 @@ START_TEST(test_held_aggregate_does_not_stall_table)
 }
 END_TEST
 
+/* ---- concurrent producers (docs/contract.md section 1.3) ---- */
+
+enum { PRODUCERS = 10, PER_PRODUCER = 60, PAGGS = 4 };
+#define PEVENTS (PRODUCERS * PER_PRODUCER)
+
+/*
+ * What a producer knows of one of its events: the id the INSERT got, and
+ * when it sent COMMIT and when COMMIT returned (the commit itself happened
+ * in between); then where the consumer saw it.
+ */
+struct pevent {
+    unsigned long long id;
+    int agg;
+    uint64_t commit_sent_us, commit_done_us;
+    long pos, copies;
+};
+
+struct producers {
+    const char *db;
+    bool lock; /* each transaction locks its aggregate's row first */
+    unsigned max_pause_us, seed;
+    struct pevent ev[PEVENTS];
+    pthread_mutex_t mu;
+    char error[512]; /* the first producer's SQL error */
+};
+
+struct producer_arg {
+    struct producers *p;
+    int index;
+};
+
+static uint64_t
+now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Runs one statement and discards its result; -1 with the error kept. */
+static int
+producer_sql(struct producers *p, MYSQL *m, const char *sql)
+{
+    if (mysql_query(m, sql) == 0) {
+        MYSQL_RES *res = mysql_store_result(m);
+        if (res)
+            mysql_free_result(res);
+        return 0;
+    }
+    pthread_mutex_lock(&p->mu);
+    if (p->error[0] == '\0')
+        snprintf(p->error, sizeof(p->error), "%s: %s", sql, mysql_error(m));
+    pthread_mutex_unlock(&p->mu);
+    return -1;
+}
+
+/*
+ * One business transaction: (lock the aggregate,) insert its event, do
+ * something else for a while, commit.  The id is taken at the INSERT, the
+ * row becomes visible at the COMMIT: the pause is the window in which a
+ * later id of the same aggregate can commit first.
+ */
+static int
+produce_one(struct producers *p, MYSQL *m, int k, unsigned *seed)
+{
+    struct pevent *e = &p->ev[k];
+    char sql[512];
+    e->agg = rand_r(seed) % PAGGS;
+    useconds_t pause = (useconds_t)(rand_r(seed) % (p->max_pause_us + 1));
+    if (producer_sql(p, m, "START TRANSACTION") < 0)
+        return -1;
+    snprintf(sql, sizeof(sql),
+             "SELECT version FROM aggregates WHERE id = %d FOR UPDATE", e->agg);
+    if (p->lock && producer_sql(p, m, sql) < 0)
+        return -1;
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO outbox_event (event_id, aggregate_type, "
+             "aggregate_id, event_type, payload) VALUES ('pc-%d', 'Order', "
+             "'pa-%d', 'Changed', '{\"k\": %d}')",
+             k, e->agg, k);
+    if (producer_sql(p, m, sql) < 0)
+        return -1;
+    e->id = mysql_insert_id(m);
+    snprintf(sql, sizeof(sql),
+             "UPDATE aggregates SET version = version + 1 WHERE id = %d",
+             e->agg);
+    if (p->lock && producer_sql(p, m, sql) < 0)
+        return -1;
+    usleep(pause);
+    e->commit_sent_us = now_us();
+    if (producer_sql(p, m, "COMMIT") < 0)
+        return -1;
+    e->commit_done_us = now_us();
+    return 0;
+}
+
+static void *
+producer_main(void *arg)
+{
+    struct producer_arg *a = arg;
+    struct producers *p = a->p;
+    unsigned seed = p->seed + 7919u * (unsigned)a->index;
+    MYSQL *m = mysql_init(NULL);
+    if (mysql_real_connect(m, "127.0.0.1", IT_DB_USER, IT_DB_PASSWORD, p->db,
+                           IT_DB_PORT, NULL, 0) == NULL) {
+        producer_sql(p, m, "connect");
+    } else {
+        for (int i = 0; i < PER_PRODUCER; i++)
+            if (produce_one(p, m, a->index * PER_PRODUCER + i, &seed) < 0)
+                break;
+    }
+    mysql_close(m);
+    return NULL;
+}
+
+/* PRODUCERS threads, each on its own connection, all at once. */
+static void
+run_producers(struct producers *p)
+{
+    pthread_t t[PRODUCERS];
+    struct producer_arg args[PRODUCERS];
+    for (int i = 0; i < PRODUCERS; i++) {
+        args[i] = (struct producer_arg){p, i};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, producer_main, &args[i]),
+                         0);
+    }
+    for (int i = 0; i < PRODUCERS; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_msg(p->error[0] == '\0', "producer failed (seed %u): %s", p->seed,
+                  p->error);
+}
+
+/* The relays claim before the producers start: one event, consumed. */
+static void
+wait_relay_running(struct fx *f)
+{
+    it_db_exec(f->sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                       "aggregate_id, event_type, payload) VALUES ('warm', "
+                       "'Order', 'warm', 'Changed', '{}')");
+    for (int i = 0; i < f->nrelays; i++)
+        fx_start(f, i);
+    struct it_message m;
+    ck_assert_msg(it_consumer_next(f->consumer, &m, 20000) == 1,
+                  "the relays published nothing within 20 s");
+    ck_assert_str_eq(m.message_id, "warm");
+    it_message_free(&m);
+}
+
+/*
+ * Records each event's place in the consumer's sequence until every one
+ * arrived, then makes sure nothing more comes: every event exactly once.
+ */
+static void
+receive_positions(struct fx *f, struct producers *p)
+{
+    long seen = 0, pos = 0;
+    uint64_t deadline = it_now_ms() + 30000;
+    struct it_message m;
+    while (seen < PEVENTS && it_now_ms() < deadline)
+        if (it_consumer_next(f->consumer, &m, 200) == 1) {
+            long k = suffix_index(m.message_id);
+            ck_assert_msg(k >= 0 && k < PEVENTS, "stray message %s",
+                          m.message_id);
+            ck_assert_int_eq(m.h_outbox_id, (long long)p->ev[k].id);
+            if (p->ev[k].copies++ == 0)
+                seen++;
+            p->ev[k].pos = pos++;
+            it_message_free(&m);
+        }
+    ck_assert_msg(seen == PEVENTS, "%ld of %d events arrived (seed %u)", seen,
+                  PEVENTS, p->seed);
+    assert_all_sent(f, PEVENTS + 1);
+    if (it_consumer_next(f->consumer, &m, 1000) == 1)
+        ck_abort_msg("event %s arrived twice (seed %u)", m.message_id, p->seed);
+    for (int k = 0; k < PEVENTS; k++)
+        ck_assert_msg(p->ev[k].copies == 1, "event pc-%d arrived %ld times", k,
+                      p->ev[k].copies);
+}
+
+/*
+ * One run of the producers against a fresh table and two relays, which
+ * poll often: the closer a claim follows a commit, the likelier it sees
+ * a higher id committed before a lower one.
+ */
+static void
+producers_round(struct producers *p)
+{
+    struct fx f;
+    fx_open(&f, 2, "Order.*", "        poll_interval: 5ms\n");
+    it_db_exec(f.sql, "CREATE TABLE aggregates (id INT PRIMARY KEY, version "
+                      "INT NOT NULL DEFAULT 0) ENGINE=InnoDB");
+    for (int a = 0; a < PAGGS; a++)
+        it_db_exec(f.sql, "INSERT INTO aggregates (id) VALUES (%d)", a);
+    wait_relay_running(&f);
+    p->db = f.db;
+    p->error[0] = '\0';
+    memset(p->ev, 0, sizeof(p->ev));
+    run_producers(p);
+    receive_positions(&f, p);
+    fx_close(&f);
+}
+
+/* a's COMMIT returned before b's was sent: a surely committed first. */
+static bool
+committed_before(const struct pevent *a, const struct pevent *b)
+{
+    return a->commit_done_us < b->commit_sent_us;
+}
+
+/*
+ * What the docs promise without the producer's lock, pair by pair within
+ * an aggregate: a lower id that committed before a higher one arrives
+ * before it.  Returns the pairs the consumer saw against id order, each
+ * of which must be a higher id that may have committed first.
+ */
+static long
+check_commit_order(const struct producers *p, long *surely_ordered)
+{
+    long inversions = 0;
+    *surely_ordered = 0;
+    for (int i = 0; i < PEVENTS; i++)
+        for (int j = 0; j < PEVENTS; j++) {
+            const struct pevent *a = &p->ev[i], *b = &p->ev[j];
+            if (a->agg != b->agg || a->id >= b->id)
+                continue;
+            if (committed_before(a, b)) {
+                ck_assert_msg(a->pos < b->pos,
+                              "id %llu committed before id %llu of aggregate "
+                              "%d but arrived after it (seed %u)",
+                              a->id, b->id, a->agg, p->seed);
+                (*surely_ordered)++;
+            }
+            if (b->pos < a->pos)
+                inversions++;
+        }
+    return inversions;
+}
+
+static unsigned
+producers_seed(void)
+{
+    const char *s = getenv("IT_ORDER_SEED");
+    unsigned seed = s ? (unsigned)strtoul(s, NULL, 10)
+                      : (unsigned)time(NULL) ^ (unsigned)getpid();
+    fprintf(stderr, "ordering, producers: seed %u (IT_ORDER_SEED)\n", seed);
+    return seed;
+}
+
+static struct producers *
+producers_new(bool lock, unsigned max_pause_ms)
+{
+    struct producers *p = calloc(1, sizeof(*p));
+    ck_assert_ptr_nonnull(p);
+    p->lock = lock;
+    p->max_pause_us = max_pause_ms * 1000;
+    p->seed = producers_seed();
+    pthread_mutex_init(&p->mu, NULL);
+    return p;
+}
+
+static void
+producers_free(struct producers *p)
+{
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/*
+ * Producers that lock the aggregate's row before inserting its event:
+ * ids of one aggregate are taken in commit order, and the consumer sees
+ * them never go down, each event exactly once.
+ */
+START_TEST(test_locking_producers_keep_id_order)
+{
+    struct producers *p = producers_new(true, 20);
+    producers_round(p);
+    for (int i = 0; i < PEVENTS; i++)
+        for (int j = 0; j < PEVENTS; j++) {
+            const struct pevent *a = &p->ev[i], *b = &p->ev[j];
+            if (a->agg == b->agg && a->id < b->id)
+                ck_assert_msg(a->pos < b->pos,
+                              "aggregate %d: id %llu arrived after id %llu "
+                              "although its producer held the lock (seed %u)",
+                              a->agg, a->id, b->id, p->seed);
+        }
+    long surely;
+    long inversions = check_commit_order(p, &surely);
+    ck_assert_int_eq(inversions, 0);
+    fprintf(stderr,
+            "ordering, locking producers: %d events on %d aggregates, ids "
+            "never went down\n",
+            PEVENTS, PAGGS);
+    producers_free(p);
+}
+END_TEST
+
+/*
+ * Producers that do not lock: a transaction that took id 10 can commit
+ * after the one that took id 11 was published; 10 then arrives after 11.
+ * Every event still arrives exactly once, and a lower id that committed
+ * first arrives first.  The inversion must actually happen (else the
+ * test proved nothing): the pauses grow until it does, three rounds at
+ * most.
+ */
+START_TEST(test_unlocked_producers_commit_order)
+{
+    long inversions = 0, surely = 0;
+    unsigned pause_ms = 20, seed = 0;
+    for (int round = 0; round < 3 && inversions == 0; round++, pause_ms *= 2) {
+        struct producers *p = producers_new(false, pause_ms);
+        producers_round(p);
+        inversions = check_commit_order(p, &surely);
+        seed = p->seed;
+        fprintf(stderr,
+                "ordering, unlocked producers, pauses up to %u ms: %d events, "
+                "%ld pairs against id order, %ld pairs surely committed in "
+                "id order (all in order)\n",
+                pause_ms, PEVENTS, inversions, surely);
+        producers_free(p);
+    }
+    ck_assert_msg(inversions > 0,
+                  "no id inversion could be provoked in 3 rounds (seed %u)",
+                  seed);
+}
+END_TEST
+
 Suite *
 it_ordering_suite(void)
 {
@@ -518,5 +847,10 @@ it_ordering_suite(void)
     tcase_add_test(hot, test_hot_aggregate_ordering_none);
     tcase_add_test(hot, test_held_aggregate_does_not_stall_table);
     suite_add_tcase(s, hot);
+    TCase *producers = tcase_create("producers");
+    tcase_set_timeout(producers, 120);
+    tcase_add_test(producers, test_locking_producers_keep_id_order);
+    tcase_add_test(producers, test_unlocked_producers_commit_order);
+    suite_add_tcase(s, producers);
     return s;
 }
