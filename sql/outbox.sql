@@ -1,6 +1,10 @@
 -- outbox_event: the recommended outbox table for outboxd (MySQL 8.0.1+,
 -- MariaDB 10.6+).  The application inserts rows with status 'PENDING' in
 -- the same transaction as its business rows; outboxd does the rest.
+-- Transactions that may write events of one aggregate at the same time
+-- lock the aggregate's own row first (SELECT ... FOR UPDATE), so that its
+-- ids follow commit order (docs/design.md, Ordering and concurrent
+-- producers).
 
 CREATE TABLE IF NOT EXISTS outbox_event (
   id             BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
