@@ -97,8 +97,7 @@ mapfile -t run_pkgs < <(stage_packages 2)
 
 # 1. Build stage: a subset of what CI installs, covering every pkg-config
 #    module the Makefile compiles against.
-servers_pkgs=" $(sed -n '/^PACKAGES=(/,/)/p' tests/servers.sh | tr -d '()' |
-    sed 's/PACKAGES=//' | tr -s ' \n' ' ') "
+servers_pkgs=" $(bash tests/servers.sh packages | tr '\n' ' ') "
 for p in "${build_pkgs[@]}"; do
     [[ $servers_pkgs == *" $p "* ]] ||
         die "build stage installs $p, which tests/servers.sh deps does not"

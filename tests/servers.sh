@@ -3,11 +3,13 @@
 # that the integration tests, CI (.ci/run), `make bench` and `make demo` run
 # against.
 #
-# Usage: bash tests/servers.sh deps|start|stop|status|restart-mariadb|
-#                              restart-mariadb-binlog|restart-rabbitmq
+# Usage: bash tests/servers.sh deps|packages|start|stop|status|
+#                              restart-mariadb|restart-mariadb-binlog|
+#                              restart-rabbitmq
 #
 #   deps                    apt-get install what is missing (fast no-op
 #                           otherwise)
+#   packages                print the packages deps installs, one a line
 #   start                   start whichever server does not answer, wait until
 #                           all three answer, ensure the test accounts; one
 #                           "ready" line each
@@ -572,13 +574,14 @@ cmd_status() {
 }
 
 usage() {
-    echo "usage: $0 deps|start|stop|status|restart-mariadb|restart-mariadb-binlog|restart-rabbitmq" >&2
+    echo "usage: $0 deps|packages|start|stop|status|restart-mariadb|restart-mariadb-binlog|restart-rabbitmq" >&2
     exit 64
 }
 
 (($# == 1)) || usage
 case $1 in
 deps) cmd_deps ;;
+packages) printf '%s\n' "${PACKAGES[@]}" ;;
 start)
     require_tools
     take_lock
