@@ -42,6 +42,13 @@ bool store_is_connected(const struct store *st);
  * the next store_connect only checks the table again.
  */
 bool store_last_error_is_schema(const struct store *st);
+/*
+ * True when the last failure was the server refusing writes (read_only
+ * or super_read_only on, errors 1290 and 1836, or a Galera node that is
+ * not primary, 1047): the session is closed, so that the next
+ * store_connect resolves the host again and can reach a new primary.
+ */
+bool store_last_error_is_read_only(const struct store *st);
 /* Statements sent since store_new (the claim's cost, for tests). */
 uint64_t store_statement_count(const struct store *st);
 /*
