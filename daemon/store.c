@@ -142,6 +142,7 @@ struct store {
     bool ready;                 /* table checked, claim statements built */
     bool schema_error;          /* last failure: schema, version or privilege */
     bool read_only;             /* last failure: the server refuses writes */
+    bool allow_read_only;       /* store_allow_read_only: no read_only check */
     uint64_t schema_checked_ms; /* when the table was last checked */
     bool schema_stale;          /* store_recheck_schema: check it now */
     unsigned last_errno;
@@ -1059,6 +1060,8 @@ store_free(struct store *st)
 static int
 check_writable(struct store *st, char *err, size_t errlen)
 {
+    if (st->allow_read_only)
+        return 0;
     sql_reset(&st->sql);
     sql_addf(&st->sql, "SELECT @@global.read_only");
     MYSQL_RES *res = run_select(st, "session", err, errlen);
@@ -1142,6 +1145,12 @@ bool
 store_last_error_is_schema(const struct store *st)
 {
     return st->schema_error;
+}
+
+void
+store_allow_read_only(struct store *st)
+{
+    st->allow_read_only = true;
 }
 
 bool

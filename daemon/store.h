@@ -34,6 +34,12 @@ void store_thread_end(void);
 int store_connect(struct store *st, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 void store_disconnect(struct store *st);
+/*
+ * store_connect refuses a server with read_only on (a replica, a demoted
+ * primary), so that a relay does not settle there; outboxctl, which may
+ * only read, calls this first to connect anyway.
+ */
+void store_allow_read_only(struct store *st);
 bool store_is_connected(const struct store *st);
 /*
  * True when the last failure was about the table, its columns, a
