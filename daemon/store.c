@@ -1051,6 +1051,19 @@ store_free(struct store *st)
     free(st);
 }
 
+/* Ends the session on a server found read-only (see check_writable). */
+static int
+refuse_read_only(struct store *st, char *err, size_t errlen)
+{
+    err_set(err, errlen,
+            "%s: the server has read_only on: a replica or a demoted primary",
+            st->where);
+    st->read_only = true;
+    st->last_errno = 0;
+    close_db(st);
+    return -1;
+}
+
 /*
  * A server with read_only on is a replica or a demoted primary: even an
  * account that could write there (SUPER, READ_ONLY ADMIN) must not, so
@@ -1070,13 +1083,7 @@ check_writable(struct store *st, char *err, size_t errlen)
     MYSQL_ROW row = mysql_fetch_row(res);
     bool ro = row != NULL && row[0] != NULL && strcmp(row[0], "0") != 0;
     mysql_free_result(res);
-    if (!ro)
-        return 0;
-    err_set(err, errlen,
-            "%s: the server has read_only on: a replica or a demoted primary",
-            st->where);
-    st->read_only = true;
-    return -1;
+    return ro ? refuse_read_only(st, err, errlen) : 0;
 }
 
 /* A fresh session: open, version, session settings, writable. */
@@ -1927,7 +1934,9 @@ find_duplicates(struct store *st, struct outbox_batch *b, char *err,
  * row is claimable, and if none is, when the next falls due: an idle
  * outbox then costs this statement and a commit per poll, where the
  * claim's reads would cost three or four.  Each part is one index probe
- * on sql/outbox.sql's table (status, id and next_retry_at).
+ * on sql/outbox.sql's table (status, id and next_retry_at).  The same
+ * read asks whether the server went read-only: an idle relay writes
+ * nothing that would be refused, and must still leave a demoted primary.
  */
 static int
 probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
@@ -1941,7 +1950,7 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
              "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
              "IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), NULL, "
              "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
-             "FROM %s WHERE `status` = 'PROCESSING')))",
+             "FROM %s WHERE `status` = 'PROCESSING'))), @@global.read_only",
              st->table, st->table, st->table, st->table);
     MYSQL_RES *res = run_select(st, "claim", err, errlen);
     if (res == NULL)
@@ -1950,7 +1959,10 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
     bool retry = r != NULL && r[0] != NULL, lease = r != NULL && r[1] != NULL;
     long long retry_us = retry ? strtoll(r[0], NULL, 10) : 0;
     long long lease_us = lease ? strtoll(r[1], NULL, 10) : 0;
+    bool ro = r != NULL && r[2] != NULL && strcmp(r[2], "0") != 0;
     mysql_free_result(res);
+    if (ro && !st->allow_read_only)
+        return refuse_read_only(st, err, errlen);
     /* A lease that ran out is what the claim's look for them finds. */
     if (lease && lease_us <= 0)
         st->expired_none_ms = 0;

@@ -266,10 +266,10 @@ link_clear(struct worker *w, struct link_state *l, const char *what)
     if (!logrepeat_success(&l->log, clock_ms(), &ms, &n))
         return;
     duration_format(ms < 1000 ? ms : ms / 1000 * 1000, took, sizeof(took));
-    log_info(LOG_KV("outbox", w->ob->name), "%s %s again after %s, %llu %s",
-             what, l->read_only ? "writable" : "available", took,
-             (unsigned long long)n,
-             l == &w->db ? "failed attempts" : "failed connects");
+    log_info(
+        LOG_KV("outbox", w->ob->name), "%s %s again after %s, %llu %s%s", what,
+        l->read_only ? "writable" : "available", took, (unsigned long long)n,
+        l == &w->db ? "failed attempt" : "failed connect", n == 1 ? "" : "s");
     l->read_only = false;
 }
 
