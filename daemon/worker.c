@@ -211,8 +211,8 @@ link_log(struct worker *w, struct link_state *l, const char *what,
         break;
     case LOGREPEAT_REPEAT:
         log_error(LOG_KV("outbox", w->ob->name),
-                  "%s still %s, %llu failures since the last report: %s", what,
-                  state, (unsigned long long)since, err);
+                  "%s still %s, %llu failure%s since the last report: %s", what,
+                  state, (unsigned long long)since, since == 1 ? "" : "s", err);
         break;
     case LOGREPEAT_QUIET:
         log_debug(LOG_KV("outbox", w->ob->name), "%s still %s: %s", what, state,
