@@ -202,8 +202,13 @@ link_log(struct worker *w, struct link_state *l, const char *what,
          const char *err)
 {
     uint64_t since;
-    const char *state =
-        l->read_only ? "refuses writes (read-only)" : "unavailable";
+    /* failing: the session stays (a lock timeout, say); unavailable: it
+     * is gone, a reconnect follows. */
+    const char *state = "unavailable";
+    if (l->read_only)
+        state = "refuses writes (read-only)";
+    else if (l == &w->db && store_is_connected(w->store))
+        state = "failing";
     switch (logrepeat_failure(&l->log, err, clock_ms(), &since)) {
     case LOGREPEAT_FIRST:
         log_error(LOG_KV("outbox", w->ob->name), "%s %s%s: %s", what, state,
