@@ -84,6 +84,8 @@ struct worker {
     _Atomic uint64_t empty_claims;
     /* Every failure, whatever the log said of it. */
     _Atomic uint64_t db_errors, db_read_only, broker_errors;
+    /* Runs of read-only refusals that ended on a writable server. */
+    _Atomic uint64_t failovers;
     _Atomic uint64_t poll_wait_ms; /* the wait before the next claim */
     _Atomic bool stopping;
     _Atomic bool done;
@@ -275,6 +277,8 @@ link_clear(struct worker *w, struct link_state *l, const char *what)
         LOG_KV("outbox", w->ob->name), "%s %s again after %s, %llu %s%s", what,
         l->read_only ? "writable" : "available", took, (unsigned long long)n,
         l == &w->db ? "failed attempt" : "failed connect", n == 1 ? "" : "s");
+    if (l->read_only)
+        w->failovers++; /* the binlog stream follows (binlog_client) */
     l->read_only = false;
 }
 
@@ -585,11 +589,20 @@ binlog_state_cb(void *arg, bool live)
     event_active(w->kick, 0, 0);
 }
 
+static uint64_t
+binlog_failovers_cb(void *arg)
+{
+    struct worker *w = arg;
+    return w->failovers;
+}
+
 struct binlog_client
 worker_binlog_client(struct worker *w)
 {
-    return (struct binlog_client){
-        .commit = binlog_commit_cb, .state = binlog_state_cb, .arg = w};
+    return (struct binlog_client){.commit = binlog_commit_cb,
+                                  .state = binlog_state_cb,
+                                  .failovers = binlog_failovers_cb,
+                                  .arg = w};
 }
 
 bool

@@ -198,7 +198,7 @@ pair_start(struct fx *f)
 }
 
 static void
-fx_write_config(struct fx *f)
+fx_write_config(struct fx *f, const char *wake)
 {
     /* log_level info: the lines an operator sees are the ones counted. */
     it_write_file(f->conf,
@@ -218,7 +218,7 @@ fx_write_config(struct fx *f)
                   "    user: %s\n"
                   "    password: %s\n"
                   "    database: %s\n"
-                  "    wake: poll\n"
+                  "    wake: %s\n"
                   "    outboxes:\n"
                   "      - table: outbox_event\n"
                   "        broker: main\n"
@@ -227,11 +227,12 @@ fx_write_config(struct fx *f)
                   "        poll_interval: 100ms\n"
                   "        lease: 5s\n",
                   f->name, f->http_port, IT_AMQP_URL, f->db, f->px.port,
-                  f->user, f->password, f->db, f->ex);
+                  f->user, f->password, f->db, wake, f->ex);
 }
 
+/* wake: binlog, or poll; the relay's account may read the binlog. */
 static void
-fx_open(struct fx *f)
+fx_open(struct fx *f, const char *wake)
 {
     memset(f, 0, sizeof(*f));
     pair_start(f);
@@ -245,13 +246,14 @@ fx_open(struct fx *f)
     it_db_create_port(PRIMARY_PORT, f->db, it_src_path("sql/outbox.sql"));
     it_db_grant_relay_port(PRIMARY_PORT, f->db, "outbox_event", f->user,
                            sizeof(f->user), f->password, sizeof(f->password));
+    it_db_grant_replication(PRIMARY_PORT, f->db);
     f->primary = it_db_connect_port(PRIMARY_PORT, f->db);
     f->replica = it_db_connect_port(REPLICA_PORT, NULL);
     for (int a = 0; a < AGGREGATES; a++)
         f->last[a] = -1;
     proxy_start(&f->px, PRIMARY_PORT);
     f->consumer = it_consumer_new(f->ex, "#");
-    fx_write_config(f);
+    fx_write_config(f, wake);
     it_daemon_start(&f->d, f->conf, f->name);
 }
 
@@ -401,14 +403,15 @@ fx_metric(const struct fx *f, const char *family)
     return v;
 }
 
-/* Sessions of the relay's account on the server of db. */
+/* Sessions of the relay's account on the server of db: the binlog
+ * stream's (dump) or the others. */
 static long long
-relay_sessions(const struct fx *f, MYSQL *db)
+relay_sessions(const struct fx *f, MYSQL *db, bool dump)
 {
     return it_db_int(db,
                      "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
-                     "WHERE USER = '%s'",
-                     f->user);
+                     "WHERE USER = '%s' AND (COMMAND = 'Binlog Dump') = %d",
+                     f->user, dump);
 }
 
 /* ---- the tests ---- */
@@ -422,7 +425,7 @@ relay_sessions(const struct fx *f, MYSQL *db)
 START_TEST(test_failover_mid_drain)
 {
     struct fx f;
-    fx_open(&f);
+    fx_open(&f, "poll");
     fx_insert(&f, f.primary, 2000);
     ck_assert_msg(fx_receive(&f, 100, 30000), "the drain did not start");
     long long unfinished = fx_promote_replica(&f);
@@ -460,14 +463,15 @@ END_TEST
 START_TEST(test_failover_leaves_read_only_primary)
 {
     struct fx f;
-    fx_open(&f);
+    fx_open(&f, "binlog");
     fx_insert(&f, f.primary, 200);
     ck_assert(fx_receive(&f, 200, 30000));
     /* Drained and idle, on a session that has worked for a while. */
     ck_assert(
         IT_WAIT(10000, it_db_int(f.primary, "SELECT COUNT(*) FROM outbox_event "
                                             "WHERE status <> 'SENT'") == 0));
-    ck_assert_int_eq(relay_sessions(&f, f.primary), 1);
+    ck_assert_int_eq(relay_sessions(&f, f.primary, false), 1);
+    ck_assert(IT_WAIT(10000, relay_sessions(&f, f.primary, true) == 1));
     fx_promote_replica(&f);
     uint64_t t0 = it_now_ms();
     /* Still pointing at the old primary: refused, again and again. */
@@ -492,9 +496,18 @@ START_TEST(test_failover_leaves_read_only_primary)
                   "%d log lines for %.0f refusals in %llu s", lines, refusals,
                   (unsigned long long)secs);
     proxy_move(&f.px, REPLICA_PORT, false);
+    ck_assert(IT_WAIT(30000, log_lines(&f, "database writable again") == 1));
+    /* The binlog stream follows the outbox to the new primary: its
+     * commits wake the outbox again. */
+    ck_assert_msg(IT_WAIT(30000, relay_sessions(&f, f.replica, true) == 1),
+                  "no binlog stream on the new primary");
+    double wakes = fx_metric(&f, "outboxd_wakes_total");
     fx_insert(&f, f.replica, 200);
     fx_assert_all_delivered(&f, f.replica);
-    ck_assert_msg(IT_WAIT(10000, relay_sessions(&f, f.primary) == 0),
+    ck_assert_msg(IT_WAIT(10000, fx_metric(&f, "outboxd_wakes_total") > wakes),
+                  "no wake from the new primary's binlog");
+    ck_assert_msg(IT_WAIT(10000, relay_sessions(&f, f.primary, false) == 0 &&
+                                     relay_sessions(&f, f.primary, true) == 0),
                   "the relay still has a session on the read-only server");
     ck_assert(
         IT_WAIT(10000, log_lines(&f, "database writable again after") == 1));
