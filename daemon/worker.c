@@ -23,6 +23,10 @@
 /* Reconnect backoff: 1s doubling to 30s, with jitter. */
 #define RECONNECT_INITIAL_MS 1000
 #define RECONNECT_MAX_MS 30000
+/* A failure that goes on is logged again after 1 s, 2 s, 4 s... with
+ * its count: as often as the reconnects at first, at most every 10 min
+ * for one that lasts hours. */
+#define LOG_REPEAT_MAX_MS 600000
 /* How often the rows and oldest-pending gauges are counted. */
 #define STATS_INTERVAL_MS 5000
 /* With a live wake stream and nothing changed in the table, the counts
@@ -185,8 +189,8 @@ worker_new(const struct outbox_config *ob, const char *relay_id)
         .refused_writes = refused_writes_fn,
     };
     relay_init(&w->relay, w->ob, relay_id, &backend);
-    logrepeat_init(&w->db.log, RECONNECT_INITIAL_MS, RECONNECT_MAX_MS);
-    logrepeat_init(&w->broker.log, RECONNECT_INITIAL_MS, RECONNECT_MAX_MS);
+    logrepeat_init(&w->db.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
+    logrepeat_init(&w->broker.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
     struct pacer_limits lim = pace_limits(w);
     pacer_init(&w->pacer, &lim);
     /* A shutdown cuts the publisher's waits short, not only the relay's. */
