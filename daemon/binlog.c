@@ -48,6 +48,8 @@ struct binlog_stream {
     int sock;      /* the open stream's socket, -1: none (under lock) */
     bool stopping; /* under lock */
     _Atomic bool live;
+    uint64_t failovers; /* its clients' failovers when it connected */
+    bool followed;      /* the last stream ended to follow a failover */
     unsigned failures;
     char last_error[512];
 };
@@ -124,6 +126,17 @@ set_live(struct binlog_stream *s, bool live)
     s->live = live;
     for (size_t i = 0; i < s->n; i++)
         s->clients[i].state(s->clients[i].arg, live);
+}
+
+/* The sum of the clients' failovers (struct binlog_client). */
+static uint64_t
+clients_failovers(const struct binlog_stream *s)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->clients[i].failovers != NULL)
+            n += s->clients[i].failovers(s->clients[i].arg);
+    return n;
 }
 
 static bool
@@ -310,6 +323,13 @@ read_events(struct binlog_stream *s, MYSQL *db, const char *file,
         }
         if (binlog_parse(&fmt, p, n, &ev, err, errlen) < 0)
             return -1;
+        /* A demoted primary stays up and keeps streaming, but commits
+         * now happen where the outbox's session went: go there too. */
+        if (clients_failovers(s) != s->failovers) {
+            err_set(err, errlen, "its database failed over: following it");
+            s->followed = true;
+            return -1;
+        }
         if (*live_since == 0) {
             *live_since = clock_ms();
             log_live(s, file, pos);
@@ -340,6 +360,7 @@ stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
         io_s = dbconn_seconds(BINLOG_HEARTBEAT_MS * BINLOG_STALL_BEATS);
     char file[256];
     unsigned long pos = 0;
+    s->failovers = clients_failovers(s);
     MYSQL *db = dbconn_open(s->db, false, io_s, s->name, &code, err, errlen);
     if (db == NULL)
         return;
@@ -394,8 +415,10 @@ stream_main(void *arg)
         set_live(s, false);
         if (stopping(s))
             break;
-        if (live_since != 0 && clock_ms() - live_since >= STABLE_MS)
+        if ((live_since != 0 && clock_ms() - live_since >= STABLE_MS) ||
+            s->followed)
             s->failures = 0;
+        s->followed = false;
         log_down(s, err);
         wait_retry(s,
                    backoff_ms(s->failures++, RETRY_INITIAL_MS, RETRY_MAX_MS));

@@ -25,6 +25,10 @@ struct binlog_client {
     void (*commit)(void *arg, bool inserted);
     /* The stream went live, or down: poll with the matching ceiling. */
     void (*state)(void *arg, bool live);
+    /* How many times the outbox's session left a server that refused
+     * writes for a writable one; when it changes, the stream connects
+     * again, to follow the outbox to the new primary.  NULL: never. */
+    uint64_t (*failovers)(void *arg);
     void *arg;
 };
 

@@ -204,6 +204,16 @@ static const struct counter_family counters[] = {
      OM(wakes)},
     {"outboxd_claims_empty_total", "Claims that found no row to publish.",
      OM(empty_claims)},
+    {"outboxd_database_errors_total",
+     "Failed database connects, claims and records, each one, however "
+     "few of them the log shows.",
+     OM(db_errors)},
+    {"outboxd_database_read_only_total",
+     "Of those, the server refusing writes (read_only, super_read_only, a "
+     "Galera node not primary): each ends the session.",
+     OM(db_read_only)},
+    {"outboxd_broker_errors_total",
+     "Failed broker connects and broker connections lost.", OM(broker_errors)},
 };
 
 static void

@@ -51,6 +51,9 @@ struct outbox_metrics {
     /* Pacing (pacer.h): woken by a live binlog stream, or polling. */
     bool wake_live;
     uint64_t wakes, empty_claims;
+    /* Failed connects, claims and records; those refused as read-only;
+     * failed broker connects and connections lost. */
+    uint64_t db_errors, db_read_only, broker_errors;
     double poll_wait_s; /* the wait before the next claim */
     /* From the worker's periodic count; false until one succeeded. */
     bool rows_known;

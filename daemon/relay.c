@@ -610,11 +610,40 @@ count_and_log(struct relay *r, struct outbox_batch *b)
     r->stats.released += released;
 }
 
+/*
+ * A server that refused writes (a demoted primary) wrote nothing of b,
+ * and its session is gone: the next one records b, on the new primary
+ * where b's rows replicated with its token, instead of publishing them
+ * all again after their lease (docs/contract.md section 9).
+ */
+static bool
+keep_unrecorded(struct relay *r, struct outbox_batch *b)
+{
+    if (r->backend.refused_writes == NULL ||
+        !r->backend.refused_writes(r->backend.store))
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (r->unrecorded[i] == NULL || r->unrecorded[i] == b) {
+            r->unrecorded[i] = b;
+            return true;
+        }
+    return false;
+}
+
 /* Logs and counts what finalize of batch b returned. */
 static bool
 finalize_done(struct relay *r, struct outbox_batch *b, int rc, size_t lost,
               const char *err)
 {
+    if (rc < 0 && keep_unrecorded(r, b)) {
+        log_warn(LOG_KV("outbox", r->outbox->name),
+                 "the outcome of %zu events waits for the next session (on "
+                 "a new primary that holds their rows; else they are "
+                 "retried after their lease): %s",
+                 b->n, err);
+        str_copy(r->last_error, err, sizeof(r->last_error));
+        return false;
+    }
     if (rc < 0) {
         /* The rows keep their lease and come back after it: no loss. */
         log_error(LOG_KV("outbox", r->outbox->name),
@@ -718,10 +747,27 @@ release_next(struct relay *r)
     r->next = NULL;
 }
 
+/* Records first what a refusing server left unrecorded; false if the
+ * database failed again. */
+static bool
+record_unrecorded(struct relay *r)
+{
+    for (int i = 0; i < 2; i++) {
+        struct outbox_batch *b = r->unrecorded[i];
+        if (b == NULL)
+            continue;
+        r->unrecorded[i] = NULL;
+        if (!finalize(r, b))
+            return false;
+    }
+    return true;
+}
+
 void
 relay_flush(struct relay *r)
 {
     job_wait(r);
+    record_unrecorded(r); /* kept again if the server still refuses */
     if (r->prev != NULL)
         finalize(r, r->prev);
     r->prev = NULL;
@@ -810,6 +856,8 @@ relay_batch(struct relay *r)
             store_ok = finalize(r, r->batch);
         else if (claim_failed)
             finalize_after_failed_claim(r, r->batch);
+        else
+            keep_unrecorded(r, r->batch); /* the record of prev failed */
     } else {
         r->prev = r->batch;
     }
@@ -849,7 +897,7 @@ enum relay_result
 relay_cycle(struct relay *r)
 {
     uint64_t t0 = metrics_clock_us();
-    if (take_batch(r) < 0)
+    if (!record_unrecorded(r) || take_batch(r) < 0)
         return RELAY_STORE_DOWN;
     if (r->batch->n == 0) {
         r->idle_due_ms = r->batch->due_in_ms;

@@ -36,6 +36,9 @@ struct relay_backend {
     /* Waits until it unblocks or deadline_ms; -1: the connection died. */
     int (*wait_unblocked)(void *publisher, uint64_t deadline_ms, char *err,
                           size_t errlen);
+    /* The last failure was the server refusing writes (read-only): nothing
+     * was written, the next session can record; NULL: never. */
+    bool (*refused_writes)(void *store);
 };
 
 /* The server a relay waits on (metrics: which one is a drain's pace). */
@@ -105,6 +108,9 @@ struct relay {
     struct outbox_batch *batch; /* being published */
     struct outbox_batch *prev;  /* published, outcome not yet recorded */
     struct outbox_batch *next;  /* claimed ahead, not yet published */
+    /* Published, their record refused by a server that went read-only:
+     * recorded on the next session, before any claim. */
+    struct outbox_batch *unrecorded[2];
     uint64_t next_claim_ms;
     struct relay_job job;
     struct relay_stats stats;

@@ -34,6 +34,7 @@
 
 /* Error numbers shared by MySQL and MariaDB (MariaDB-only ones marked). */
 enum {
+    ERRNO_UNKNOWN_COM = 1047, /* Galera: node not primary (WSREP not ready) */
     ERRNO_SERVER_SHUTDOWN = 1053,
     ERRNO_BAD_FIELD = 1054,
     ERRNO_TABLE_ACCESS_DENIED = 1142,
@@ -41,6 +42,8 @@ enum {
     ERRNO_NO_SUCH_TABLE = 1146,
     ERRNO_LOCK_WAIT_TIMEOUT = 1205,
     ERRNO_DEADLOCK = 1213,
+    ERRNO_OPTION_PREVENTS = 1290,   /* --read-only, --super-read-only */
+    ERRNO_READ_ONLY_MODE = 1836,    /* MySQL: super_read_only */
     ERRNO_CONNECTION_KILLED = 1927, /* MariaDB */
     ERRNO_CLIENT_FIRST = 2000,      /* CR_*: the client library's own */
     ERRNO_CLIENT_LAST = 2999,
@@ -138,6 +141,8 @@ struct store {
     MYSQL *db;                  /* open, version checked, session set up */
     bool ready;                 /* table checked, claim statements built */
     bool schema_error;          /* last failure: schema, version or privilege */
+    bool read_only;             /* last failure: the server refuses writes */
+    bool allow_read_only;       /* store_allow_read_only: no read_only check */
     uint64_t schema_checked_ms; /* when the table was last checked */
     bool schema_stale;          /* store_recheck_schema: check it now */
     unsigned last_errno;
@@ -313,6 +318,19 @@ is_schema_errno(unsigned code)
            code == ERRNO_COLUMN_ACCESS_DENIED;
 }
 
+/*
+ * "This server no longer takes writes": a demoted primary left up
+ * read-only, or a Galera node out of the primary component.  Another
+ * session to the same address may reach the new primary (DNS, a VIP or
+ * a proxy moved), this one never will (docs/contract.md section 9).
+ */
+static bool
+is_read_only_errno(unsigned code)
+{
+    return code == ERRNO_OPTION_PREVENTS || code == ERRNO_READ_ONLY_MODE ||
+           code == ERRNO_UNKNOWN_COM;
+}
+
 static bool
 is_lock_errno(unsigned code)
 {
@@ -344,7 +362,8 @@ db_fail(struct store *st, const char *what, char *err, size_t errlen)
         st->schema_error = true;
         st->ready = false;
     }
-    if (is_connection_errno(code))
+    st->read_only = is_read_only_errno(code);
+    if (is_connection_errno(code) || st->read_only)
         close_db(st);
     return -1;
 }
@@ -1032,14 +1051,51 @@ store_free(struct store *st)
     free(st);
 }
 
-/* A fresh session: open, version, session settings. */
+/* Ends the session on a server found read-only (see check_writable). */
+static int
+refuse_read_only(struct store *st, char *err, size_t errlen)
+{
+    err_set(err, errlen,
+            "%s: the server has read_only on: a replica or a demoted primary",
+            st->where);
+    st->read_only = true;
+    st->last_errno = 0;
+    close_db(st);
+    return -1;
+}
+
+/*
+ * A server with read_only on is a replica or a demoted primary: even an
+ * account that could write there (SUPER, READ_ONLY ADMIN) must not, so
+ * the session is refused as a claim's 1290 would be, and the caller
+ * reconnects until the address leads to the primary.
+ */
+static int
+check_writable(struct store *st, char *err, size_t errlen)
+{
+    if (st->allow_read_only)
+        return 0;
+    sql_reset(&st->sql);
+    sql_addf(&st->sql, "SELECT @@global.read_only");
+    MYSQL_RES *res = run_select(st, "session", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW row = mysql_fetch_row(res);
+    bool ro = row != NULL && row[0] != NULL && strcmp(row[0], "0") != 0;
+    mysql_free_result(res);
+    return ro ? refuse_read_only(st, err, errlen) : 0;
+}
+
+/* A fresh session: open, version, session settings, writable. */
 static int
 open_session(struct store *st, char *err, size_t errlen)
 {
+    st->read_only = false;
     if (db_open(st, err, errlen) < 0)
         return -1;
     if (check_version(st, err, errlen) < 0 ||
-        setup_session(st, err, errlen) < 0) {
+        setup_session(st, err, errlen) < 0 ||
+        check_writable(st, err, errlen) < 0) {
         close_db(st);
         return -1;
     }
@@ -1096,6 +1152,18 @@ bool
 store_last_error_is_schema(const struct store *st)
 {
     return st->schema_error;
+}
+
+void
+store_allow_read_only(struct store *st)
+{
+    st->allow_read_only = true;
+}
+
+bool
+store_last_error_is_read_only(const struct store *st)
+{
+    return st->read_only;
 }
 
 uint64_t
@@ -1866,7 +1934,9 @@ find_duplicates(struct store *st, struct outbox_batch *b, char *err,
  * row is claimable, and if none is, when the next falls due: an idle
  * outbox then costs this statement and a commit per poll, where the
  * claim's reads would cost three or four.  Each part is one index probe
- * on sql/outbox.sql's table (status, id and next_retry_at).
+ * on sql/outbox.sql's table (status, id and next_retry_at).  The same
+ * read asks whether the server went read-only: an idle relay writes
+ * nothing that would be refused, and must still leave a demoted primary.
  */
 static int
 probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
@@ -1880,7 +1950,7 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
              "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
              "IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), NULL, "
              "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
-             "FROM %s WHERE `status` = 'PROCESSING')))",
+             "FROM %s WHERE `status` = 'PROCESSING'))), @@global.read_only",
              st->table, st->table, st->table, st->table);
     MYSQL_RES *res = run_select(st, "claim", err, errlen);
     if (res == NULL)
@@ -1889,7 +1959,10 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
     bool retry = r != NULL && r[0] != NULL, lease = r != NULL && r[1] != NULL;
     long long retry_us = retry ? strtoll(r[0], NULL, 10) : 0;
     long long lease_us = lease ? strtoll(r[1], NULL, 10) : 0;
+    bool ro = r != NULL && r[2] != NULL && strcmp(r[2], "0") != 0;
     mysql_free_result(res);
+    if (ro && !st->allow_read_only)
+        return refuse_read_only(st, err, errlen);
     /* A lease that ran out is what the claim's look for them finds. */
     if (lease && lease_us <= 0)
         st->expired_none_ms = 0;

@@ -34,6 +34,12 @@ void store_thread_end(void);
 int store_connect(struct store *st, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 void store_disconnect(struct store *st);
+/*
+ * store_connect refuses a server with read_only on (a replica, a demoted
+ * primary), so that a relay does not settle there; outboxctl, which may
+ * only read, calls this first to connect anyway.
+ */
+void store_allow_read_only(struct store *st);
 bool store_is_connected(const struct store *st);
 /*
  * True when the last failure was about the table, its columns, a
@@ -42,6 +48,13 @@ bool store_is_connected(const struct store *st);
  * the next store_connect only checks the table again.
  */
 bool store_last_error_is_schema(const struct store *st);
+/*
+ * True when the last failure was the server refusing writes (read_only
+ * or super_read_only on, errors 1290 and 1836, or a Galera node that is
+ * not primary, 1047): the session is closed, so that the next
+ * store_connect resolves the host again and can reach a new primary.
+ */
+bool store_last_error_is_read_only(const struct store *st);
 /* Statements sent since store_new (the claim's cost, for tests). */
 uint64_t store_statement_count(const struct store *st);
 /*

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "logrepeat.h"
 #include "pacer.h"
 #include "publisher.h"
 #include "stats_sql.h"
@@ -22,6 +23,10 @@
 /* Reconnect backoff: 1s doubling to 30s, with jitter. */
 #define RECONNECT_INITIAL_MS 1000
 #define RECONNECT_MAX_MS 30000
+/* A failure that goes on is logged again after 1 s, 2 s, 4 s... with
+ * its count: as often as the reconnects at first, at most every 10 min
+ * for one that lasts hours. */
+#define LOG_REPEAT_MAX_MS 600000
 /* How often the rows and oldest-pending gauges are counted. */
 #define STATS_INTERVAL_MS 5000
 /* With a live wake stream and nothing changed in the table, the counts
@@ -39,7 +44,8 @@
 struct link_state {
     unsigned failures;
     uint64_t retry_at_ms;
-    char last_error[512];
+    struct logrepeat log; /* which of its failures reach the log */
+    bool read_only;       /* the last failure: the server refused writes */
 };
 
 struct worker {
@@ -80,6 +86,10 @@ struct worker {
     uint64_t stats_changes;   /* changes at the last count */
     uint64_t stats_ms;        /* clock_ms of the last count */
     _Atomic uint64_t empty_claims;
+    /* Every failure, whatever the log said of it. */
+    _Atomic uint64_t db_errors, db_read_only, broker_errors;
+    /* Runs of read-only refusals that ended on a writable server. */
+    _Atomic uint64_t failovers;
     _Atomic uint64_t poll_wait_ms; /* the wait before the next claim */
     _Atomic bool stopping;
     _Atomic bool done;
@@ -133,6 +143,12 @@ publish_fn(void *pub, struct outbox_batch *b, struct outbox_row **rows,
 }
 
 static bool
+refused_writes_fn(void *store)
+{
+    return store_last_error_is_read_only(store);
+}
+
+static bool
 is_blocked_fn(void *pub)
 {
     return publisher_is_blocked(pub);
@@ -170,8 +186,11 @@ worker_new(const struct outbox_config *ob, const char *relay_id)
         .mark_sent = mark_sent_fn,
         .is_blocked = is_blocked_fn,
         .wait_unblocked = wait_unblocked_fn,
+        .refused_writes = refused_writes_fn,
     };
     relay_init(&w->relay, w->ob, relay_id, &backend);
+    logrepeat_init(&w->db.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
+    logrepeat_init(&w->broker.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
     struct pacer_limits lim = pace_limits(w);
     pacer_init(&w->pacer, &lim);
     /* A shutdown cuts the publisher's waits short, not only the relay's. */
@@ -179,7 +198,56 @@ worker_new(const struct outbox_config *ob, const char *relay_id)
     return w;
 }
 
-/* Logs a link failure when it is new or changed, not on every retry. */
+/*
+ * A server that keeps refusing is logged at its first failure, then at
+ * most once per backoff step with the count since, and once when it
+ * clears (link_clear); the metrics count every failure.
+ */
+static void
+link_log(struct worker *w, struct link_state *l, const char *what,
+         const char *err)
+{
+    uint64_t since;
+    /* failing: the session stays (a lock timeout, say); unavailable: it
+     * is gone, a reconnect follows. */
+    const char *state = "unavailable";
+    if (l->read_only)
+        state = "refuses writes (read-only)";
+    else if (l == &w->db && store_is_connected(w->store))
+        state = "failing";
+    switch (logrepeat_failure(&l->log, err, clock_ms(), &since)) {
+    case LOGREPEAT_FIRST:
+        log_error(LOG_KV("outbox", w->ob->name), "%s %s%s: %s", what, state,
+                  l->read_only ? ": reconnecting" : "", err);
+        break;
+    case LOGREPEAT_REPEAT:
+        log_error(LOG_KV("outbox", w->ob->name),
+                  "%s still %s, %llu failure%s since the last report: %s", what,
+                  state, (unsigned long long)since, since == 1 ? "" : "s", err);
+        break;
+    case LOGREPEAT_QUIET:
+        log_debug(LOG_KV("outbox", w->ob->name), "%s still %s: %s", what, state,
+                  err);
+        break;
+    }
+}
+
+/* A failure of the link: counted, logged as link_log decides. */
+static void
+link_failure(struct worker *w, struct link_state *l, const char *what,
+             const char *err)
+{
+    if (l == &w->db) {
+        w->db_errors++;
+        l->read_only = store_last_error_is_read_only(w->store);
+        w->db_read_only += l->read_only;
+    } else {
+        w->broker_errors++;
+    }
+    link_log(w, l, what, err);
+}
+
+/* A failure that closed the link: reconnect after the backoff. */
 static void
 link_failed(struct worker *w, struct link_state *l, const char *what,
             const char *err)
@@ -187,13 +255,7 @@ link_failed(struct worker *w, struct link_state *l, const char *what,
     uint64_t delay =
         backoff_ms(l->failures++, RECONNECT_INITIAL_MS, RECONNECT_MAX_MS);
     l->retry_at_ms = clock_ms() + delay;
-    if (strcmp(l->last_error, err) != 0 || l->failures == 1)
-        log_error(LOG_KV("outbox", w->ob->name), "%s unavailable: %s", what,
-                  err);
-    else
-        log_debug(LOG_KV("outbox", w->ob->name), "%s still unavailable: %s",
-                  what, err);
-    str_copy(l->last_error, err, sizeof(l->last_error));
+    link_failure(w, l, what, err);
 }
 
 static void
@@ -204,7 +266,24 @@ link_ok(struct worker *w, struct link_state *l, const char *what,
              detail[0] ? ": " : "", detail);
     l->failures = 0;
     l->retry_at_ms = 0;
-    l->last_error[0] = '\0';
+}
+
+/* After a cycle that worked: the end of a run of failures, if any. */
+static void
+link_clear(struct worker *w, struct link_state *l, const char *what)
+{
+    uint64_t ms, n;
+    char took[32];
+    if (!logrepeat_success(&l->log, clock_ms(), &ms, &n))
+        return;
+    duration_format(ms < 1000 ? ms : ms / 1000 * 1000, took, sizeof(took));
+    log_info(
+        LOG_KV("outbox", w->ob->name), "%s %s again after %s, %llu %s%s", what,
+        l->read_only ? "writable" : "available", took, (unsigned long long)n,
+        l == &w->db ? "failed attempt" : "failed connect", n == 1 ? "" : "s");
+    if (l->read_only)
+        w->failovers++; /* the binlog stream follows (binlog_client) */
+    l->read_only = false;
 }
 
 static void
@@ -288,7 +367,12 @@ run_cycle(struct worker *w)
         schedule(w, BLOCKED_POLL_MS);
         return;
     }
-    switch (relay_cycle(&w->relay)) {
+    enum relay_result rc = relay_cycle(&w->relay);
+    if (rc != RELAY_STORE_DOWN && rc != RELAY_BROKER_DOWN) {
+        link_clear(w, &w->db, "database");
+        link_clear(w, &w->broker, "broker");
+    }
+    switch (rc) {
     case RELAY_FULL:
         pace(w, PACER_FULL, PACER_NOT_DUE);
         break;
@@ -301,8 +385,7 @@ run_cycle(struct worker *w)
         break;
     case RELAY_STORE_DOWN:
         if (store_is_connected(w->store))
-            log_error(LOG_KV("outbox", w->ob->name), "database error: %s",
-                      w->relay.last_error);
+            link_failure(w, &w->db, "database", w->relay.last_error);
         else
             link_failed(w, &w->db, "database", w->relay.last_error);
         schedule(w, store_is_connected(w->store) ? w->ob->poll_interval_ms
@@ -510,11 +593,20 @@ binlog_state_cb(void *arg, bool live)
     event_active(w->kick, 0, 0);
 }
 
+static uint64_t
+binlog_failovers_cb(void *arg)
+{
+    struct worker *w = arg;
+    return w->failovers;
+}
+
 struct binlog_client
 worker_binlog_client(struct worker *w)
 {
-    return (struct binlog_client){
-        .commit = binlog_commit_cb, .state = binlog_state_cb, .arg = w};
+    return (struct binlog_client){.commit = binlog_commit_cb,
+                                  .state = binlog_state_cb,
+                                  .failovers = binlog_failovers_cb,
+                                  .arg = w};
 }
 
 bool
@@ -686,6 +778,9 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
     m->wake_live = w->wake_live;
     m->wakes = w->wakes;
     m->empty_claims = w->empty_claims;
+    m->db_errors = w->db_errors;
+    m->db_read_only = w->db_read_only;
+    m->broker_errors = w->broker_errors;
     m->poll_wait_s = (double)w->poll_wait_ms / 1e3;
     m->db_up = w->db_up;
     m->broker_up = w->broker_up;

@@ -17,6 +17,7 @@ Suite *http_suite(void);
 Suite *publisher_suite(void);
 Suite *log_suite(void);
 Suite *pacer_suite(void);
+Suite *logrepeat_suite(void);
 Suite *binlog_suite(void);
 Suite *config_dump_suite(void);
 Suite *version_suite(void);
@@ -37,6 +38,7 @@ main(void)
     srunner_add_suite(sr, publisher_suite());
     srunner_add_suite(sr, log_suite());
     srunner_add_suite(sr, pacer_suite());
+    srunner_add_suite(sr, logrepeat_suite());
     srunner_add_suite(sr, binlog_suite());
     srunner_add_suite(sr, config_dump_suite());
     srunner_add_suite(sr, version_suite());

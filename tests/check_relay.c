@@ -50,6 +50,8 @@ struct fake {
     bool final_dead[MAX_ROWS];
     char final_error[MAX_ROWS][128];
     char keys[MAX_ROWS][256];
+    bool refused;                /* finalize failed as on a read-only server */
+    int claims_at_last_finalize; /* claims made before the last finalize */
 };
 
 static int
@@ -122,6 +124,7 @@ fake_finalize(void *arg, struct outbox_batch *b, size_t *lost, char *err,
     struct fake *f = arg;
     *lost = 0;
     f->finalized++;
+    f->claims_at_last_finalize = f->claims;
     for (size_t i = 0; i < b->n; i++) {
         f->final_state[i] = b->rows[i].state;
         f->final_dead[i] = b->rows[i].dead;
@@ -153,6 +156,12 @@ fake_mark_sent(void *arg, struct outbox_batch *b, struct outbox_row **rows,
     f->published_at_mark[f->marks++] = f->npublished;
     *lost = f->mark_lost;
     return 0;
+}
+
+static bool
+fake_refused(void *arg)
+{
+    return ((struct fake *)arg)->refused;
 }
 
 static struct broker_config broker = {.name = "main",
@@ -922,6 +931,54 @@ START_TEST(test_wait_in_progress_counted)
 }
 END_TEST
 
+/*
+ * A server that went read-only refused the record of a published batch:
+ * the next session records it before it claims anything, so that the
+ * new primary, which holds the rows and their token, sees it SENT.
+ */
+START_TEST(test_refused_record_kept_for_next_session)
+{
+    relay.backend.refused_writes = fake_refused;
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    fake.finalize_rc = -1;
+    fake.refused = true;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    ck_assert_int_eq(fake.finalized, 1);
+    ck_assert_uint_eq(relay.stats.published, 0);
+    /* Still refused (reconnected to the old primary): kept again. */
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    ck_assert_int_eq(fake.finalized, 2);
+    ck_assert_int_eq(fake.claims, 1);
+    /* The new primary: recorded first, then the claim. */
+    fake.finalize_rc = 0;
+    fake.refused = false;
+    fake.nrows = 0;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_IDLE);
+    ck_assert_int_eq(fake.finalized, 3);
+    ck_assert_int_eq(fake.claims_at_last_finalize, 1);
+    ck_assert_int_eq(fake.claims, 2);
+    ck_assert_int_eq(fake.final_state[0], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[1], ROW_ACKED);
+    ck_assert_uint_eq(relay.stats.published, 2);
+}
+END_TEST
+
+/* Any other failure to record: the rows come back after their lease. */
+START_TEST(test_failed_record_not_kept)
+{
+    relay.backend.refused_writes = fake_refused;
+    add_row(1, "e1", "A");
+    fake.finalize_rc = -1;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    fake.finalize_rc = 0;
+    fake.nrows = 0;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_IDLE);
+    ck_assert_int_eq(fake.finalized, 1);
+    ck_assert_uint_eq(relay.stats.published, 0);
+}
+END_TEST
+
 Suite *
 relay_suite(void)
 {
@@ -957,6 +1014,8 @@ relay_suite(void)
     tcase_add_test(tc, test_wait_counted_by_server);
     tcase_add_test(tc, test_overlapped_claim_not_waited_for);
     tcase_add_test(tc, test_wait_in_progress_counted);
+    tcase_add_test(tc, test_refused_record_kept_for_next_session);
+    tcase_add_test(tc, test_failed_record_not_kept);
     suite_add_tcase(s, tc);
     return s;
 }
