@@ -176,10 +176,18 @@ struct store {
     size_t earlier_cap;
     struct fin_item *items;
     size_t items_cap;
-    uint64_t *located; /* claim: candidate ids, then those locked */
-    size_t located_cap;
-    uint64_t *heads; /* claim: located ids that lead their aggregate's
-                        unfinished events, sorted when used */
+    uint64_t *located;       /* claim: candidate ids */
+    uint64_t *located_bytes; /* their payload and headers, in bytes */
+    size_t located_cap, located_bytes_cap;
+    uint64_t *taken; /* claim: the ids locked so far, sorted for bsearch */
+    size_t taken_cap;
+    char *bytes_sql; /* a candidate's payload and headers length, in SQL */
+    /* The claim stopped short of its row limit on purpose (batch_bytes,
+     * or the locate's window): more rows may wait. */
+    bool cut_short;
+    uint64_t row_bytes_est; /* bytes per candidate, at the last locate */
+    uint64_t *heads;        /* claim: located ids that lead their aggregate's
+                               unfinished events, sorted when used */
     size_t heads_cap, nheads;
     uint64_t *purge_ids; /* retention: the expired ids of one step */
     size_t purge_cap;
@@ -874,6 +882,10 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
         st->claim_order[s] = xasprintf(
             " ORDER BY %s", s == SRC_RETRY ? "`next_retry_at`" : order);
     }
+    free(st->bytes_sql);
+    st->bytes_sql = xasprintf(
+        "IFNULL(LENGTH(`c`.`payload`), 0)%s",
+        sc->optional[OPT_HEADERS] ? " + IFNULL(LENGTH(`c`.`headers`), 0)" : "");
     free(st->unblocked_sql);
     st->unblocked_sql = build_unblocked_filter(st);
     free(st->head_sql);
@@ -1014,6 +1026,9 @@ store_free(struct store *st)
         free(st->claim_order[s]);
     }
     free(st->located);
+    free(st->located_bytes);
+    free(st->taken);
+    free(st->bytes_sql);
     free(st->heads);
     free(st->unblocked_sql);
     free(st->head_sql);
@@ -1156,6 +1171,13 @@ field_dup(struct outbox_batch *b, MYSQL_ROW r, const unsigned long *len, int i)
     return r[i] != NULL ? batch_memdup(b, r[i], len[i]) : NULL;
 }
 
+/* Payload and headers: the one copy from the client's packet buffer. */
+static const char *
+field_bulk(struct outbox_batch *b, MYSQL_ROW r, const unsigned long *len, int i)
+{
+    return r[i] != NULL ? batch_bulkdup(b, r[i], len[i]) : NULL;
+}
+
 /* "1718000000.123456" or "1718000000" to microseconds. */
 static int64_t
 parse_us(const char *s)
@@ -1173,7 +1195,8 @@ parse_us(const char *s)
     return us + frac;
 }
 
-/* Copies one candidate into the batch's arena: no malloc per row. */
+/* Copies one candidate into the batch's arena and bulk store: no malloc
+ * per row, and the payload copied once. */
 static void
 add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
               const unsigned long *len, enum outbox_status from)
@@ -1184,7 +1207,7 @@ add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
     row->aggregate_type = field_dup(b, r, len, COL_AGGREGATE_TYPE);
     row->aggregate_id = field_dup(b, r, len, COL_AGGREGATE_ID);
     row->event_type = field_dup(b, r, len, COL_EVENT_TYPE);
-    row->payload = field_dup(b, r, len, COL_PAYLOAD);
+    row->payload = field_bulk(b, r, len, COL_PAYLOAD);
     row->payload_len = r[COL_PAYLOAD] ? len[COL_PAYLOAD] : 0;
     row->created_us = parse_us(r[COL_CREATED]);
     long rc = r[COL_RETRY_COUNT] ? strtol(r[COL_RETRY_COUNT], NULL, 10) : 0;
@@ -1196,7 +1219,9 @@ add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
                                    &row->traceparent};
     for (int i = 0; i < NOPTIONAL; i++)
         if (st->pos_optional[i] >= 0)
-            *opt[i] = field_dup(b, r, len, st->pos_optional[i]);
+            *opt[i] = i == OPT_HEADERS
+                          ? field_bulk(b, r, len, st->pos_optional[i])
+                          : field_dup(b, r, len, st->pos_optional[i]);
     size_t nc = st->ob->ncolumns;
     if (nc == 0)
         return;
@@ -1233,108 +1258,234 @@ add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
              st->claim_order[src], limit);
 }
 
-/* Adds the rows a locking read returns; with skip (sorted ids), not those. */
-static int
-add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
-                const uint64_t *skip, size_t nskip, size_t limit, char *err,
-                size_t errlen)
+/*
+ * A result read row by row (mysql_use_result): each row is copied from
+ * the client's packet buffer into the batch and nothing else holds the
+ * batch's payloads, where mysql_store_result would keep a second copy of
+ * them all until freed.
+ */
+static MYSQL_RES *
+run_select_stream(struct store *st, const char *what, char *err, size_t errlen)
 {
-    MYSQL_RES *res = run_select(st, "claim", err, errlen);
+    if (run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
+        return NULL;
+    MYSQL_RES *res = mysql_use_result(st->db);
+    if (res == NULL)
+        db_fail(st, what, err, errlen);
+    return res;
+}
+
+/* A streamed read that failed between rows: the result is freed before
+ * the session may be closed. */
+static int
+stream_fail(struct store *st, MYSQL_RES *res, const char *what, char *err,
+            size_t errlen)
+{
+    unsigned code = mysql_errno(st->db);
+    err_set(err, errlen, "%s %s: %s (error %u)", what, st->where,
+            mysql_error(st->db), code);
+    st->last_errno = code;
+    mysql_free_result(res);
+    if (is_connection_errno(code))
+        close_db(st);
+    return -1;
+}
+
+/* Step two: the rows of st->located[0..n) locked by id and read whole,
+ * those still candidates and not held by another relay. */
+static int
+lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
+             size_t n, char *err, size_t errlen)
+{
+    sql_reset(&st->sql);
+    sql_addf(&st->sql, "%s FROM %s `c`%s WHERE `c`.`id` IN (", st->select_list,
+             st->table, st->id_primary ? " FORCE INDEX (PRIMARY)" : "");
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(&st->sql, st->located[i], i == 0);
+    sql_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED", claim_cond[src]);
+    MYSQL_RES *res = run_select_stream(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
     MYSQL_ROW r;
-    size_t added = 0;
-    while (added < limit && (r = mysql_fetch_row(res)) != NULL) {
-        uint64_t id = strtoull(r[COL_ID], NULL, 10);
-        if (nskip > 0 && bsearch(&id, skip, nskip, sizeof(*skip), u64_cmp))
-            continue;
+    while ((r = mysql_fetch_row(res)) != NULL)
         add_candidate(st, b, r, mysql_fetch_lengths(res), source_status[src]);
-        added++;
-    }
+    if (mysql_errno(st->db) != 0)
+        return stream_fail(st, res, "claim", err, errlen);
     mysql_free_result(res);
     return 0;
 }
 
-/* Step one: the candidates' ids, by a read that takes no lock. */
+/*
+ * Reads ids and lengths into st->located (at most limit, none of the
+ * sorted st->taken[0..ntaken)) and, with heads, which lead their
+ * aggregate's unfinished events.
+ */
 static int
-locate_candidates(struct store *st, enum claim_source src, size_t limit,
-                  size_t *n, char *err, size_t errlen)
+read_located(struct store *st, size_t limit, bool heads, size_t ntaken,
+             size_t *n, char *err, size_t errlen)
 {
-    bool heads = st->head_sql != NULL && ordering_applies(st, src);
-    sql_reset(&st->sql);
-    sql_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->head_sql : "");
-    add_candidate_scan(st, src, limit);
     MYSQL_RES *res = run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
     st->located = grow(st->located, &st->located_cap, limit, sizeof(uint64_t));
+    st->located_bytes = grow(st->located_bytes, &st->located_bytes_cap, limit,
+                             sizeof(uint64_t));
     st->heads =
         grow(st->heads, &st->heads_cap, st->nheads + limit, sizeof(uint64_t));
     MYSQL_ROW r;
     *n = 0;
     while (*n < limit && (r = mysql_fetch_row(res)) != NULL) {
         uint64_t id = strtoull(r[0], NULL, 10);
+        if (ntaken > 0 &&
+            bsearch(&id, st->taken, ntaken, sizeof(*st->taken), u64_cmp))
+            continue;
+        st->located_bytes[*n] = r[1] != NULL ? strtoull(r[1], NULL, 10) : 0;
         st->located[(*n)++] = id;
-        if (heads && r[1] != NULL && r[1][0] == '1')
+        if (heads && r[2] != NULL && r[2][0] == '1')
             st->heads[st->nheads++] = id;
     }
     mysql_free_result(res);
     return 0;
 }
 
-/* Step two: those rows locked by id, if still candidates and not held. */
+/* Step one: the candidates' ids and sizes, by a read that takes no lock. */
 static int
-lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
-             size_t n, char *err, size_t errlen)
+locate_candidates(struct store *st, enum claim_source src, size_t limit,
+                  size_t *n, char *err, size_t errlen)
+{
+    bool heads = st->head_sql != NULL && ordering_applies(st, src);
+    sql_reset(&st->sql);
+    sql_addf(&st->sql, "SELECT `c`.`id`, %s%s", st->bytes_sql,
+             heads ? st->head_sql : "");
+    add_candidate_scan(st, src, limit);
+    return read_located(st, limit, heads, 0, n, err, errlen);
+}
+
+/* The top-up: ids and sizes by the locking read along the index, past
+ * what other relays hold and what this claim took already. */
+static int
+lock_more_candidates(struct store *st, enum claim_source src, size_t limit,
+                     size_t ntaken, size_t *n, char *err, size_t errlen)
 {
     sql_reset(&st->sql);
-    sql_addf(&st->sql,
-             "%s FROM %s `c` FORCE INDEX (PRIMARY) WHERE `c`.`id` IN (",
-             st->select_list, st->table);
-    for (size_t i = 0; i < n; i++)
-        sql_add_id(&st->sql, st->located[i], i == 0);
-    sql_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED", claim_cond[src]);
-    return add_locked_rows(st, b, src, NULL, 0, n, err, errlen);
+    sql_addf(&st->sql, "SELECT `c`.`id`, %s", st->bytes_sql);
+    add_candidate_scan(st, src, limit + ntaken);
+    sql_addf(&st->sql, " FOR UPDATE SKIP LOCKED");
+    return read_located(st, limit, false, ntaken, n, err, errlen);
+}
+
+/* What is left of batch_bytes, by the payloads and headers taken. */
+static uint64_t
+bytes_left(const struct store *st, const struct outbox_batch *b)
+{
+    uint64_t budget = st->ob->batch_bytes;
+    return b->bulk_bytes < budget ? budget - b->bulk_bytes : 0;
 }
 
 /*
- * The rows of one source, at most limit, locked.  They are found by a
- * plain read, then locked by id: a locking read along the status index
- * also goes through the lock system for every entry that the last claims
- * left delete-marked at the head of the PENDING range, until purge
- * removes them, and that grew with the purge lag to four fifths of the
- * claim's read in a drain, where a plain read passes them cheaply.  The
- * lock re-reads the condition on the latest version, so a row that
- * another relay took in between is not taken again.  When rows were
- * taken in between and more may wait, the locking read along the index
- * tops the batch up, past what other relays hold; it alone claims from a
- * table whose primary key is not led by id.
+ * How many of the n located rows the batch takes (docs/contract.md
+ * section 1.6): it stops before the row that would pass batch_bytes,
+ * and a row larger than the whole budget goes alone, in a batch of its
+ * own.  Applied to the locate before any lock, so no row is locked to be
+ * dropped; the top-up's locking read may lock a few past the cut, which
+ * the claim's commit releases unmarked.
+ */
+static size_t
+cut_by_bytes(struct store *st, const struct outbox_batch *b, size_t n)
+{
+    uint64_t left = bytes_left(st, b);
+    size_t k = 0;
+    for (; k < n; k++) {
+        uint64_t len = st->located_bytes[k];
+        if (len > left && (b->n > 0 || k > 0)) {
+            st->cut_short = true;
+            break;
+        }
+        left = len < left ? left - len : 0;
+    }
+    return k;
+}
+
+/*
+ * Reading a length reads the column: the locate of a backlog of large
+ * rows would read batch_size of them to take a few.  So it reads about
+ * half as many again as the last locate's sizes say will fit.
+ */
+static size_t
+locate_window(const struct store *st, const struct outbox_batch *b,
+              size_t limit)
+{
+    if (st->row_bytes_est == 0)
+        return limit;
+    uint64_t fit = bytes_left(st, b) / st->row_bytes_est;
+    uint64_t window = fit + fit / 2 + 4;
+    return window < limit ? (size_t)window : limit;
+}
+
+static void
+note_row_bytes(struct store *st, size_t n)
+{
+    if (n == 0)
+        return;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += st->located_bytes[i];
+    st->row_bytes_est = sum / n > 0 ? sum / n : 1;
+}
+
+/* The ids locked so far by this source, sorted: the top-up skips them. */
+static size_t
+note_taken(struct store *st, const struct outbox_batch *b, size_t from)
+{
+    size_t n = b->n - from;
+    st->taken = grow(st->taken, &st->taken_cap, n, sizeof(*st->taken));
+    for (size_t i = 0; i < n; i++)
+        st->taken[i] = b->rows[from + i].id;
+    if (n > 1)
+        qsort(st->taken, n, sizeof(*st->taken), u64_cmp);
+    return n;
+}
+
+/*
+ * The rows of one source, at most limit and batch_bytes, locked.  They
+ * are found by a plain read, then locked by id: a locking read along the
+ * status index also goes through the lock system for every entry that
+ * the last claims left delete-marked at the head of the PENDING range,
+ * until purge removes them, and that grew with the purge lag to four
+ * fifths of the claim's read in a drain, where a plain read passes them
+ * cheaply.  The lock re-reads the condition on the latest version, so a
+ * row that another relay took in between is not taken again.  When rows
+ * were taken in between and more may wait, the locking read along the
+ * index tops the batch up, past what other relays hold; it alone claims
+ * from a table whose primary key is not led by id.  Either read gives
+ * ids and sizes only: rows are read whole once cut to the budget.
  */
 static int
 fetch_candidates(struct store *st, struct outbox_batch *b,
                  enum claim_source src, size_t limit, char *err, size_t errlen)
 {
-    size_t located = limit, locked = 0, before = b->n;
+    size_t window = locate_window(st, b, limit), located, keep, ntaken = 0;
+    size_t before = b->n;
     if (st->id_primary) {
-        if (locate_candidates(st, src, limit, &located, err, errlen) < 0)
+        if (locate_candidates(st, src, window, &located, err, errlen) < 0)
             return -1;
-        if (located == 0)
+        note_row_bytes(st, located);
+        st->cut_short |= located == window && window < limit;
+        keep = cut_by_bytes(st, b, located);
+        if (keep == 0)
             return 0;
-        if (lock_located(st, b, src, located, err, errlen) < 0)
+        if (lock_located(st, b, src, keep, err, errlen) < 0)
             return -1;
-        locked = b->n - before;
-        if (locked == located || located < limit)
+        if (b->n - before == keep || located < window || st->cut_short)
             return 0;
-        for (size_t i = 0; i < locked; i++)
-            st->located[i] = b->rows[before + i].id;
-        qsort(st->located, locked, sizeof(*st->located), u64_cmp);
+        ntaken = note_taken(st, b, before);
     }
-    sql_reset(&st->sql);
-    sql_addf(&st->sql, "%s", st->select_list);
-    add_candidate_scan(st, src, limit);
-    sql_addf(&st->sql, " FOR UPDATE SKIP LOCKED");
-    return add_locked_rows(st, b, src, st->located, locked, limit - locked, err,
-                           errlen);
+    if (lock_more_candidates(st, src, window - ntaken, ntaken, &located, err,
+                             errlen) < 0)
+        return -1;
+    note_row_bytes(st, located);
+    keep = cut_by_bytes(st, b, located);
+    return keep > 0 ? lock_located(st, b, src, keep, err, errlen) : 0;
 }
 
 static int
@@ -1914,16 +2065,19 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
         return db_commit(st, "claim", err, errlen);
     make_token(st, b->token, relay_id);
     st->nheads = 0;
+    st->cut_short = false;
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
     if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
         return -1;
     if (b->n > 0) {
         b->candidates = cap; /* cut short on purpose: claim again at once */
     } else {
-        for (int s = SRC_RETRY; s < SRC_COUNT && b->n < cap; s++)
+        for (int s = SRC_RETRY; s < SRC_COUNT && b->n < cap && !st->cut_short;
+             s++)
             if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
                 return -1;
-        b->candidates = b->n;
+        /* Cut by bytes or by the locate's window: claim again at once. */
+        b->candidates = st->cut_short ? cap : b->n;
         if (filter_candidates(st, b, err, errlen) < 0)
             return -1;
     }
