@@ -1374,11 +1374,14 @@ lock_more_candidates(struct store *st, enum claim_source src, size_t limit,
     return read_located(st, limit, false, ntaken, n, err, errlen);
 }
 
-/* What is left of batch_bytes, by the payloads and headers taken. */
+/* What is left of batch_bytes, by the payloads and headers taken; a
+ * config built by hand, with no batch_bytes, has no byte bound. */
 static uint64_t
 bytes_left(const struct store *st, const struct outbox_batch *b)
 {
     uint64_t budget = st->ob->batch_bytes;
+    if (budget == 0)
+        return UINT64_MAX;
     return b->bulk_bytes < budget ? budget - b->bulk_bytes : 0;
 }
 
@@ -1418,6 +1421,8 @@ locate_window(const struct store *st, const struct outbox_batch *b,
     if (st->row_bytes_est == 0)
         return limit;
     uint64_t fit = bytes_left(st, b) / st->row_bytes_est;
+    if (fit >= limit)
+        return limit;
     uint64_t window = fit + fit / 2 + 4;
     return window < limit ? (size_t)window : limit;
 }
