@@ -1265,6 +1265,7 @@ struct sized_drain {
     double rate; /* events/s */
     double seconds;
     long rss_kib;
+    double wait_s[2]; /* outboxd waiting on the broker, the database */
 };
 
 /* One drain of rows of one size at default settings (batch_bytes too). */
@@ -1290,6 +1291,9 @@ measure_sized_drain(const struct settings *s, size_t size, long rows)
     }
     res.seconds = now_s() - t0;
     res.rate = (double)rows / res.seconds;
+    struct drain_result waits;
+    read_waits(&waits);
+    memcpy(res.wait_s, waits.wait_s, sizeof(res.wait_s));
     res.rss_kib = peak_rss_kib(pid);
     stop_daemon(pid);
     if (db_int(m, "SELECT COUNT(*) FROM outbox_event WHERE status = 'DEAD'"))
@@ -1326,7 +1330,9 @@ measure_bytes(const struct settings *s)
                d.rss_kib / 1024.0);
         if (size == 65536)
             printf("; %.2f of the broker's 64 KiB byte rate", mib / c64_mib);
-        printf("\n");
+        printf("; waiting on the broker %.0f%%, the database %.0f%%\n",
+               100.0 * d.wait_s[0] / d.seconds,
+               100.0 * d.wait_s[1] / d.seconds);
     }
 }
 
