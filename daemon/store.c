@@ -50,6 +50,9 @@ enum {
 /* Where claim candidates come from, in the order they are taken. */
 enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
 
+/* The first claim's window, before any row's size is known: see
+ * claim_window. */
+#define FIRST_WINDOW 32
 /* At most this long between two looks for expired leases. */
 #define EXPIRED_LOOK_MS 1000
 /* How often a claim reads the table's definition again: see
@@ -176,18 +179,16 @@ struct store {
     size_t earlier_cap;
     struct fin_item *items;
     size_t items_cap;
-    uint64_t *located;       /* claim: candidate ids */
-    uint64_t *located_bytes; /* their payload and headers, in bytes */
-    size_t located_cap, located_bytes_cap;
-    uint64_t *taken; /* claim: the ids locked so far, sorted for bsearch */
-    size_t taken_cap;
-    char *bytes_sql; /* a candidate's payload and headers length, in SQL */
+    uint64_t *located; /* claim: candidate ids, then those locked */
+    size_t located_cap;
     /* The claim stopped short of its row limit on purpose (batch_bytes,
-     * or the locate's window): more rows may wait. */
+     * or the window): more rows may wait. */
     bool cut_short;
-    uint64_t row_bytes_est; /* bytes per candidate, at the last locate */
-    uint64_t *heads;        /* claim: located ids that lead their aggregate's
-                               unfinished events, sorted when used */
+    /* Payload and headers per locked row: the last claim's mean (0: no
+     * claim yet), and this claim's sums, which size the next window. */
+    uint64_t row_bytes_est, seen_bytes, seen_rows;
+    uint64_t *heads; /* claim: located ids that lead their aggregate's
+                        unfinished events, sorted when used */
     size_t heads_cap, nheads;
     uint64_t *purge_ids; /* retention: the expired ids of one step */
     size_t purge_cap;
@@ -882,10 +883,6 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
         st->claim_order[s] = xasprintf(
             " ORDER BY %s", s == SRC_RETRY ? "`next_retry_at`" : order);
     }
-    free(st->bytes_sql);
-    st->bytes_sql = xasprintf(
-        "IFNULL(LENGTH(`c`.`payload`), 0)%s",
-        sc->optional[OPT_HEADERS] ? " + IFNULL(LENGTH(`c`.`headers`), 0)" : "");
     free(st->unblocked_sql);
     st->unblocked_sql = build_unblocked_filter(st);
     free(st->head_sql);
@@ -1026,9 +1023,6 @@ store_free(struct store *st)
         free(st->claim_order[s]);
     }
     free(st->located);
-    free(st->located_bytes);
-    free(st->taken);
-    free(st->bytes_sql);
     free(st->heads);
     free(st->unblocked_sql);
     free(st->head_sql);
@@ -1291,89 +1285,6 @@ stream_fail(struct store *st, MYSQL_RES *res, const char *what, char *err,
     return -1;
 }
 
-/* Step two: the rows of st->located[0..n) locked by id and read whole,
- * those still candidates and not held by another relay. */
-static int
-lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
-             size_t n, char *err, size_t errlen)
-{
-    sql_reset(&st->sql);
-    sql_addf(&st->sql, "%s FROM %s `c`%s WHERE `c`.`id` IN (", st->select_list,
-             st->table, st->id_primary ? " FORCE INDEX (PRIMARY)" : "");
-    for (size_t i = 0; i < n; i++)
-        sql_add_id(&st->sql, st->located[i], i == 0);
-    sql_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED", claim_cond[src]);
-    MYSQL_RES *res = run_select_stream(st, "claim", err, errlen);
-    if (res == NULL)
-        return -1;
-    MYSQL_ROW r;
-    while ((r = mysql_fetch_row(res)) != NULL)
-        add_candidate(st, b, r, mysql_fetch_lengths(res), source_status[src]);
-    if (mysql_errno(st->db) != 0)
-        return stream_fail(st, res, "claim", err, errlen);
-    mysql_free_result(res);
-    return 0;
-}
-
-/*
- * Reads ids and lengths into st->located (at most limit, none of the
- * sorted st->taken[0..ntaken)) and, with heads, which lead their
- * aggregate's unfinished events.
- */
-static int
-read_located(struct store *st, size_t limit, bool heads, size_t ntaken,
-             size_t *n, char *err, size_t errlen)
-{
-    MYSQL_RES *res = run_select(st, "claim", err, errlen);
-    if (res == NULL)
-        return -1;
-    st->located = grow(st->located, &st->located_cap, limit, sizeof(uint64_t));
-    st->located_bytes = grow(st->located_bytes, &st->located_bytes_cap, limit,
-                             sizeof(uint64_t));
-    st->heads =
-        grow(st->heads, &st->heads_cap, st->nheads + limit, sizeof(uint64_t));
-    MYSQL_ROW r;
-    *n = 0;
-    while (*n < limit && (r = mysql_fetch_row(res)) != NULL) {
-        uint64_t id = strtoull(r[0], NULL, 10);
-        if (ntaken > 0 &&
-            bsearch(&id, st->taken, ntaken, sizeof(*st->taken), u64_cmp))
-            continue;
-        st->located_bytes[*n] = r[1] != NULL ? strtoull(r[1], NULL, 10) : 0;
-        st->located[(*n)++] = id;
-        if (heads && r[2] != NULL && r[2][0] == '1')
-            st->heads[st->nheads++] = id;
-    }
-    mysql_free_result(res);
-    return 0;
-}
-
-/* Step one: the candidates' ids and sizes, by a read that takes no lock. */
-static int
-locate_candidates(struct store *st, enum claim_source src, size_t limit,
-                  size_t *n, char *err, size_t errlen)
-{
-    bool heads = st->head_sql != NULL && ordering_applies(st, src);
-    sql_reset(&st->sql);
-    sql_addf(&st->sql, "SELECT `c`.`id`, %s%s", st->bytes_sql,
-             heads ? st->head_sql : "");
-    add_candidate_scan(st, src, limit);
-    return read_located(st, limit, heads, 0, n, err, errlen);
-}
-
-/* The top-up: ids and sizes by the locking read along the index, past
- * what other relays hold and what this claim took already. */
-static int
-lock_more_candidates(struct store *st, enum claim_source src, size_t limit,
-                     size_t ntaken, size_t *n, char *err, size_t errlen)
-{
-    sql_reset(&st->sql);
-    sql_addf(&st->sql, "SELECT `c`.`id`, %s", st->bytes_sql);
-    add_candidate_scan(st, src, limit + ntaken);
-    sql_addf(&st->sql, " FOR UPDATE SKIP LOCKED");
-    return read_located(st, limit, false, ntaken, n, err, errlen);
-}
-
 /* What is left of batch_bytes, by the payloads and headers taken; a
  * config built by hand, with no batch_bytes, has no byte bound. */
 static uint64_t
@@ -1385,70 +1296,152 @@ bytes_left(const struct store *st, const struct outbox_batch *b)
     return b->bulk_bytes < budget ? budget - b->bulk_bytes : 0;
 }
 
-/*
- * How many of the n located rows the batch takes (docs/contract.md
- * section 1.6): it stops before the row that would pass batch_bytes,
- * and a row larger than the whole budget goes alone, in a batch of its
- * own.  Applied to the locate before any lock, so no row is locked to be
- * dropped; the top-up's locking read may lock a few past the cut, which
- * the claim's commit releases unmarked.
- */
-static size_t
-cut_by_bytes(struct store *st, const struct outbox_batch *b, size_t n)
+/* A row's payload and headers: what it counts against batch_bytes. */
+static uint64_t
+row_bytes(const struct store *st, MYSQL_ROW r, const unsigned long *len)
 {
-    uint64_t left = bytes_left(st, b);
-    size_t k = 0;
-    for (; k < n; k++) {
-        uint64_t len = st->located_bytes[k];
-        if (len > left && (b->n > 0 || k > 0)) {
-            st->cut_short = true;
-            break;
-        }
-        left = len < left ? left - len : 0;
-    }
-    return k;
-}
-
-/*
- * Reading a length reads the column: the locate of a backlog of large
- * rows would read batch_size of them to take a few.  So it reads about
- * half as many again as the last locate's sizes say will fit.
- */
-static size_t
-locate_window(const struct store *st, const struct outbox_batch *b,
-              size_t limit)
-{
-    if (st->row_bytes_est == 0)
-        return limit;
-    uint64_t fit = bytes_left(st, b) / st->row_bytes_est;
-    if (fit >= limit)
-        return limit;
-    uint64_t window = fit + fit / 2 + 4;
-    return window < limit ? (size_t)window : limit;
-}
-
-static void
-note_row_bytes(struct store *st, size_t n)
-{
-    if (n == 0)
-        return;
-    uint64_t sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += st->located_bytes[i];
-    st->row_bytes_est = sum / n > 0 ? sum / n : 1;
-}
-
-/* The ids locked so far by this source, sorted: the top-up skips them. */
-static size_t
-note_taken(struct store *st, const struct outbox_batch *b, size_t from)
-{
-    size_t n = b->n - from;
-    st->taken = grow(st->taken, &st->taken_cap, n, sizeof(*st->taken));
-    for (size_t i = 0; i < n; i++)
-        st->taken[i] = b->rows[from + i].id;
-    if (n > 1)
-        qsort(st->taken, n, sizeof(*st->taken), u64_cmp);
+    uint64_t n = r[COL_PAYLOAD] != NULL ? len[COL_PAYLOAD] : 0;
+    int h = st->pos_optional[OPT_HEADERS];
+    if (h >= 0 && r[h] != NULL)
+        n += len[h];
     return n;
+}
+
+/* docs/contract.md section 1.6: a row joins the batch only within
+ * batch_bytes, except as its first, so that a larger one goes alone. */
+static bool
+batch_takes(const struct store *st, const struct outbox_batch *b, uint64_t size)
+{
+    if (b->n == 0)
+        return true;
+    uint64_t left = bytes_left(st, b);
+    return left > 0 && size <= left;
+}
+
+/*
+ * Streams a locking read into the batch: at most limit rows, none of the
+ * sorted skip[0..nskip), none from the first that would pass batch_bytes
+ * on.  Rows past that cut are fetched (a streamed result must be read to
+ * its end) but not copied: locked, never marked, the claim's commit
+ * releases them unchanged, as it does the rows the ordering check drops.
+ * *nread: the rows the read returned, skipped ones included.
+ */
+static int
+add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
+                const uint64_t *skip, size_t nskip, size_t limit, size_t *nread,
+                char *err, size_t errlen)
+{
+    MYSQL_RES *res = run_select_stream(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    size_t added = 0;
+    bool cut = false;
+    for (*nread = 0; (r = mysql_fetch_row(res)) != NULL; (*nread)++) {
+        uint64_t id = strtoull(r[COL_ID], NULL, 10);
+        if (nskip > 0 && bsearch(&id, skip, nskip, sizeof(*skip), u64_cmp))
+            continue;
+        const unsigned long *len = mysql_fetch_lengths(res);
+        uint64_t size = row_bytes(st, r, len);
+        st->seen_bytes += size;
+        st->seen_rows++;
+        if (cut || added == limit)
+            continue;
+        if (!batch_takes(st, b, size)) {
+            cut = st->cut_short = true;
+            continue;
+        }
+        add_candidate(st, b, r, len, source_status[src]);
+        added++;
+    }
+    if (mysql_errno(st->db) != 0)
+        return stream_fail(st, res, "claim", err, errlen);
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Step one: the candidates' ids, by a read that takes no lock. */
+static int
+locate_candidates(struct store *st, enum claim_source src, size_t limit,
+                  size_t *n, char *err, size_t errlen)
+{
+    bool heads = st->head_sql != NULL && ordering_applies(st, src);
+    sql_reset(&st->sql);
+    sql_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->head_sql : "");
+    add_candidate_scan(st, src, limit);
+    MYSQL_RES *res = run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    st->located = grow(st->located, &st->located_cap, limit, sizeof(uint64_t));
+    st->heads =
+        grow(st->heads, &st->heads_cap, st->nheads + limit, sizeof(uint64_t));
+    MYSQL_ROW r;
+    *n = 0;
+    while (*n < limit && (r = mysql_fetch_row(res)) != NULL) {
+        uint64_t id = strtoull(r[0], NULL, 10);
+        st->located[(*n)++] = id;
+        if (heads && r[1] != NULL && r[1][0] == '1')
+            st->heads[st->nheads++] = id;
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Step two: those rows locked by id, if still candidates and not held. */
+static int
+lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
+             size_t n, char *err, size_t errlen)
+{
+    sql_reset(&st->sql);
+    sql_addf(&st->sql,
+             "%s FROM %s `c` FORCE INDEX (PRIMARY) WHERE `c`.`id` IN (",
+             st->select_list, st->table);
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(&st->sql, st->located[i], i == 0);
+    sql_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED", claim_cond[src]);
+    size_t nread;
+    return add_locked_rows(st, b, src, NULL, 0, n, &nread, err, errlen);
+}
+
+/*
+ * How many candidates to ask for.  Rows past the byte cut are still read
+ * whole, so the window is a quarter more than the last claim's mean row
+ * says will fit, capped at limit: all of it for small rows, which never
+ * reach the budget.  Before any mean, FIRST_WINDOW: one extra claim at
+ * start for small rows, where limit would read batch_size large ones.
+ */
+static size_t
+claim_window(const struct store *st, const struct outbox_batch *b, size_t limit)
+{
+    if (st->ob->batch_bytes == 0)
+        return limit;
+    uint64_t want = FIRST_WINDOW;
+    if (st->row_bytes_est > 0) {
+        uint64_t left = bytes_left(st, b);
+        want = (left + left / 4) / st->row_bytes_est;
+    }
+    if (want < 1)
+        want = 1;
+    return want < limit ? (size_t)want : limit;
+}
+
+/* A window narrower than the limit that came back full: more rows may
+ * wait, so the claim counts as full and the next follows at once. */
+static void
+note_window(struct store *st, size_t window, size_t limit, size_t got)
+{
+    if (window < limit && got == window)
+        st->cut_short = true;
+}
+
+/* The mean row of this claim's locking reads sizes the next window. */
+static void
+note_row_bytes(struct store *st)
+{
+    if (st->seen_rows == 0)
+        return;
+    uint64_t mean = st->seen_bytes / st->seen_rows;
+    st->row_bytes_est = mean > 0 ? mean : 1;
 }
 
 /*
@@ -1462,35 +1455,40 @@ note_taken(struct store *st, const struct outbox_batch *b, size_t from)
  * row that another relay took in between is not taken again.  When rows
  * were taken in between and more may wait, the locking read along the
  * index tops the batch up, past what other relays hold; it alone claims
- * from a table whose primary key is not led by id.  Either read gives
- * ids and sizes only: rows are read whole once cut to the budget.
+ * from a table whose primary key is not led by id.  The byte budget is
+ * applied as the locked rows stream in (add_locked_rows), so the locate
+ * reads ids alone, as cheap for large rows as for small.
  */
 static int
 fetch_candidates(struct store *st, struct outbox_batch *b,
                  enum claim_source src, size_t limit, char *err, size_t errlen)
 {
-    size_t window = locate_window(st, b, limit), located, keep, ntaken = 0;
-    size_t before = b->n;
+    size_t window = claim_window(st, b, limit);
+    size_t located = window, locked = 0, before = b->n, nread;
     if (st->id_primary) {
         if (locate_candidates(st, src, window, &located, err, errlen) < 0)
             return -1;
-        note_row_bytes(st, located);
-        st->cut_short |= located == window && window < limit;
-        keep = cut_by_bytes(st, b, located);
-        if (keep == 0)
+        note_window(st, window, limit, located);
+        if (located == 0)
             return 0;
-        if (lock_located(st, b, src, keep, err, errlen) < 0)
+        if (lock_located(st, b, src, located, err, errlen) < 0)
             return -1;
-        if (b->n - before == keep || located < window || st->cut_short)
+        locked = b->n - before;
+        if (locked == located || located < window || st->cut_short)
             return 0;
-        ntaken = note_taken(st, b, before);
+        for (size_t i = 0; i < locked; i++)
+            st->located[i] = b->rows[before + i].id;
+        qsort(st->located, locked, sizeof(*st->located), u64_cmp);
     }
-    if (lock_more_candidates(st, src, window - ntaken, ntaken, &located, err,
-                             errlen) < 0)
+    sql_reset(&st->sql);
+    sql_addf(&st->sql, "%s", st->select_list);
+    add_candidate_scan(st, src, window);
+    sql_addf(&st->sql, " FOR UPDATE SKIP LOCKED");
+    if (add_locked_rows(st, b, src, st->located, locked, window - locked,
+                        &nread, err, errlen) < 0)
         return -1;
-    note_row_bytes(st, located);
-    keep = cut_by_bytes(st, b, located);
-    return keep > 0 ? lock_located(st, b, src, keep, err, errlen) : 0;
+    note_window(st, window, limit, nread);
+    return 0;
 }
 
 static int
@@ -2071,6 +2069,7 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
     make_token(st, b->token, relay_id);
     st->nheads = 0;
     st->cut_short = false;
+    st->seen_bytes = st->seen_rows = 0;
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
     if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
         return -1;
@@ -2081,11 +2080,12 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
              s++)
             if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
                 return -1;
-        /* Cut by bytes or by the locate's window: claim again at once. */
+        /* Cut by bytes or by the window: claim again at once. */
         b->candidates = st->cut_short ? cap : b->n;
         if (filter_candidates(st, b, err, errlen) < 0)
             return -1;
     }
+    note_row_bytes(st);
     if (b->n > 0 && st->dup_check == DUP_INDEXED &&
         find_duplicates(st, b, err, errlen) < 0)
         return -1;
