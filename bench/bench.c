@@ -1336,6 +1336,25 @@ measure_bytes(const struct settings *s)
     }
 }
 
+static void
+measure_drains_only(const struct settings *s)
+{
+    static const char *const orderings[] = {"aggregate", "none"};
+    for (int i = 0; i < 2; i++) {
+        struct drain_result r = measure_drain_median(
+            s, (struct target){&no_binlog, NULL}, orderings[i], 0, 0);
+        printf("drain %ld events, ordering %s: %.0f events/s (median of %d "
+               "runs, %.0f-%.0f); peak RSS %.1f MiB\n",
+               s->backlog, orderings[i], r.rate, (int)s->drain_runs, r.low,
+               r.high, r.rss_kib / 1024.0);
+        printf("statements per 1000 events: %.1f; CPU per 1000 events: "
+               "mariadbd %.0f ms, outboxd %.0f ms\n",
+               r.statements_per_1000, r.cpu_ms_per_1000[0],
+               r.cpu_ms_per_1000[2]);
+        print_waits(orderings[i], &r);
+    }
+}
+
 int
 main(void)
 {
@@ -1379,11 +1398,18 @@ main(void)
     /* BENCH_ONLY=wake: the latency and idle figures alone, for work on
      * the pacing, where the drains would only add minutes. */
     const char *only = getenv("BENCH_ONLY");
-    if (only != NULL && strcmp(only, "wake") != 0 && strcmp(only, "bytes") != 0)
-        die("BENCH_ONLY must be wake or bytes");
+    if (only != NULL && strcmp(only, "wake") != 0 &&
+        strcmp(only, "bytes") != 0 && strcmp(only, "drain") != 0)
+        die("BENCH_ONLY must be wake, bytes or drain");
     /* BENCH_ONLY=bytes: peak RSS and byte rate by payload size alone. */
     if (only != NULL && strcmp(only, "bytes") == 0) {
         measure_bytes(&s);
+        return 0;
+    }
+    /* BENCH_ONLY=drain: the two drains alone, for an A/B of two builds
+     * taken in turn (OUTBOXD_BIN), where ceilings would only add time. */
+    if (only != NULL && strcmp(only, "drain") == 0) {
+        measure_drains_only(&s);
         return 0;
     }
     if (only != NULL) {
