@@ -5,6 +5,7 @@
 #include "batch.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,9 @@ struct arena_chunk {
     struct arena_chunk *next;
     size_t used, size;
     bool mapped; /* its own mapping: munmap gives it back to the kernel */
-    char data[];
+    /* Aligned whatever the fields above: the arena holds pointer arrays
+     * (outbox_row.columns) as well as strings. */
+    _Alignas(max_align_t) char data[];
 };
 
 static const char *const status_names[OUTBOX_STATUS_COUNT] = {
