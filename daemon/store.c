@@ -184,8 +184,9 @@ struct store {
     /* The claim stopped short of its row limit on purpose (batch_bytes,
      * or the window): more rows may wait. */
     bool cut_short;
-    /* Payload and headers per locked row: the last claim's mean (0: no
-     * claim yet), and this claim's sums, which size the next window. */
+    /* Payload and headers per locked row: the mean of the last claim
+     * that locked any (0: none yet), and this claim's sums; they size
+     * the next claim's window. */
     uint64_t row_bytes_est, seen_bytes, seen_rows;
     uint64_t *heads; /* claim: located ids that lead their aggregate's
                         unfinished events, sorted when used */
