@@ -357,7 +357,8 @@ struct ceiling {
 #define CEILING_RUNS 3
 #define DRAIN_RUNS_MAX 9
 
-/* Properties, headers and mandatory as outboxd publishes (docs/contract.md section 7). */
+/* Properties, headers and mandatory as outboxd publishes (docs/contract.md
+ * section 7). */
 static void
 shape_like_outboxd(amqp_basic_properties_t *p, amqp_table_entry_t h[3])
 {
@@ -382,9 +383,11 @@ shape_like_outboxd(amqp_basic_properties_t *p, amqp_table_entry_t h[3])
 /* How the ceiling's publisher sends: the bench's two ceilings and the
  * relay's own pattern. */
 struct publishing {
-    bool shaped;  /* properties and headers as outboxd's (docs/contract.md section 7) */
+    bool shaped;  /* properties and headers as outboxd's (docs/contract.md
+                     section 7) */
     long window;  /* unconfirmed messages at most */
     bool in_turn; /* each window confirmed before the next goes out */
+    size_t body;  /* message size; 0: PAYLOAD_BYTES */
 };
 
 /* How many messages are confirmed, after one more ack frame. */
@@ -409,8 +412,8 @@ read_acked(amqp_connection_state_t c, long acked)
  * cost the broker about a third more per message, and no relay can
  * publish them faster than the broker takes them.  In turn, it is the
  * broker alone driven the way outboxd drives it: each batch confirmed
- * before the next goes out (docs/performance.md: sending ahead was slower), which
- * tells the pattern's share of the gap from the database's.
+ * before the next goes out (docs/performance.md: sending ahead was slower),
+ * which tells the pattern's share of the gap from the database's.
  */
 static struct ceiling
 measure_ceiling(const struct settings *s, long n, struct publishing how)
@@ -422,8 +425,9 @@ measure_ceiling(const struct settings *s, long n, struct publishing how)
     amqp_connection_state_t c = amqp_open();
     amqp_confirm_select(c, 1);
     amqp_get_rpc_reply(c);
-    char body[PAYLOAD_BYTES];
-    memset(body, 'x', sizeof(body));
+    size_t body_len = how.body ? how.body : PAYLOAD_BYTES;
+    char *body = malloc(body_len);
+    memset(body, 'x', body_len);
     amqp_basic_properties_t p = {
         ._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG,
         .delivery_mode = 2,
@@ -431,7 +435,7 @@ measure_ceiling(const struct settings *s, long n, struct publishing how)
     amqp_table_entry_t headers[3];
     if (how.shaped)
         shape_like_outboxd(&p, headers);
-    amqp_bytes_t b = {sizeof(body), body};
+    amqp_bytes_t b = {body_len, body};
     long sent = 0, acked = 0;
     double t0 = now_s();
     while (acked < n) {
@@ -447,6 +451,7 @@ measure_ceiling(const struct settings *s, long n, struct publishing how)
     res.rate = (double)n / (now_s() - t0);
     res.rabbit_ms_per_1000 = (cpu_ms(rabbit) - rabbit0) * 1000.0 / (double)n;
     res.self_ms_per_1000 = (cpu_ms(getpid()) - self0) * 1000.0 / (double)n;
+    free(body);
     amqp_done(c);
     queue_reset(s);
     return res;
@@ -477,17 +482,24 @@ median_run(void *runs, size_t n, size_t size, double *low, double *high)
  * the bench prints divides by it.
  */
 static struct ceiling
-measure_ceiling_median(const struct settings *s, struct publishing how)
+measure_ceiling_median_n(const struct settings *s, struct publishing how,
+                         long n)
 {
     struct ceiling runs[CEILING_RUNS];
     double low, high;
     for (int i = 0; i < CEILING_RUNS; i++)
-        runs[i] = measure_ceiling(s, s->ceiling_messages, how);
+        runs[i] = measure_ceiling(s, n, how);
     struct ceiling res = *(const struct ceiling *)median_run(
         runs, CEILING_RUNS, sizeof(runs[0]), &low, &high);
     res.low = low;
     res.high = high;
     return res;
+}
+
+static struct ceiling
+measure_ceiling_median(const struct settings *s, struct publishing how)
+{
+    return measure_ceiling_median_n(s, how, s->ceiling_messages);
 }
 
 static void
@@ -1178,14 +1190,17 @@ static void
 measure_ceilings(const struct settings *s, struct ceiling *bare,
                  struct ceiling *shaped)
 {
-    *bare = measure_ceiling_median(s, (struct publishing){false, 1000, false});
+    *bare =
+        measure_ceiling_median(s, (struct publishing){false, 1000, false, 0});
     print_ceiling("bare messages", bare);
-    *shaped = measure_ceiling_median(s, (struct publishing){true, 1000, false});
-    print_ceiling("shaped as outboxd's (docs/contract.md section 7 properties, headers, "
-                  "mandatory)",
-                  shaped);
-    struct ceiling turn =
-        measure_ceiling_median(s, (struct publishing){true, RELAY_BATCH, true});
+    *shaped =
+        measure_ceiling_median(s, (struct publishing){true, 1000, false, 0});
+    print_ceiling(
+        "shaped as outboxd's (docs/contract.md section 7 properties, headers, "
+        "mandatory)",
+        shaped);
+    struct ceiling turn = measure_ceiling_median(
+        s, (struct publishing){true, RELAY_BATCH, true, 0});
     printf("broker alone in outboxd's pattern (shaped, batches of %d each "
            "confirmed before the next): %.0f msg/s (%.0f-%.0f) = %.2f of "
            "the shaped ceiling; CPU per 1000 messages: rabbitmq %.0f ms\n",
@@ -1198,6 +1213,146 @@ env_long(const char *name, long def)
 {
     const char *v = getenv(name);
     return v && *v ? atol(v) : def;
+}
+
+/* ---- payload sizes: peak RSS and byte rate (docs/performance.md) ---- */
+
+/* The payload sizes of the bytes figures and their backlogs, in rows. */
+static const struct {
+    size_t bytes;
+    long rows;
+    const char *name;
+} byte_sizes[] = {
+    {4096, 20000, "4 KiB"},
+    {65536, 3000, "64 KiB"},
+    {1048576, 300, "1 MiB"},
+};
+#define NBYTE_SIZES (sizeof(byte_sizes) / sizeof(*byte_sizes))
+
+/* Inserts n rows of JSON payloads of exactly size bytes, statements of
+ * about 8 MiB (max_allowed_packet is 16 MiB). */
+static void
+db_fill_sized(MYSQL *m, long n, size_t size, long aggregates)
+{
+    long per = (long)(8 * 1048576 / (size + 200));
+    per = per < 1 ? 1 : per;
+    size_t cap = (size_t)per * (size + 200) + 1024;
+    char *sql = malloc(cap), *pad = malloc(size + 1);
+    memset(pad, 'x', size);
+    for (long start = 0; start < n; start += per) {
+        long end = start + per < n ? start + per : n;
+        size_t len = (size_t)snprintf(
+            sql, cap,
+            "INSERT INTO outbox_event (event_id, aggregate_type, "
+            "aggregate_id, event_type, payload) VALUES ");
+        for (long i = start; i < end; i++) {
+            char head[64];
+            int h = snprintf(head, sizeof(head), "{\"seq\":%ld,\"pad\":\"", i);
+            len += (size_t)snprintf(sql + len, cap - len,
+                                    "%s('s-%ld','Order','%ld','OrderCreated','"
+                                    "%s%.*s\"}')",
+                                    i > start ? "," : "", i, i % aggregates,
+                                    head, (int)(size - (size_t)h - 2), pad);
+        }
+        db_exec(m, "%s", sql);
+        db_exec(m, "COMMIT");
+    }
+    free(pad);
+    free(sql);
+}
+
+struct sized_drain {
+    double rate; /* events/s */
+    double seconds;
+    long rss_kib;
+    double wait_s[2]; /* outboxd waiting on the broker, the database */
+};
+
+/* One drain of rows of one size at default settings (batch_bytes too). */
+static struct sized_drain
+measure_sized_drain(const struct settings *s, size_t size, long rows)
+{
+    struct sized_drain res;
+    const char *conf = "/tmp/outboxd-bench.yaml";
+    db_recreate(s, &no_binlog);
+    queue_reset(s);
+    MYSQL *m = db_connect(&no_binlog, DB_NAME);
+    db_fill_sized(m, rows, size, s->aggregates);
+    db_exec(m, "ANALYZE TABLE outbox_event");
+    write_config(conf, &no_binlog, "aggregate", NULL);
+    double t0 = now_s();
+    pid_t pid = start_daemon(s, conf);
+    while (db_int(m, "SELECT COUNT(*) FROM (SELECT 1 FROM outbox_event "
+                     "WHERE status IN ('PENDING','PROCESSING','RETRY') "
+                     "LIMIT 1) x") > 0) {
+        if (now_s() - t0 > 600)
+            die("the drain took more than 10 minutes");
+        sleep_s(0.05);
+    }
+    res.seconds = now_s() - t0;
+    res.rate = (double)rows / res.seconds;
+    struct drain_result waits;
+    read_waits(&waits);
+    memcpy(res.wait_s, waits.wait_s, sizeof(res.wait_s));
+    res.rss_kib = peak_rss_kib(pid);
+    stop_daemon(pid);
+    if (db_int(m, "SELECT COUNT(*) FROM outbox_event WHERE status = 'DEAD'"))
+        die("rows of %zu bytes went DEAD (see /tmp/outboxd-bench.log)", size);
+    mysql_close(m);
+    queue_reset(s);
+    return res;
+}
+
+/*
+ * docs/contract.md section 1.6: peak RSS and drain rate by payload size,
+ * at default settings, and for 64 KiB the broker's own byte rate for
+ * such messages (shaped as outboxd's, confirms, one channel), measured
+ * in this run.
+ */
+static void
+measure_bytes(const struct settings *s)
+{
+    long n64 = env_long("BENCH_CEILING_64K_MESSAGES", 3000);
+    struct ceiling c64 = measure_ceiling_median_n(
+        s, (struct publishing){true, 1000, false, 65536}, n64);
+    double c64_mib = c64.rate * 65536.0 / 1048576.0;
+    printf("broker ceiling, 64 KiB messages shaped as outboxd's: %.0f msg/s "
+           "= %.1f MiB/s (median of %d runs of %ld, %.0f-%.0f msg/s)\n",
+           c64.rate, c64_mib, CEILING_RUNS, n64, c64.low, c64.high);
+    for (size_t i = 0; i < NBYTE_SIZES; i++) {
+        size_t size = byte_sizes[i].bytes;
+        long rows = byte_sizes[i].rows;
+        struct sized_drain d = measure_sized_drain(s, size, rows);
+        double mib = d.rate * (double)size / 1048576.0;
+        printf("drain %ld rows of %s, default settings: %.0f events/s = "
+               "%.1f MiB/s in %.1f s; peak RSS %.1f MiB",
+               rows, byte_sizes[i].name, d.rate, mib, d.seconds,
+               d.rss_kib / 1024.0);
+        if (size == 65536)
+            printf("; %.2f of the broker's 64 KiB byte rate", mib / c64_mib);
+        printf("; waiting on the broker %.0f%%, the database %.0f%%\n",
+               100.0 * d.wait_s[0] / d.seconds,
+               100.0 * d.wait_s[1] / d.seconds);
+    }
+}
+
+static void
+measure_drains_only(const struct settings *s)
+{
+    static const char *const orderings[] = {"aggregate", "none"};
+    for (int i = 0; i < 2; i++) {
+        struct drain_result r = measure_drain_median(
+            s, (struct target){&no_binlog, NULL}, orderings[i], 0, 0);
+        printf("drain %ld events, ordering %s: %.0f events/s (median of %d "
+               "runs, %.0f-%.0f); peak RSS %.1f MiB\n",
+               s->backlog, orderings[i], r.rate, (int)s->drain_runs, r.low,
+               r.high, r.rss_kib / 1024.0);
+        printf("statements per 1000 events: %.1f; CPU per 1000 events: "
+               "mariadbd %.0f ms, outboxd %.0f ms\n",
+               r.statements_per_1000, r.cpu_ms_per_1000[0],
+               r.cpu_ms_per_1000[2]);
+        print_waits(orderings[i], &r);
+    }
 }
 
 int
@@ -1243,8 +1398,20 @@ main(void)
     /* BENCH_ONLY=wake: the latency and idle figures alone, for work on
      * the pacing, where the drains would only add minutes. */
     const char *only = getenv("BENCH_ONLY");
-    if (only != NULL && strcmp(only, "wake") != 0)
-        die("BENCH_ONLY must be wake");
+    if (only != NULL && strcmp(only, "wake") != 0 &&
+        strcmp(only, "bytes") != 0 && strcmp(only, "drain") != 0)
+        die("BENCH_ONLY must be wake, bytes or drain");
+    /* BENCH_ONLY=bytes: peak RSS and byte rate by payload size alone. */
+    if (only != NULL && strcmp(only, "bytes") == 0) {
+        measure_bytes(&s);
+        return 0;
+    }
+    /* BENCH_ONLY=drain: the two drains alone, for an A/B of two builds
+     * taken in turn (OUTBOXD_BIN), where ceilings would only add time. */
+    if (only != NULL && strcmp(only, "drain") == 0) {
+        measure_drains_only(&s);
+        return 0;
+    }
     if (only != NULL) {
         measure_latencies(&s);
         measure_idles(&s);
@@ -1283,6 +1450,7 @@ main(void)
     long retry_rows = env_long("BENCH_RETRY_ROWS", 0);
     if (retry_rows > 0)
         drain_beside(&s, &agg, 0, retry_rows);
+    measure_bytes(&s);
     measure_latencies(&s);
     measure_idles(&s);
     return 0;

@@ -5,9 +5,11 @@
 #include "batch.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "log.h"
 #include "util.h"
@@ -17,7 +19,10 @@
 struct arena_chunk {
     struct arena_chunk *next;
     size_t used, size;
-    char data[];
+    bool mapped; /* its own mapping: munmap gives it back to the kernel */
+    /* Aligned whatever the fields above: the arena holds pointer arrays
+     * (outbox_row.columns) as well as strings. */
+    _Alignas(max_align_t) char data[];
 };
 
 static const char *const status_names[OUTBOX_STATUS_COUNT] = {
@@ -63,44 +68,90 @@ batch_init(struct outbox_batch *b)
     b->due_in_ms = UINT64_MAX;
 }
 
-static void
-release_owner(struct outbox_batch *b)
+/*
+ * A payload larger than a chunk gets a mapping of its own in the bulk
+ * store: unmapping returns it to the kernel at once, where malloc, whose
+ * mmap threshold rises with each large free, keeps such blocks in heaps
+ * that other threads allocate from and RSS stays at the high-water mark.
+ */
+static struct arena_chunk *
+chunk_new(size_t size, bool map)
 {
-    if (b->owner_free != NULL && b->owner_data != NULL)
-        b->owner_free(b->owner_data);
-    b->owner_data = NULL;
-    b->owner_free = NULL;
+    struct arena_chunk *c = NULL;
+    if (map) {
+        void *p = mmap(NULL, sizeof(*c) + size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        c = p != MAP_FAILED ? p : NULL;
+    }
+    if (c == NULL) {
+        c = xmalloc(sizeof(*c) + size);
+        map = false;
+    }
+    c->size = size;
+    c->used = 0;
+    c->mapped = map;
+    c->next = NULL;
+    return c;
+}
+
+static void
+chunk_free(struct arena_chunk *c)
+{
+    if (c != NULL && c->mapped)
+        munmap(c, sizeof(*c) + c->size);
+    else
+        free(c);
+}
+
+/* Frees all but the oldest chunk, and that too if it is outsized: a
+ * steady stream of batches reuses it. */
+static void
+arena_trim(struct arena_chunk **head)
+{
+    struct arena_chunk *c = *head;
+    while (c != NULL && c->next != NULL) {
+        struct arena_chunk *next = c->next;
+        chunk_free(c);
+        c = next;
+    }
+    if (c != NULL && (c->size > ARENA_CHUNK || c->mapped)) {
+        chunk_free(c);
+        c = NULL;
+    }
+    *head = c;
+    if (c != NULL)
+        c->used = 0;
+}
+
+void
+batch_release_bulk(struct outbox_batch *b)
+{
+    arena_trim(&b->bulk);
+    b->bulk_bytes = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        b->rows[i].payload = NULL;
+        b->rows[i].payload_len = 0;
+        b->rows[i].headers = NULL;
+    }
 }
 
 void
 batch_reset(struct outbox_batch *b)
 {
-    release_owner(b);
+    batch_release_bulk(b);
     b->n = 0;
     b->candidates = 0;
     b->due_in_ms = UINT64_MAX;
     b->token[0] = '\0';
-    /* Keep the oldest chunk: a steady stream of batches reuses it. */
-    struct arena_chunk *c = b->arena;
-    while (c != NULL && c->next != NULL) {
-        struct arena_chunk *next = c->next;
-        free(c);
-        c = next;
-    }
-    if (c != NULL && c->size > ARENA_CHUNK) {
-        free(c);
-        c = NULL;
-    }
-    b->arena = c;
-    if (c != NULL)
-        c->used = 0;
+    arena_trim(&b->arena);
 }
 
 void
 batch_free(struct outbox_batch *b)
 {
     batch_reset(b);
-    free(b->arena);
+    chunk_free(b->arena);
+    chunk_free(b->bulk);
     free(b->rows);
     memset(b, 0, sizeof(*b));
 }
@@ -120,30 +171,42 @@ batch_add(struct outbox_batch *b)
 
 /* The head chunk is the one being filled; full ones sit behind it. */
 static void *
-arena_alloc(struct outbox_batch *b, size_t n)
+arena_alloc(struct arena_chunk **head, size_t n, bool map_large)
 {
     n = (n + 7) & ~(size_t)7;
-    struct arena_chunk *c = b->arena;
+    struct arena_chunk *c = *head;
     if (c == NULL || c->size - c->used < n) {
-        size_t size = n > ARENA_CHUNK ? n : ARENA_CHUNK;
-        c = xmalloc(sizeof(*c) + size);
-        c->size = size;
-        c->used = 0;
-        c->next = b->arena;
-        b->arena = c;
+        bool large = n > ARENA_CHUNK;
+        c = chunk_new(large ? n : ARENA_CHUNK, large && map_large);
+        c->next = *head;
+        *head = c;
     }
     void *p = c->data + c->used;
     c->used += n;
     return p;
 }
 
-char *
-batch_memdup(struct outbox_batch *b, const void *p, size_t n)
+static char *
+arena_memdup(struct arena_chunk **head, const void *p, size_t n, bool map)
 {
-    char *s = arena_alloc(b, n + 1);
+    char *s = arena_alloc(head, n + 1, map);
     memcpy(s, p, n);
     s[n] = '\0';
     return s;
+}
+
+char *
+batch_memdup(struct outbox_batch *b, const void *p, size_t n)
+{
+    return arena_memdup(&b->arena, p, n, false);
+}
+
+/* NUL-terminated too: headers are parsed as text. */
+char *
+batch_bulkdup(struct outbox_batch *b, const void *p, size_t n)
+{
+    b->bulk_bytes += n;
+    return arena_memdup(&b->bulk, p, n, true);
 }
 
 char *

@@ -1,7 +1,8 @@
 /*
  * batch: the rows of one claim and the fate of each, the state machine
  * that relay drives and store finalizes.  Row strings live in the
- * batch's arena, reset (not freed) between batches.
+ * batch's arena, reset (not freed) between batches; payloads and headers
+ * in its bulk store, released as soon as the batch is published.
  */
 #ifndef OUTBOXD_BATCH_H
 #define OUTBOXD_BATCH_H
@@ -49,9 +50,9 @@ struct outbox_row {
     const char *aggregate_type;
     const char *aggregate_id;
     const char *event_type;
-    const char *payload; /* NULL when the column is NULL */
+    const char *payload; /* NULL when the column is NULL; bulk */
     size_t payload_len;
-    const char *headers;     /* JSON object text, NULL if absent */
+    const char *headers;     /* JSON object text, NULL if absent; bulk */
     const char *traceparent; /* NULL if absent */
     const char *trace_id;    /* NULL if absent */
     const char **columns;    /* values of outbox_config.columns */
@@ -82,8 +83,10 @@ struct outbox_batch {
      * (a RETRY backoff ending, a lease expiring); UINT64_MAX: none. */
     uint64_t due_in_ms;
     struct arena_chunk *arena;
-    void *owner_data; /* the store's result set, freed on reset */
-    void (*owner_free)(void *);
+    /* Payloads and headers: the bytes that scale with the rows, kept
+     * apart so that they go once published (batch_release_bulk). */
+    struct arena_chunk *bulk;
+    size_t bulk_bytes; /* held there now */
 };
 
 void batch_init(struct outbox_batch *b);
@@ -96,6 +99,12 @@ char *batch_strdup(struct outbox_batch *b, const char *s);
 char *batch_memdup(struct outbox_batch *b, const void *p, size_t n);
 char *batch_sprintf(struct outbox_batch *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Copies a payload or headers into the bulk store; valid until
+ * batch_release_bulk or batch_reset. */
+char *batch_bulkdup(struct outbox_batch *b, const void *p, size_t n);
+/* Frees every payload and headers of the batch: publishing is over, and
+ * only ids, states and errors are left to record. */
+void batch_release_bulk(struct outbox_batch *b);
 
 /*
  * Moves a row to a new state; returns -1 (and changes nothing) on a

@@ -74,6 +74,8 @@ _Static_assert(sizeof(enum on_sent) == sizeof(int), "enum size");
     {n, OPT_DURATION, d, f, lo, hi, NULL, NULL, o, NULL}
 #define K_UINT(n, d, f, lo, hi, o) \
     {n, OPT_UINT, d, f, lo, hi, NULL, NULL, o, NULL}
+#define K_SIZE(n, d, f, lo, hi, o) \
+    {n, OPT_SIZE, d, f, lo, hi, NULL, NULL, o, NULL}
 #define K_BOOL(n, d, f, o) {n, OPT_BOOL, d, f, 0, 0, NULL, NULL, o, NULL}
 #define K_ENUM(n, d, f, c, p, o) {n, OPT_ENUM, d, f, 0, 0, c, p, o, NULL}
 #define K_MAP(n, f, o, t) {n, OPT_MAP, NULL, f, 0, 0, NULL, NULL, o, t}
@@ -85,6 +87,8 @@ _Static_assert(sizeof(enum on_sent) == sizeof(int), "enum size");
 // clang-format on
 
 #define SEC 1000ULL
+#define KIB 1024ULL
+#define MIB (1024ULL * KIB)
 
 static void relay_finish(struct loader *, struct section *);
 static void tls_finish(struct loader *, struct section *);
@@ -163,6 +167,9 @@ static const struct opt outbox_opts[] = {
     K_BOOL("mandatory", "true", OPT_RELOAD, OUTBOX(mandatory)),
     K_ENUM("ordering", "aggregate", 0, orderings, NULL, OUTBOX(ordering)),
     K_UINT("batch_size", "500", OPT_RELOAD, 1, 10000, OUTBOX(batch_size)),
+    /* Payload and headers of one batch: docs/contract.md section 1.6. */
+    K_SIZE("batch_bytes", "16MiB", OPT_RELOAD, 64 * KIB, 1024 * MIB,
+           OUTBOX(batch_bytes)),
     /* The claim pacing of pacer.c: a backoff from poll_min to a ceiling,
      * poll_interval alone, wake_poll_interval with a live wake stream. */
     K_DUR("poll_min", "1ms", OPT_RELOAD, 0, 0, OUTBOX(poll_min_ms)),
@@ -403,6 +410,8 @@ opt_want(const struct opt *o, char *buf, size_t size)
         return "a duration such as 30s";
     case OPT_UINT:
         return "a whole number";
+    case OPT_SIZE:
+        return "a size such as 16MiB";
     case OPT_BOOL:
         return "true or false";
     case OPT_ENUM:
@@ -477,6 +486,26 @@ duration_value(const struct opt *o, const char *text, uint64_t *ms, char *err,
 }
 
 static int
+size_value(const struct opt *o, const char *text, uint64_t *bytes, char *err,
+           size_t errlen)
+{
+    char bound[32];
+    if (size_parse(text, bytes, err, errlen) < 0)
+        return -1;
+    if (*bytes < o->min) {
+        size_format(o->min, bound, sizeof(bound));
+        err_set(err, errlen, "%s is below the minimum of %s", text, bound);
+        return -1;
+    }
+    if (o->max != 0 && *bytes > o->max) {
+        size_format(o->max, bound, sizeof(bound));
+        err_set(err, errlen, "%s is above the maximum of %s", text, bound);
+        return -1;
+    }
+    return 0;
+}
+
+static int
 bool_value(const char *text, bool *value, char *err, size_t errlen)
 {
     if (strcasecmp(text, "true") == 0 || strcasecmp(text, "yes") == 0) {
@@ -522,6 +551,12 @@ value_store(const struct opt *o, const char *text, void *field, char *err,
             return -1;
         if (field != NULL)
             *(unsigned *)field = u;
+        return 0;
+    case OPT_SIZE:
+        if (size_value(o, text, &ms, err, errlen) < 0)
+            return -1;
+        if (field != NULL)
+            *(uint64_t *)field = ms;
         return 0;
     case OPT_BOOL:
         if (bool_value(text, &b, err, errlen) < 0)
@@ -1527,6 +1562,7 @@ scalar_size(enum opt_type type)
 {
     switch (type) {
     case OPT_DURATION:
+    case OPT_SIZE:
         return sizeof(uint64_t);
     case OPT_UINT:
         return sizeof(unsigned);
@@ -1574,6 +1610,10 @@ field_format(const struct opt *o, const void *f, char *buf, size_t size)
     case OPT_DURATION:
         memcpy(&ms, f, sizeof(ms));
         duration_format(ms, buf, size);
+        break;
+    case OPT_SIZE:
+        memcpy(&ms, f, sizeof(ms));
+        size_format(ms, buf, size);
         break;
     case OPT_UINT:
         memcpy(&u, f, sizeof(u));

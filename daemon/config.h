@@ -63,6 +63,7 @@ struct outbox_config {
     bool mandatory;                 /* true */
     enum ordering ordering;         /* aggregate */
     unsigned batch_size;            /* 500 */
+    uint64_t batch_bytes;           /* 16MiB of payload and headers */
     uint64_t poll_min_ms;           /* 1ms: first step of the backoff */
     uint64_t poll_interval_ms;      /* 1s: its ceiling, polling alone */
     uint64_t wake_poll_interval_ms; /* 10s: ceiling with a live wake */
@@ -167,10 +168,11 @@ struct config_key {
                             "retention"; NULL at the top level */
     const char *path;    /* "databases.NAME.outboxes[].retention.sent" */
     const char *name;    /* "sent" */
-    const char *type;    /* string, duration, integer, boolean, enum,
-                            mapping, list */
+    const char *type;    /* string, duration, integer, size, boolean,
+                            enum, mapping, list */
     const char *def;     /* in config syntax; NULL: none or computed */
-    uint64_t min, max;   /* integer bounds; duration ms; max 0: none */
+    uint64_t min, max;   /* integer bounds; duration ms; size bytes; max 0:
+                            none */
     bool required;
     bool reload; /* a SIGHUP applies it live */
 };

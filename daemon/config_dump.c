@@ -26,7 +26,7 @@ opt_type_name(enum opt_type type)
         [OPT_UINT] = "integer",    [OPT_BOOL] = "boolean",
         [OPT_ENUM] = "enum",       [OPT_MAP] = "mapping",
         [OPT_ENTRIES] = "mapping", [OPT_LIST] = "list",
-        [OPT_STRINGS] = "list",
+        [OPT_STRINGS] = "list",    [OPT_SIZE] = "size",
     };
     return names[type];
 }
@@ -219,6 +219,10 @@ dump_scalar(struct dump *d, const struct opt *o, const void *field)
     case OPT_UINT:
         memcpy(&u, field, sizeof(u));
         snprintf(buf, sizeof(buf), "%u", u);
+        break;
+    case OPT_SIZE:
+        memcpy(&ms, field, sizeof(ms));
+        size_format(ms, buf, sizeof(buf));
         break;
     case OPT_BOOL:
         memcpy(&b, field, sizeof(b));

@@ -24,6 +24,7 @@ enum opt_type {
     OPT_ENTRIES, /* name: {...} mappings, each read against sub */
     OPT_LIST,    /* a list of mappings (sub), read by the finisher */
     OPT_STRINGS,
+    OPT_SIZE, /* "16MiB" or bytes, stored as uint64_t bytes */
 };
 
 struct loader;
@@ -34,7 +35,8 @@ struct opt {
     enum opt_type type;
     const char *def; /* in config syntax; NULL: unset or computed */
     unsigned flags;
-    uint64_t min, max;          /* UINT values, DURATION ms; max 0: unbounded */
+    uint64_t min,
+        max; /* UINT values, DURATION ms, SIZE bytes; max 0: unbounded */
     const char *const *choices; /* ENUM: NULL-terminated, index = value */
     int (*parse)(const char *); /* ENUM: parser when not the index */
     size_t off;                 /* in the section's struct, or NO_FIELD */

@@ -847,6 +847,10 @@ relay_batch(struct relay *r)
     job_start(r, r->prev, ahead ? free_slot(r, r->batch, r->prev) : NULL);
     bool broker_ok = publish_waves(r);
     decide_outcomes(r, r->batch);
+    /* Only ids, states and errors are left to record: the payloads go
+     * now, so that what is in memory is the batch in flight and the one
+     * claimed ahead (docs/contract.md section 1.6). */
+    batch_release_bulk(r->batch);
     bool claim_failed;
     bool store_ok = job_collect(r, &claim_failed);
     if (!store_ok || !broker_ok || r->next == NULL) {

@@ -53,6 +53,9 @@ enum {
 /* Where claim candidates come from, in the order they are taken. */
 enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
 
+/* The first claim's window, before any row's size is known: see
+ * claim_window. */
+#define FIRST_WINDOW 32
 /* At most this long between two looks for expired leases. */
 #define EXPIRED_LOOK_MS 1000
 /* How often a claim reads the table's definition again: see
@@ -183,6 +186,13 @@ struct store {
     size_t items_cap;
     uint64_t *located; /* claim: candidate ids, then those locked */
     size_t located_cap;
+    /* The claim stopped short of its row limit on purpose (batch_bytes,
+     * or the window): more rows may wait. */
+    bool cut_short;
+    /* Payload and headers per locked row: the mean of the last claim
+     * that locked any (0: none yet), and this claim's sums; they size
+     * the next claim's window. */
+    uint64_t row_bytes_est, seen_bytes, seen_rows;
     uint64_t *heads; /* claim: located ids that lead their aggregate's
                         unfinished events, sorted when used */
     size_t heads_cap, nheads;
@@ -1224,6 +1234,13 @@ field_dup(struct outbox_batch *b, MYSQL_ROW r, const unsigned long *len, int i)
     return r[i] != NULL ? batch_memdup(b, r[i], len[i]) : NULL;
 }
 
+/* Payload and headers: the one copy from the client's packet buffer. */
+static const char *
+field_bulk(struct outbox_batch *b, MYSQL_ROW r, const unsigned long *len, int i)
+{
+    return r[i] != NULL ? batch_bulkdup(b, r[i], len[i]) : NULL;
+}
+
 /* "1718000000.123456" or "1718000000" to microseconds. */
 static int64_t
 parse_us(const char *s)
@@ -1241,7 +1258,8 @@ parse_us(const char *s)
     return us + frac;
 }
 
-/* Copies one candidate into the batch's arena: no malloc per row. */
+/* Copies one candidate into the batch's arena and bulk store: no malloc
+ * per row, and the payload copied once. */
 static void
 add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
               const unsigned long *len, enum outbox_status from)
@@ -1252,7 +1270,7 @@ add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
     row->aggregate_type = field_dup(b, r, len, COL_AGGREGATE_TYPE);
     row->aggregate_id = field_dup(b, r, len, COL_AGGREGATE_ID);
     row->event_type = field_dup(b, r, len, COL_EVENT_TYPE);
-    row->payload = field_dup(b, r, len, COL_PAYLOAD);
+    row->payload = field_bulk(b, r, len, COL_PAYLOAD);
     row->payload_len = r[COL_PAYLOAD] ? len[COL_PAYLOAD] : 0;
     row->created_us = parse_us(r[COL_CREATED]);
     long rc = r[COL_RETRY_COUNT] ? strtol(r[COL_RETRY_COUNT], NULL, 10) : 0;
@@ -1264,7 +1282,9 @@ add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
                                    &row->traceparent};
     for (int i = 0; i < NOPTIONAL; i++)
         if (st->pos_optional[i] >= 0)
-            *opt[i] = field_dup(b, r, len, st->pos_optional[i]);
+            *opt[i] = i == OPT_HEADERS
+                          ? field_bulk(b, r, len, st->pos_optional[i])
+                          : field_dup(b, r, len, st->pos_optional[i]);
     size_t nc = st->ob->ncolumns;
     if (nc == 0)
         return;
@@ -1301,24 +1321,110 @@ add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
              st->claim_order[src], limit);
 }
 
-/* Adds the rows a locking read returns; with skip (sorted ids), not those. */
+/*
+ * A result read row by row (mysql_use_result): each row is copied from
+ * the client's packet buffer into the batch and nothing else holds the
+ * batch's payloads, where mysql_store_result would keep a second copy of
+ * them all until freed.
+ */
+static MYSQL_RES *
+run_select_stream(struct store *st, const char *what, char *err, size_t errlen)
+{
+    if (run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
+        return NULL;
+    MYSQL_RES *res = mysql_use_result(st->db);
+    if (res == NULL)
+        db_fail(st, what, err, errlen);
+    return res;
+}
+
+/* A streamed read that failed between rows: the result is freed before
+ * the session may be closed. */
+static int
+stream_fail(struct store *st, MYSQL_RES *res, const char *what, char *err,
+            size_t errlen)
+{
+    unsigned code = mysql_errno(st->db);
+    err_set(err, errlen, "%s %s: %s (error %u)", what, st->where,
+            mysql_error(st->db), code);
+    st->last_errno = code;
+    mysql_free_result(res);
+    if (is_connection_errno(code))
+        close_db(st);
+    return -1;
+}
+
+/* What is left of batch_bytes, by the payloads and headers taken; a
+ * config built by hand, with no batch_bytes, has no byte bound. */
+static uint64_t
+bytes_left(const struct store *st, const struct outbox_batch *b)
+{
+    uint64_t budget = st->ob->batch_bytes;
+    if (budget == 0)
+        return UINT64_MAX;
+    return b->bulk_bytes < budget ? budget - b->bulk_bytes : 0;
+}
+
+/* A row's payload and headers: what it counts against batch_bytes. */
+static uint64_t
+row_bytes(const struct store *st, MYSQL_ROW r, const unsigned long *len)
+{
+    uint64_t n = r[COL_PAYLOAD] != NULL ? len[COL_PAYLOAD] : 0;
+    int h = st->pos_optional[OPT_HEADERS];
+    if (h >= 0 && r[h] != NULL)
+        n += len[h];
+    return n;
+}
+
+/* docs/contract.md section 1.6: a row joins the batch only within
+ * batch_bytes, except as its first, so that a larger one goes alone. */
+static bool
+batch_takes(const struct store *st, const struct outbox_batch *b, uint64_t size)
+{
+    if (b->n == 0)
+        return true;
+    uint64_t left = bytes_left(st, b);
+    return left > 0 && size <= left;
+}
+
+/*
+ * Streams a locking read into the batch: at most limit rows, none of the
+ * sorted skip[0..nskip), none from the first that would pass batch_bytes
+ * on.  Rows past that cut are fetched (a streamed result must be read to
+ * its end) but not copied: locked, never marked, the claim's commit
+ * releases them unchanged, as it does the rows the ordering check drops.
+ * *nread: the rows the read returned, skipped ones included.
+ */
 static int
 add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
-                const uint64_t *skip, size_t nskip, size_t limit, char *err,
-                size_t errlen)
+                const uint64_t *skip, size_t nskip, size_t limit, size_t *nread,
+                char *err, size_t errlen)
 {
-    MYSQL_RES *res = run_select(st, "claim", err, errlen);
+    MYSQL_RES *res = run_select_stream(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
     MYSQL_ROW r;
     size_t added = 0;
-    while (added < limit && (r = mysql_fetch_row(res)) != NULL) {
+    bool cut = false;
+    for (*nread = 0; (r = mysql_fetch_row(res)) != NULL; (*nread)++) {
         uint64_t id = strtoull(r[COL_ID], NULL, 10);
         if (nskip > 0 && bsearch(&id, skip, nskip, sizeof(*skip), u64_cmp))
             continue;
-        add_candidate(st, b, r, mysql_fetch_lengths(res), source_status[src]);
+        const unsigned long *len = mysql_fetch_lengths(res);
+        uint64_t size = row_bytes(st, r, len);
+        st->seen_bytes += size;
+        st->seen_rows++;
+        if (cut || added == limit)
+            continue;
+        if (!batch_takes(st, b, size)) {
+            cut = st->cut_short = true;
+            continue;
+        }
+        add_candidate(st, b, r, len, source_status[src]);
         added++;
     }
+    if (mysql_errno(st->db) != 0)
+        return stream_fail(st, res, "claim", err, errlen);
     mysql_free_result(res);
     return 0;
 }
@@ -1362,36 +1468,82 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
     for (size_t i = 0; i < n; i++)
         sql_add_id(&st->sql, st->located[i], i == 0);
     sql_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED", claim_cond[src]);
-    return add_locked_rows(st, b, src, NULL, 0, n, err, errlen);
+    size_t nread;
+    return add_locked_rows(st, b, src, NULL, 0, n, &nread, err, errlen);
 }
 
 /*
- * The rows of one source, at most limit, locked.  They are found by a
- * plain read, then locked by id: a locking read along the status index
- * also goes through the lock system for every entry that the last claims
- * left delete-marked at the head of the PENDING range, until purge
- * removes them, and that grew with the purge lag to four fifths of the
- * claim's read in a drain, where a plain read passes them cheaply.  The
- * lock re-reads the condition on the latest version, so a row that
- * another relay took in between is not taken again.  When rows were
- * taken in between and more may wait, the locking read along the index
- * tops the batch up, past what other relays hold; it alone claims from a
- * table whose primary key is not led by id.
+ * How many candidates to ask for.  Rows past the byte cut are still read
+ * whole, so the window is a quarter more than the last claim's mean row
+ * says will fit, capped at limit: all of it for small rows, which never
+ * reach the budget.  Before any mean, FIRST_WINDOW: one extra claim at
+ * start for small rows, where limit would read batch_size large ones.
+ */
+static size_t
+claim_window(const struct store *st, const struct outbox_batch *b, size_t limit)
+{
+    if (st->ob->batch_bytes == 0)
+        return limit;
+    uint64_t want = FIRST_WINDOW;
+    if (st->row_bytes_est > 0) {
+        uint64_t left = bytes_left(st, b);
+        want = (left + left / 4) / st->row_bytes_est;
+    }
+    if (want < 1)
+        want = 1;
+    return want < limit ? (size_t)want : limit;
+}
+
+/* A window narrower than the limit that came back full: more rows may
+ * wait, so the claim counts as full and the next follows at once. */
+static void
+note_window(struct store *st, size_t window, size_t limit, size_t got)
+{
+    if (window < limit && got == window)
+        st->cut_short = true;
+}
+
+/* The mean row of this claim's locking reads sizes the next window. */
+static void
+note_row_bytes(struct store *st)
+{
+    if (st->seen_rows == 0)
+        return;
+    uint64_t mean = st->seen_bytes / st->seen_rows;
+    st->row_bytes_est = mean > 0 ? mean : 1;
+}
+
+/*
+ * The rows of one source, at most limit and batch_bytes, locked.  They
+ * are found by a plain read, then locked by id: a locking read along the
+ * status index also goes through the lock system for every entry that
+ * the last claims left delete-marked at the head of the PENDING range,
+ * until purge removes them, and that grew with the purge lag to four
+ * fifths of the claim's read in a drain, where a plain read passes them
+ * cheaply.  The lock re-reads the condition on the latest version, so a
+ * row that another relay took in between is not taken again.  When rows
+ * were taken in between and more may wait, the locking read along the
+ * index tops the batch up, past what other relays hold; it alone claims
+ * from a table whose primary key is not led by id.  The byte budget is
+ * applied as the locked rows stream in (add_locked_rows), so the locate
+ * reads ids alone, as cheap for large rows as for small.
  */
 static int
 fetch_candidates(struct store *st, struct outbox_batch *b,
                  enum claim_source src, size_t limit, char *err, size_t errlen)
 {
-    size_t located = limit, locked = 0, before = b->n;
+    size_t window = claim_window(st, b, limit);
+    size_t located = window, locked = 0, before = b->n, nread;
     if (st->id_primary) {
-        if (locate_candidates(st, src, limit, &located, err, errlen) < 0)
+        if (locate_candidates(st, src, window, &located, err, errlen) < 0)
             return -1;
+        note_window(st, window, limit, located);
         if (located == 0)
             return 0;
         if (lock_located(st, b, src, located, err, errlen) < 0)
             return -1;
         locked = b->n - before;
-        if (locked == located || located < limit)
+        if (locked == located || located < window || st->cut_short)
             return 0;
         for (size_t i = 0; i < locked; i++)
             st->located[i] = b->rows[before + i].id;
@@ -1399,10 +1551,13 @@ fetch_candidates(struct store *st, struct outbox_batch *b,
     }
     sql_reset(&st->sql);
     sql_addf(&st->sql, "%s", st->select_list);
-    add_candidate_scan(st, src, limit);
+    add_candidate_scan(st, src, window);
     sql_addf(&st->sql, " FOR UPDATE SKIP LOCKED");
-    return add_locked_rows(st, b, src, st->located, locked, limit - locked, err,
-                           errlen);
+    if (add_locked_rows(st, b, src, st->located, locked, window - locked,
+                        &nread, err, errlen) < 0)
+        return -1;
+    note_window(st, window, limit, nread);
+    return 0;
 }
 
 static int
@@ -1987,19 +2142,24 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
         return db_commit(st, "claim", err, errlen);
     make_token(st, b->token, relay_id);
     st->nheads = 0;
+    st->cut_short = false;
+    st->seen_bytes = st->seen_rows = 0;
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
     if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
         return -1;
     if (b->n > 0) {
         b->candidates = cap; /* cut short on purpose: claim again at once */
     } else {
-        for (int s = SRC_RETRY; s < SRC_COUNT && b->n < cap; s++)
+        for (int s = SRC_RETRY; s < SRC_COUNT && b->n < cap && !st->cut_short;
+             s++)
             if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
                 return -1;
-        b->candidates = b->n;
+        /* Cut by bytes or by the window: claim again at once. */
+        b->candidates = st->cut_short ? cap : b->n;
         if (filter_candidates(st, b, err, errlen) < 0)
             return -1;
     }
+    note_row_bytes(st);
     if (b->n > 0 && st->dup_check == DUP_INDEXED &&
         find_duplicates(st, b, err, errlen) < 0)
         return -1;

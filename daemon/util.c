@@ -178,6 +178,84 @@ duration_format(uint64_t ms, char *buf, size_t size)
     snprintf(buf, size, "%llums", (unsigned long long)ms);
 }
 
+static const struct {
+    const char *name;
+    uint64_t bytes;
+} size_units[] = {
+    {"B", 1},
+    {"KiB", 1024},
+    {"MiB", 1024 * 1024},
+    {"GiB", 1024 * 1024 * 1024},
+};
+#define NSIZE_UNITS (sizeof(size_units) / sizeof(*size_units))
+
+/* The multiplier of unit ("" is bytes); 0 if unknown. */
+static uint64_t
+size_unit(const char *unit)
+{
+    if (*unit == '\0')
+        return 1;
+    for (size_t i = 0; i < NSIZE_UNITS; i++)
+        if (strcmp(unit, size_units[i].name) == 0)
+            return size_units[i].bytes;
+    return 0;
+}
+
+int
+size_parse(const char *text, uint64_t *bytes, char *err, size_t errlen)
+{
+    const char *p = text;
+    uint64_t value = 0;
+    if (*p < '0' || *p > '9') {
+        err_set(err, errlen,
+                "invalid size \"%s\": expected a whole number of bytes, "
+                "alone or with a unit (B, KiB, MiB, GiB)",
+                text);
+        return -1;
+    }
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (value > (UINT64_MAX - 9) / 10) {
+            err_set(err, errlen, "size \"%s\" is too large", text);
+            return -1;
+        }
+        value = value * 10 + (uint64_t)(*p - '0');
+    }
+    if (*p == '.') {
+        err_set(err, errlen,
+                "invalid size \"%s\": expected a whole number (512KiB, not "
+                "0.5MiB)",
+                text);
+        return -1;
+    }
+    uint64_t unit = size_unit(p);
+    if (unit == 0) {
+        err_set(err, errlen,
+                "invalid size \"%s\": unknown unit (B, KiB, MiB, GiB; "
+                "1 MiB is 1048576 bytes)",
+                text);
+        return -1;
+    }
+    if (value > UINT64_MAX / unit) {
+        err_set(err, errlen, "size \"%s\" is too large", text);
+        return -1;
+    }
+    *bytes = value * unit;
+    return 0;
+}
+
+void
+size_format(uint64_t bytes, char *buf, size_t size)
+{
+    for (size_t i = NSIZE_UNITS; i-- > 1;)
+        if (bytes != 0 && bytes % size_units[i].bytes == 0) {
+            snprintf(buf, size, "%llu%s",
+                     (unsigned long long)(bytes / size_units[i].bytes),
+                     size_units[i].name);
+            return;
+        }
+    snprintf(buf, size, "%lluB", (unsigned long long)bytes);
+}
+
 uint64_t
 backoff_ms(unsigned attempt, uint64_t initial, uint64_t max)
 {

@@ -1,6 +1,7 @@
 /*
  * util: allocation that never returns NULL, bounded string copies,
- * clocks and the duration syntax shared by config, relay and outboxctl.
+ * clocks and the duration and size syntax shared by config, relay and
+ * outboxctl.
  */
 #ifndef OUTBOXD_UTIL_H
 #define OUTBOXD_UTIL_H
@@ -43,6 +44,15 @@ int64_t wall_us(void);
 int duration_parse(const char *text, uint64_t *ms, char *err, size_t errlen);
 /* Formats ms back into the shortest exact unit ("1500ms", "2m"). */
 void duration_format(uint64_t ms, char *buf, size_t size);
+
+/*
+ * Parses a size in bytes: a whole number, alone or with a unit B, KiB,
+ * MiB or GiB ("16MiB", "65536").  A negative or fractional number, an
+ * unknown unit (16MB: say MiB) or an overflow returns -1 and explains why.
+ */
+int size_parse(const char *text, uint64_t *bytes, char *err, size_t errlen);
+/* Formats bytes back into the largest exact unit ("16MiB", "1000B"). */
+void size_format(uint64_t bytes, char *buf, size_t size);
 
 /* Capped exponential backoff with jitter in [half, full]: for reconnects. */
 uint64_t backoff_ms(unsigned attempt, uint64_t initial, uint64_t max);

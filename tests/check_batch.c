@@ -1,5 +1,6 @@
 /* check_batch: the row state machine and the batch arena. */
 #include <check.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "batch.h"
@@ -79,6 +80,27 @@ START_TEST(test_arena_survives_growth)
 }
 END_TEST
 
+/* store.c keeps a row's column pointers in the arena: every piece of it
+ * and of the bulk store, large or small, must be aligned for a pointer. */
+START_TEST(test_arena_aligned)
+{
+    struct outbox_batch b;
+    batch_init(&b);
+    static char big[200000];
+    const size_t sizes[] = {1, 3, 8, 13, 70000, 5, sizeof(big) - 1};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(*sizes); i++) {
+        const char *p = batch_memdup(&b, big, sizes[i]);
+        const char *q = batch_bulkdup(&b, big, sizes[i]);
+        ck_assert_uint_eq((uintptr_t)p % _Alignof(void *), 0);
+        ck_assert_uint_eq((uintptr_t)q % _Alignof(void *), 0);
+    }
+    ck_assert_uint_gt(b.bulk_bytes, sizeof(big));
+    batch_release_bulk(&b);
+    ck_assert_uint_eq(b.bulk_bytes, 0);
+    batch_free(&b);
+}
+END_TEST
+
 START_TEST(test_status_names)
 {
     for (int s = 0; s < OUTBOX_STATUS_COUNT; s++)
@@ -96,6 +118,7 @@ batch_suite(void)
     tcase_add_test(tc, test_illegal_transitions);
     tcase_add_test(tc, test_published_released);
     tcase_add_test(tc, test_arena_survives_growth);
+    tcase_add_test(tc, test_arena_aligned);
     tcase_add_test(tc, test_status_names);
     suite_add_tcase(s, tc);
     return s;

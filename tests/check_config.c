@@ -35,6 +35,7 @@ static const char *const bad_inputs[] = {
     "bad_backoff",        "bad_broker_ambiguous",
     "bad_relay",          "bad_tls",
     "bad_many",           "bad_poll",
+    "bad_size",
 };
 
 static char *
@@ -191,6 +192,7 @@ check_full_outbox(const struct config *cfg)
     ck_assert(!ob->mandatory);
     ck_assert_int_eq(ob->ordering, ORDERING_NONE);
     ck_assert_uint_eq(ob->batch_size, 1000);
+    ck_assert_uint_eq(ob->batch_bytes, 4 * 1024 * 1024);
     ck_assert_uint_eq(ob->poll_min_ms, 5);
     ck_assert_uint_eq(ob->poll_interval_ms, 250);
     ck_assert_uint_eq(ob->wake_poll_interval_ms, 30000);
@@ -271,6 +273,7 @@ check_default_outbox(const struct config *cfg, const struct outbox_config *ob)
     ck_assert(ob->mandatory);
     ck_assert_int_eq(ob->ordering, ORDERING_AGGREGATE);
     ck_assert_uint_eq(ob->batch_size, 500);
+    ck_assert_uint_eq(ob->batch_bytes, 16 * 1024 * 1024);
     ck_assert_uint_eq(ob->poll_min_ms, 1);
     ck_assert_uint_eq(ob->poll_interval_ms, 1000);
     ck_assert_uint_eq(ob->wake_poll_interval_ms, 10000);

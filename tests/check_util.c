@@ -1,4 +1,4 @@
-/* check_util: durations, backoff, bounded copies. */
+/* check_util: durations, sizes, backoff, bounded copies. */
 #include <check.h>
 #include <string.h>
 
@@ -61,6 +61,69 @@ START_TEST(test_duration_format)
 }
 END_TEST
 
+static const struct {
+    const char *text;
+    uint64_t bytes;
+} good_sizes[] = {
+    {"0", 0},
+    {"65536", 65536},
+    {"100B", 100},
+    {"512KiB", 512 * 1024},
+    {"16MiB", 16 * 1024 * 1024},
+    {"1GiB", 1024ULL * 1024 * 1024},
+    {"1099511627776", 1099511627776ULL},
+};
+
+static const char *const bad_sizes[] = {
+    "",
+    "MiB",
+    "-1MiB",
+    "1.5MiB",
+    "16MB",
+    "16mib",
+    "16 MiB",
+    "16M",
+    "16k",
+    "1MiB ",
+    "99999999999999999999999",
+    "17179869184GiB",
+};
+
+START_TEST(test_size_good)
+{
+    uint64_t bytes = 12345;
+    char err[200];
+    ck_assert_int_eq(size_parse(good_sizes[_i].text, &bytes, err, sizeof(err)),
+                     0);
+    ck_assert_uint_eq(bytes, good_sizes[_i].bytes);
+}
+END_TEST
+
+START_TEST(test_size_bad)
+{
+    uint64_t bytes = 12345;
+    char err[200] = "";
+    ck_assert_int_eq(size_parse(bad_sizes[_i], &bytes, err, sizeof(err)), -1);
+    ck_assert_uint_eq(bytes, 12345);
+    ck_assert_msg(strstr(err, "size") != NULL, "unclear error: %s", err);
+}
+END_TEST
+
+START_TEST(test_size_format)
+{
+    char buf[32];
+    size_format(16 * 1024 * 1024, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "16MiB");
+    size_format(1536, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "1536B");
+    size_format(0, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "0B");
+    uint64_t back;
+    size_parse("1536B", &back, buf, sizeof(buf));
+    ck_assert_uint_eq(back, 1536);
+}
+END_TEST
+
 START_TEST(test_backoff_bounds)
 {
     for (unsigned attempt = 0; attempt < 40; attempt++)
@@ -93,6 +156,11 @@ util_suite(void)
     tcase_add_loop_test(tc, test_duration_bad, 0,
                         sizeof(bad_durations) / sizeof(*bad_durations));
     tcase_add_test(tc, test_duration_format);
+    tcase_add_loop_test(tc, test_size_good, 0,
+                        sizeof(good_sizes) / sizeof(*good_sizes));
+    tcase_add_loop_test(tc, test_size_bad, 0,
+                        sizeof(bad_sizes) / sizeof(*bad_sizes));
+    tcase_add_test(tc, test_size_format);
     tcase_add_test(tc, test_backoff_bounds);
     tcase_add_test(tc, test_str_copy_truncates);
     suite_add_tcase(s, tc);

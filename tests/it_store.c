@@ -1350,6 +1350,88 @@ START_TEST(test_claim_without_id_primary)
 }
 END_TEST
 
+/* One event whose payload is a JSON string of exactly len bytes. */
+static void
+insert_sized(struct fx *fx, int i, size_t len)
+{
+    it_db_exec(fx->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status) VALUES "
+               "('sz-%d', 'Order', 'sz', 'OrderCreated', CONCAT('{\"p\":\"', "
+               "REPEAT('x', %zu), '\"}'), 'PENDING')",
+               i, len - 8);
+}
+
+/* Claims until a claim comes back empty; each within batch_bytes.
+ * Returns the rows claimed. */
+static size_t
+claim_all_within(struct store *st, struct outbox_batch *b, size_t budget)
+{
+    size_t rows = 0;
+    for (int claims = 0; claims < 10; claims++) {
+        claim_ok(st, b);
+        if (b->n == 0)
+            return rows;
+        size_t bytes = 0;
+        for (size_t i = 0; i < b->n; i++)
+            bytes += b->rows[i].payload_len;
+        ck_assert_msg(bytes <= budget || b->n == 1, "a claim of %zu bytes",
+                      bytes);
+        rows += b->n;
+        ack_all(b);
+        ck_assert_uint_eq(finalize_ok(st, b), 0);
+    }
+    ck_abort_msg("ten claims and the outbox is not empty");
+    return rows;
+}
+
+/*
+ * 8c. docs/contract.md section 1.6: a claim stops before the row that
+ * would pass batch_bytes and counts as full, so the next claim follows
+ * at once; a larger row goes alone; the rows locked past the cut are
+ * left PENDING, unlocked and unmarked, and each row is claimed once.
+ * Through the lock by id and through the locking read alike (_i from
+ * NSCHEMAS on: a table whose primary key is not id).
+ */
+START_TEST(test_claim_cut_by_bytes)
+{
+    struct fx fx;
+    fx_init(&fx, _i % NSCHEMAS);
+    if (_i >= NSCHEMAS)
+        it_db_exec(fx.sql, "ALTER TABLE outbox_event DROP PRIMARY KEY, ADD "
+                           "UNIQUE KEY uk_id (id)");
+    fx.ob.batch_bytes = 65536;
+    static const size_t sizes[] = {20000, 20000, 20000, 100000, 20000, 20000};
+    for (int i = 0; i < 6; i++)
+        insert_sized(&fx, i, sizes[i]);
+    struct store *st = store_open(&fx);
+    struct outbox_batch b;
+    batch_init(&b);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 3);
+    ck_assert_uint_eq(b.candidates, fx.ob.batch_size);
+    ck_assert_int_eq(count_where(&fx, "status = 'PROCESSING'"), 3);
+    ck_assert_int_eq(count_where(&fx, "status = 'PENDING' AND locked_by IS "
+                                      "NULL AND locked_until IS NULL AND "
+                                      "retry_count = 0"),
+                     3);
+    ack_all(&b);
+    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    claim_ok(st, &b);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_uint_eq(b.rows[0].payload_len, 100000);
+    ck_assert_uint_eq(b.candidates, fx.ob.batch_size);
+    ack_all(&b);
+    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    ck_assert_uint_eq(claim_all_within(st, &b, 65536), 2);
+    ck_assert_int_eq(count_where(&fx, "status = 'SENT' AND retry_count = 0"),
+                     6);
+    batch_free(&b);
+    store_free(st);
+    fx_fini(&fx);
+}
+END_TEST
+
 /*
  * 8b. The claim order is that of the table's index: id on the
  * recommended table, (next_retry_at, created_at, id) on the seed's, so
@@ -1580,6 +1662,7 @@ it_store_suite(void)
     tcase_add_test(tc, test_missing_columns);
     tcase_add_loop_test(tc, test_row_fields, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_claim_without_id_primary, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_claim_cut_by_bytes, 0, 2 * NSCHEMAS);
     tcase_add_loop_test(tc, test_claim_uses_index, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_claim_order_follows_index, 0, NSCHEMAS);
     tcase_add_test(tc, test_server_gone);
