@@ -45,7 +45,7 @@ CTL_SRCS := $(wildcard daemon/outboxctl_*.c)
 DAEMON_SRCS := $(filter-out $(CTL_SRCS), $(DAEMON_SRCS))
 DAEMON_OBJS = $(DAEMON_SRCS:%.c=$(BUILD)/%.o)
 UNIT_SRCS := $(wildcard tests/check_*.c)
-IT_SRCS := $(wildcard tests/it_*.c) tests/itest.c
+IT_SRCS := $(wildcard tests/it_*.c) tests/itest.c tests/itproxy.c
 UNIT_OBJS = $(UNIT_SRCS:%.c=$(BUILD)/%.o)
 IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 

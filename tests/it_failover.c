@@ -3,21 +3,16 @@
  * MariaDB primary and replica (tests/failover/servers.sh), the relay's
  * address a forwarder that the test moves from one to the other.
  */
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "itest.h"
+#include "itproxy.h"
 
 Suite *it_failover_suite(void);
 
@@ -28,145 +23,6 @@ Suite *it_failover_suite(void);
 #define MAX_EVENTS 4000
 #define DRAIN_MS 90000
 
-/* ---- a forwarder whose target the test moves ---- */
-
-/*
- * New connections go to the target in force.  Moving it with cut set
- * also closes the connections made before, as a proxy or a moved VIP
- * does; without cut they stay with the old server, as they do after a
- * DNS change.
- */
-struct proxy {
-    int fd;
-    unsigned port;
-    pthread_t thread;
-    _Atomic unsigned target, epoch;
-    _Atomic bool cut, stop;
-    _Atomic int pumps;
-};
-
-struct pump {
-    struct proxy *px;
-    int client, server;
-    unsigned epoch;
-};
-
-static bool
-pump_move(int from, int to)
-{
-    char b[16384];
-    ssize_t n = read(from, b, sizeof(b));
-    return n > 0 && write(to, b, (size_t)n) == n;
-}
-
-static void *
-pump_main(void *arg)
-{
-    struct pump *p = arg;
-    struct proxy *px = p->px;
-    for (bool up = true; up && !px->stop;) {
-        if (px->cut && px->epoch != p->epoch)
-            break;
-        struct pollfd fds[2] = {{.fd = p->client, .events = POLLIN},
-                                {.fd = p->server, .events = POLLIN}};
-        if (poll(fds, 2, 50) <= 0)
-            continue;
-        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
-            up = pump_move(p->client, p->server);
-        if (up && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)))
-            up = pump_move(p->server, p->client);
-    }
-    close(p->client);
-    close(p->server);
-    px->pumps--;
-    free(p);
-    return NULL;
-}
-
-static int
-tcp_to(unsigned port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
-        return fd;
-    if (fd >= 0)
-        close(fd);
-    return -1;
-}
-
-static void
-proxy_accept(struct proxy *px)
-{
-    int client = accept(px->fd, NULL, NULL);
-    if (client < 0)
-        return;
-    int server = tcp_to(px->target);
-    if (server < 0) {
-        close(client);
-        return;
-    }
-    struct pump *p = malloc(sizeof(*p));
-    *p = (struct pump){
-        .px = px, .client = client, .server = server, .epoch = px->epoch};
-    pthread_t t;
-    px->pumps++;
-    if (pthread_create(&t, NULL, pump_main, p) != 0) {
-        px->pumps--;
-        close(client), close(server), free(p);
-        return;
-    }
-    pthread_detach(t);
-}
-
-static void *
-proxy_main(void *arg)
-{
-    struct proxy *px = arg;
-    while (!px->stop) {
-        struct pollfd pfd = {.fd = px->fd, .events = POLLIN};
-        if (poll(&pfd, 1, 50) > 0)
-            proxy_accept(px);
-    }
-    return NULL;
-}
-
-static void
-proxy_start(struct proxy *px, unsigned target)
-{
-    memset(px, 0, sizeof(*px));
-    px->target = target;
-    px->port = it_free_port();
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)px->port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    px->fd = socket(AF_INET, SOCK_STREAM, 0);
-    int on = 1;
-    setsockopt(px->fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    ck_assert_int_eq(bind(px->fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    ck_assert_int_eq(listen(px->fd, 16), 0);
-    ck_assert_int_eq(pthread_create(&px->thread, NULL, proxy_main, px), 0);
-}
-
-static void
-proxy_move(struct proxy *px, unsigned target, bool cut)
-{
-    px->cut = cut;
-    px->target = target;
-    px->epoch++;
-}
-
-static void
-proxy_stop(struct proxy *px)
-{
-    px->stop = true;
-    pthread_join(px->thread, NULL);
-    close(px->fd);
-    ck_assert(IT_WAIT(5000, px->pumps == 0));
-}
-
 /* ---- the pair, the relay, the consumer ---- */
 
 struct fx {
@@ -174,7 +30,7 @@ struct fx {
     char user[64], password[64];
     int lock_fd;
     unsigned http_port;
-    struct proxy px;
+    struct it_proxy px; /* the relay's address, moved at the failover */
     struct it_daemon d;
     struct it_consumer *consumer;
     MYSQL *primary, *replica; /* the test's admin sessions */
@@ -251,7 +107,7 @@ fx_open(struct fx *f, const char *wake)
     f->replica = it_db_connect_port(REPLICA_PORT, NULL);
     for (int a = 0; a < AGGREGATES; a++)
         f->last[a] = -1;
-    proxy_start(&f->px, PRIMARY_PORT);
+    it_proxy_start(&f->px, PRIMARY_PORT);
     f->consumer = it_consumer_new(f->ex, "#");
     fx_write_config(f, wake);
     it_daemon_start(&f->d, f->conf, f->name);
@@ -265,7 +121,7 @@ fx_close(struct fx *f)
     it_consumer_free(f->consumer);
     mysql_close(f->primary);
     mysql_close(f->replica);
-    proxy_stop(&f->px);
+    it_proxy_stop(&f->px);
     unlink(f->conf);
     /* The pair goes with its data: the next test starts a new one. */
     it_sh("bash '%s' stop '%s' >&2", it_src_path("tests/failover/servers.sh"),
@@ -429,7 +285,7 @@ START_TEST(test_failover_mid_drain)
     fx_insert(&f, f.primary, 2000);
     ck_assert_msg(fx_receive(&f, 100, 30000), "the drain did not start");
     long long unfinished = fx_promote_replica(&f);
-    proxy_move(&f.px, REPLICA_PORT, true);
+    it_proxy_move(&f.px, REPLICA_PORT, true);
     fx_insert(&f, f.replica, 500);
     fx_assert_all_delivered(&f, f.replica);
     fprintf(stderr,
@@ -495,7 +351,7 @@ START_TEST(test_failover_leaves_read_only_primary)
     ck_assert_msg(lines <= steps && lines <= refusals,
                   "%d log lines for %.0f refusals in %llu s", lines, refusals,
                   (unsigned long long)secs);
-    proxy_move(&f.px, REPLICA_PORT, false);
+    it_proxy_move(&f.px, REPLICA_PORT, false);
     ck_assert(IT_WAIT(30000, log_lines(&f, "database writable again") == 1));
     /* The binlog stream follows the outbox to the new primary: its
      * commits wake the outbox again. */

@@ -2,17 +2,12 @@
  * where there is no binlog, against the two real MariaDB servers. */
 #define _GNU_SOURCE
 #include "itest.h"
+#include "itproxy.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -527,162 +522,7 @@ START_TEST(test_binlog_rotation)
 }
 END_TEST
 
-/* ---- a proxy that can stall the binlog stream alone ---- */
-
-/*
- * Forwards connections to the binlog server; once stalled, a connection
- * whose client asked for the binlog (COM_BINLOG_DUMP) gets nothing more
- * from the server, as a hung dump thread or a half-dead network path
- * would do, while every other session goes on.
- */
-struct proxy {
-    int fd;
-    unsigned port;
-    pthread_t thread;
-    _Atomic bool stall, stop;
-    _Atomic int pumps;
-};
-
-struct pump {
-    struct proxy *px;
-    int client, server;
-    bool dump;
-    size_t left; /* bytes of the client's current packet still to pass */
-    unsigned char head[5];
-    size_t nhead;
-};
-
-#define COM_BINLOG_DUMP 0x12
-
-/* Follows the client's packets to see the command each one starts. */
-static void
-pump_scan(struct pump *p, const unsigned char *b, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        if (p->left > 0) {
-            size_t skip = n - i < p->left ? n - i : p->left;
-            p->left -= skip, i += skip;
-            continue;
-        }
-        p->head[p->nhead++] = b[i++];
-        if (p->nhead < 5)
-            continue;
-        p->dump = p->dump || p->head[4] == COM_BINLOG_DUMP;
-        p->left = ((size_t)p->head[0] | (size_t)p->head[1] << 8 |
-                   (size_t)p->head[2] << 16) -
-                  1;
-        p->nhead = 0;
-    }
-}
-
-/* Moves what from has to to; false when either side is done. */
-static bool
-pump_move(struct pump *p, int from, int to)
-{
-    unsigned char b[16384];
-    ssize_t n = read(from, b, sizeof(b));
-    if (n <= 0)
-        return false;
-    if (from == p->client)
-        pump_scan(p, b, (size_t)n);
-    return write(to, b, (size_t)n) == n;
-}
-
-static void *
-pump_main(void *arg)
-{
-    struct pump *p = arg;
-    for (bool up = true; up && !p->px->stop;) {
-        bool hold = p->dump && p->px->stall;
-        struct pollfd fds[2] = {{.fd = p->client, .events = POLLIN},
-                                {.fd = p->server, .events = hold ? 0 : POLLIN}};
-        if (poll(fds, 2, 50) <= 0)
-            continue;
-        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
-            up = pump_move(p, p->client, p->server);
-        if (up && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)))
-            up = pump_move(p, p->server, p->client);
-    }
-    close(p->client);
-    close(p->server);
-    p->px->pumps--;
-    free(p);
-    return NULL;
-}
-
-static int
-tcp_to(unsigned port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
-        return fd;
-    if (fd >= 0)
-        close(fd);
-    return -1;
-}
-
-static void
-proxy_accept(struct proxy *px)
-{
-    int client = accept(px->fd, NULL, NULL);
-    if (client < 0)
-        return;
-    int server = tcp_to(IT_DB_BINLOG_PORT);
-    if (server < 0) {
-        close(client);
-        return;
-    }
-    struct pump *p = calloc(1, sizeof(*p));
-    *p = (struct pump){.px = px, .client = client, .server = server};
-    pthread_t t;
-    px->pumps++;
-    if (pthread_create(&t, NULL, pump_main, p) != 0) {
-        px->pumps--;
-        close(client), close(server), free(p);
-        return;
-    }
-    pthread_detach(t);
-}
-
-static void *
-proxy_main(void *arg)
-{
-    struct proxy *px = arg;
-    while (!px->stop) {
-        struct pollfd pfd = {.fd = px->fd, .events = POLLIN};
-        if (poll(&pfd, 1, 50) > 0)
-            proxy_accept(px);
-    }
-    return NULL;
-}
-
-static void
-proxy_start(struct proxy *px)
-{
-    memset(px, 0, sizeof(*px));
-    px->port = it_free_port();
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)px->port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    px->fd = socket(AF_INET, SOCK_STREAM, 0);
-    int on = 1;
-    setsockopt(px->fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    ck_assert_int_eq(bind(px->fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    ck_assert_int_eq(listen(px->fd, 16), 0);
-    ck_assert_int_eq(pthread_create(&px->thread, NULL, proxy_main, px), 0);
-}
-
-static void
-proxy_stop(struct proxy *px)
-{
-    px->stop = true;
-    pthread_join(px->thread, NULL);
-    close(px->fd);
-    ck_assert(IT_WAIT(5000, px->pumps == 0));
-}
+/* ---- the binlog stream stalled by a proxy (tests/itproxy.h) ---- */
 
 /*
  * A stream that stalls (no event, no heartbeat) is given up after a few
@@ -692,8 +532,8 @@ proxy_stop(struct proxy *px)
 START_TEST(test_stream_stalled)
 {
     struct fx f;
-    struct proxy px;
-    proxy_start(&px);
+    struct it_proxy px;
+    it_proxy_start(&px, IT_DB_BINLOG_PORT);
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
     f.config_port = px.port;
     fx_write_config(&f, NULL,
@@ -702,7 +542,7 @@ START_TEST(test_stream_stalled)
     fx_start(&f);
     fx_wait_live(&f, 1, SLOW_MS);
     fx_assert_woken(&f, "before-stall");
-    px.stall = true;
+    px.stall_dump = true;
     /* Three missed heartbeats, and the stream is given up ... */
     FX_WAIT(&f, SLOW_MS, fx_source(&f, "poll") == 1,
             "wake_source poll did not turn 1 while the stream stalled");
@@ -710,11 +550,11 @@ START_TEST(test_stream_stalled)
     /* ... and an event waits the poll's 1 s ceiling, not the 30 s one. */
     fx_wait_idle(&f);
     fx_deliver(&f, "stalled-1", 5000);
-    px.stall = false;
+    px.stall_dump = false;
     fx_wait_live(&f, 2, RESTART_MS);
     fx_assert_woken(&f, "after-stall");
     fx_close(&f);
-    proxy_stop(&px);
+    it_proxy_stop(&px);
 }
 END_TEST
 
