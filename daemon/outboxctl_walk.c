@@ -189,6 +189,21 @@ retry_step(struct ctl *c, struct store *st, const struct outbox_config *ob,
     return 0;
 }
 
+/* One outbox's entry in --json: the rows done (or, dry, counted) under
+ * key, or an error when nothing was done. */
+static void
+walk_print_json(const struct outbox_config *ob, const struct walk_result *r,
+                size_t i, const char *key, bool dry)
+{
+    printf("%s{\"outbox\":", i ? "," : "");
+    ctl_json_str(ob->name);
+    if (!r->ok && r->done == 0)
+        fputs(",\"error\":true}", stdout);
+    else
+        printf(",\"%s\":%" PRIu64 "%s}", key, dry ? r->total : r->done,
+               r->interrupted ? ",\"interrupted\":true" : "");
+}
+
 static const struct walk retry_walk = {"retried", retry_count, retry_step};
 
 static void
@@ -197,14 +212,7 @@ retry_print(const struct ctl *c, const struct outbox_config *ob,
 {
     bool dry = c->o->given & OPT_DRY_RUN;
     if (c->o->json) {
-        printf("%s{\"outbox\":", i ? "," : "");
-        ctl_json_str(ob->name);
-        if (!r->ok && r->done == 0)
-            fputs(",\"error\":true}", stdout);
-        else
-            printf(",\"%s\":%" PRIu64 "%s}", dry ? "would_retry" : "retried",
-                   dry ? r->total : r->done,
-                   r->interrupted ? ",\"interrupted\":true" : "");
+        walk_print_json(ob, r, i, dry ? "would_retry" : "retried", dry);
     } else if (dry && r->ok) {
         printf("%s: would retry %" PRIu64 " DEAD row%s\n", ob->name, r->total,
                r->total == 1 ? "" : "s");
@@ -330,14 +338,7 @@ purge_print(const struct ctl *c, const struct outbox_config *ob,
 {
     bool dry = c->o->given & OPT_DRY_RUN;
     if (c->o->json) {
-        printf("%s{\"outbox\":", i ? "," : "");
-        ctl_json_str(ob->name);
-        if (!r->ok && r->done == 0)
-            fputs(",\"error\":true}", stdout);
-        else
-            printf(",\"%s\":%" PRIu64 "%s}", dry ? "would_delete" : "deleted",
-                   dry ? r->total : r->done,
-                   r->interrupted ? ",\"interrupted\":true" : "");
+        walk_print_json(ob, r, i, dry ? "would_delete" : "deleted", dry);
     } else if (dry && r->ok) {
         printf("%s: would delete %" PRIu64 " SENT row%s older than %s\n",
                ob->name, r->total, r->total == 1 ? "" : "s", age);
