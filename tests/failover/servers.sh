@@ -39,24 +39,8 @@ export LC_ALL=C.UTF-8
 log() { printf 'failover-servers: %s\n' "$*"; }
 die() { printf 'failover/servers.sh: %s\n' "$*" >&2; exit 1; }
 
-port_open() { timeout 2 bash -c "</dev/tcp/127.0.0.1/$1" 2>/dev/null; }
-
-wait_until() { # SECONDS CHECK...
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@"; do
-        ((SECONDS < deadline)) || return 1
-        sleep 0.1
-    done
-}
-
-alive() {
-    local st
-    st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-    [[ $st != Z* ]]
-}
-
-pid_gone() { ! { [[ -n $1 ]] && alive "$1"; }; }
+# shellcheck source=tests/shlib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../shlib.sh"
 
 db_sql() { # DIR NAME SQL: as root on that server's socket
     timeout 10 mariadb --no-defaults -uroot --socket="$1/$2/run/mysqld.sock" \

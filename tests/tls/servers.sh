@@ -37,24 +37,8 @@ export LC_ALL=C.UTF-8
 log() { printf 'tls-servers: %s\n' "$*"; }
 die() { printf 'tls/servers.sh: %s\n' "$*" >&2; exit 1; }
 
-port_open() { timeout 2 bash -c "</dev/tcp/127.0.0.1/$1" 2>/dev/null; }
-
-wait_until() { # SECONDS CHECK...
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@"; do
-        ((SECONDS < deadline)) || return 1
-        sleep 0.2
-    done
-}
-
-alive() {
-    local st
-    st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
-    [[ $st != Z* ]]
-}
-
-pid_gone() { ! { [[ -n $1 ]] && alive "$1"; }; }
+# shellcheck source=tests/shlib.sh
+source "$HERE/../shlib.sh"
 
 # ---------------------------------------------------------------- MariaDB
 
