@@ -1,11 +1,12 @@
 /*
- * util: allocation that never returns NULL, bounded string copies,
- * clocks and the duration syntax.
+ * util: allocation that never returns NULL, the one string builder,
+ * bounded string copies, clocks and the duration and size syntax.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,20 +61,109 @@ xstrndup(const char *s, size_t n)
     return p;
 }
 
+/* A vsnprintf failure is a bad format or a piece over INT_MAX: a bug. */
+static void
+format_failed(const char *fmt)
+{
+    fprintf(stderr, "outboxd: cannot format \"%s\"\n", fmt);
+    abort();
+}
+
+char *
+xvasprintf(const char *fmt, va_list ap)
+{
+    va_list copy;
+    va_copy(copy, ap);
+    int len = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    if (len < 0)
+        format_failed(fmt);
+    char *p = xmalloc((size_t)len + 1);
+    vsnprintf(p, (size_t)len + 1, fmt, ap);
+    return p;
+}
+
 char *
 xasprintf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (len < 0)
-        oom(0);
-    char *p = xmalloc((size_t)len + 1);
-    va_start(ap, fmt);
-    vsnprintf(p, (size_t)len + 1, fmt, ap);
+    char *p = xvasprintf(fmt, ap);
     va_end(ap);
     return p;
+}
+
+void
+strbuf_reserve(struct strbuf *b, size_t more)
+{
+    if (b->cap > b->len && b->cap - b->len > more)
+        return;
+    if (more >= SIZE_MAX / 2 - b->len)
+        oom(more);
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len <= more)
+        cap *= 2;
+    b->p = xrealloc(b->p, cap);
+    b->cap = cap;
+}
+
+void
+strbuf_reset(struct strbuf *b)
+{
+    b->len = 0;
+    strbuf_reserve(b, 0);
+    b->p[0] = '\0';
+}
+
+void
+strbuf_add(struct strbuf *b, const char *s, size_t n)
+{
+    strbuf_reserve(b, n);
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+void
+strbuf_adds(struct strbuf *b, const char *s)
+{
+    strbuf_add(b, s, strlen(s));
+}
+
+void
+strbuf_vaddf(struct strbuf *b, const char *fmt, va_list ap)
+{
+    strbuf_reserve(b, strlen(fmt));
+    for (;;) {
+        size_t room = b->cap - b->len;
+        va_list copy;
+        va_copy(copy, ap);
+        int n = vsnprintf(b->p + b->len, room, fmt, copy);
+        va_end(copy);
+        if (n < 0)
+            format_failed(fmt);
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        strbuf_reserve(b, (size_t)n);
+    }
+}
+
+void
+strbuf_addf(struct strbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    strbuf_vaddf(b, fmt, ap);
+    va_end(ap);
+}
+
+void
+strbuf_free(struct strbuf *b)
+{
+    free(b->p);
+    *b = (struct strbuf){0};
 }
 
 size_t

@@ -1,7 +1,7 @@
 /*
- * util: allocation that never returns NULL, bounded string copies,
- * clocks and the duration and size syntax shared by config, relay and
- * outboxctl.
+ * util: allocation that never returns NULL, the one string builder,
+ * bounded string copies, clocks and the duration and size syntax shared
+ * by config, relay and outboxctl.
  */
 #ifndef OUTBOXD_UTIL_H
 #define OUTBOXD_UTIL_H
@@ -24,6 +24,39 @@ void *xrealloc(void *ptr, size_t size);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *xvasprintf(const char *fmt, va_list ap)
+    __attribute__((format(printf, 1, 0)));
+
+/*
+ * The one growable string: SQL statements, the metrics page, admin
+ * statements.  p is always NUL-terminated once anything was added (or
+ * after strbuf_reset).  Like xmalloc it never fails: running out of
+ * memory aborts, and so does a vsnprintf failure, which only a bad
+ * format or a single piece over INT_MAX bytes causes, a bug rather than
+ * an input.  Zero-initialise, free with strbuf_free.
+ */
+struct strbuf {
+    char *p;
+    size_t len, cap;
+};
+
+/* Makes room for more bytes and the terminating NUL. */
+void strbuf_reserve(struct strbuf *b, size_t more);
+/* Empties the string, keeping its memory. */
+void strbuf_reset(struct strbuf *b);
+void strbuf_add(struct strbuf *b, const char *s, size_t n);
+void strbuf_adds(struct strbuf *b, const char *s);
+void strbuf_addf(struct strbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void strbuf_vaddf(struct strbuf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+void strbuf_free(struct strbuf *b);
+
+/*
+ * The size of every error buffer (char err[ERR_LEN], passed on as err,
+ * errlen): room for a server's message and what the caller adds to it.
+ */
+#define ERR_LEN 512
 
 /* Copies at most size-1 bytes and always terminates; returns strlen(src). */
 size_t str_copy(char *dst, const char *src, size_t size);

@@ -1,5 +1,6 @@
-/* check_util: durations, sizes, backoff, bounded copies. */
+/* check_util: durations, sizes, backoff, bounded copies, the string builder. */
 #include <check.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -146,6 +147,42 @@ START_TEST(test_str_copy_truncates)
 }
 END_TEST
 
+START_TEST(test_strbuf_grows)
+{
+    struct strbuf b = {0};
+    strbuf_reset(&b);
+    ck_assert_str_eq(b.p, "");
+    for (int i = 0; i < 1000; i++)
+        strbuf_addf(&b, "%d,", i);
+    strbuf_adds(&b, "end");
+    strbuf_add(&b, "xyz", 1);
+    ck_assert_uint_eq(b.len, strlen(b.p));
+    ck_assert_int_eq(strncmp(b.p, "0,1,2,", 6), 0);
+    ck_assert_str_eq(b.p + b.len - 8, "999,endx");
+    size_t cap = b.cap;
+    strbuf_reset(&b);
+    ck_assert_uint_eq(b.len, 0);
+    ck_assert_uint_eq(b.cap, cap); /* memory kept */
+    char big[5000];
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    strbuf_addf(&b, "<%s>", big);
+    ck_assert_uint_eq(b.len, sizeof(big) + 1);
+    ck_assert_int_eq(b.p[b.len - 1], '>');
+    strbuf_free(&b);
+    ck_assert_ptr_null(b.p);
+    ck_assert_uint_eq(b.cap, 0);
+}
+END_TEST
+
+START_TEST(test_xasprintf)
+{
+    char *p = xasprintf("%s.%u", "db", 42u);
+    ck_assert_str_eq(p, "db.42");
+    free(p);
+}
+END_TEST
+
 Suite *
 util_suite(void)
 {
@@ -163,6 +200,8 @@ util_suite(void)
     tcase_add_test(tc, test_size_format);
     tcase_add_test(tc, test_backoff_bounds);
     tcase_add_test(tc, test_str_copy_truncates);
+    tcase_add_test(tc, test_strbuf_grows);
+    tcase_add_test(tc, test_xasprintf);
     suite_add_tcase(s, tc);
     return s;
 }
