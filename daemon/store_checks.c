@@ -1,0 +1,53 @@
+/*
+ * store_checks: which CHECK constraints a status update can leave
+ * unevaluated (see store_checks.h).
+ */
+#include "store_checks.h"
+
+#include <string.h>
+#include <strings.h>
+
+const char *const store_written_columns[] = {
+    "status",       "retry_count", "next_retry_at", "locked_by",
+    "locked_until", "sent_at",     "last_error"};
+const size_t store_nwritten_columns =
+    sizeof(store_written_columns) / sizeof(store_written_columns[0]);
+
+static bool
+is_word_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '_' || c == '$' ||
+           (unsigned char)c >= 0x80; /* part of a non-ASCII name */
+}
+
+static bool
+word_is_column(const char *word, size_t len, const char *const *columns,
+               size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(columns[i]) == len &&
+            strncasecmp(word, columns[i], len) == 0)
+            return true;
+    return false;
+}
+
+bool
+check_clause_may_read(const char *clause, const char *const *columns, size_t n)
+{
+    if (clause == NULL)
+        return true; /* unknown: assume the worst */
+    const char *c = clause;
+    while (*c != '\0') {
+        if (!is_word_char(*c)) {
+            c++;
+            continue;
+        }
+        const char *start = c;
+        while (is_word_char(*c))
+            c++;
+        if (word_is_column(start, (size_t)(c - start), columns, n))
+            return true;
+    }
+    return false;
+}
