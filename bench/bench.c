@@ -1319,6 +1319,13 @@ measure_bytes(const struct settings *s)
     printf("broker ceiling, 64 KiB messages shaped as outboxd's: %.0f msg/s "
            "= %.1f MiB/s (median of %d runs of %ld, %.0f-%.0f msg/s)\n",
            c64.rate, c64_mib, CEILING_RUNS, n64, c64.low, c64.high);
+    /* outboxd's pattern: batches of batch_bytes (16 MiB) each confirmed
+     * before the next, which tells the pattern's share of the gap. */
+    struct ceiling turn = measure_ceiling_median_n(
+        s, (struct publishing){true, 256, true, 65536}, n64);
+    printf("the broker alone in outboxd's pattern, 64 KiB messages in "
+           "batches of 256: %.0f msg/s = %.2f of that ceiling\n",
+           turn.rate, turn.rate / c64.rate);
     for (size_t i = 0; i < NBYTE_SIZES; i++) {
         size_t size = byte_sizes[i].bytes;
         long rows = byte_sizes[i].rows;
