@@ -6,11 +6,13 @@
 #define _GNU_SOURCE /* qsort_r */
 #include "relay.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "helper.h"
 #include "log.h"
 #include "util.h"
 
@@ -82,6 +84,7 @@ relay_init(struct relay *r, const struct outbox_config *ob,
         batch_init(&r->slot[i]);
     r->batch = &r->slot[0];
     r->scratch = xcalloc(1, sizeof(*r->scratch));
+    helper_init(&r->helper, backend->thread_begin, backend->thread_end);
     pthread_mutex_init(&r->stats.waits.lock, NULL);
     histogram_init(&r->stats.commit_to_confirm, metrics_latency_bounds_us,
                    metrics_latency_nbounds);
@@ -92,6 +95,8 @@ relay_init(struct relay *r, const struct outbox_config *ob,
 void
 relay_fini(struct relay *r)
 {
+    job_wait(r);
+    helper_fini(&r->helper);
     struct relay_scratch *s = r->scratch;
     if (s != NULL) {
         free(s->order);
@@ -103,7 +108,6 @@ relay_fini(struct relay *r)
         free(s->marks);
         free(s);
     }
-    job_wait(r);
     for (int i = 0; i < RELAY_SLOTS; i++)
         batch_free(&r->slot[i]);
     pthread_mutex_destroy(&r->stats.waits.lock);
@@ -436,7 +440,7 @@ record_wave(struct relay *r, struct outbox_row **rows, size_t n)
 {
     struct relay_scratch *s = r->scratch;
     size_t k = 0, lost = 0;
-    char err[512];
+    char err[ERR_LEN];
     if (r->backend.mark_sent == NULL)
         return true;
     for (size_t i = 0; i < n; i++) {
@@ -481,7 +485,7 @@ static bool
 await_unblocked(struct relay *r, bool *broker_ok)
 {
     void *pub = r->backend.publisher;
-    char err[512];
+    char err[ERR_LEN];
     if (r->backend.is_blocked == NULL || !r->backend.is_blocked(pub))
         return true;
     while (r->backend.is_blocked(pub)) {
@@ -513,7 +517,7 @@ await_unblocked(struct relay *r, bool *broker_ok)
 static bool
 send_wave(struct relay *r, struct outbox_row **rows, size_t n, bool *broker_ok)
 {
-    char err[512];
+    char err[ERR_LEN];
     wait_begin(r, WAIT_BROKER);
     bool go = await_unblocked(r, broker_ok);
     if (go && r->backend.publish(r->backend.publisher, r->batch, rows, n,
@@ -667,7 +671,7 @@ finalize_done(struct relay *r, struct outbox_batch *b, int rc, size_t lost,
 static bool
 finalize(struct relay *r, struct outbox_batch *b)
 {
-    char err[512];
+    char err[ERR_LEN];
     size_t lost = 0;
     wait_begin(r, WAIT_DATABASE);
     int rc = r->backend.finalize(r->backend.store, b, &lost, err, sizeof(err));
@@ -678,15 +682,15 @@ finalize(struct relay *r, struct outbox_batch *b)
 /* ---- the database side, run beside publishing ---- */
 
 /*
- * While a batch is being published the database connection is idle: a
- * job thread records the previous batch's outcome and claims the next
- * one meanwhile, so that a drain costs max(database, broker) per batch
+ * While a batch is being published the database connection is idle: the
+ * relay's helper thread records the previous batch's outcome and claims the
+ * next one meanwhile, so that a drain costs max(database, broker) per batch
  * rather than their sum.  Safe for ordering: the batch in flight is
  * PROCESSING, so the claim cannot take a later event of its aggregates,
  * and the previous batch is recorded before the claim reads.
  */
-static void *
-job_main(void *arg)
+static void
+job_run(void *arg)
 {
     struct relay *r = arg;
     struct relay_job *j = &r->job;
@@ -699,19 +703,19 @@ job_main(void *arg)
         j->claim_rc = r->backend.claim(r->backend.store, r->relay_id, j->next,
                                        j->claim_err, sizeof(j->claim_err));
     }
-    return NULL;
 }
 
+/* Hands the job to the relay's helper thread (started on first use). */
 static void
 job_start(struct relay *r, struct outbox_batch *prev, struct outbox_batch *next)
 {
     struct relay_job *j = &r->job;
+    assert(!j->running); /* job_collect or relay_flush took the last one */
     *j = (struct relay_job){.prev = prev, .next = next, .claim_rc = -1};
     if (prev == NULL && next == NULL)
         return;
-    j->running = pthread_create(&j->thread, NULL, job_main, r) == 0;
-    if (!j->running)
-        job_main(r); /* no thread to be had: do it now, in line */
+    /* false: no thread to be had, the job already ran here, in line */
+    j->running = helper_submit(&r->helper, job_run, r);
 }
 
 /* Waits for the job; the store is ours again. */
@@ -720,7 +724,7 @@ job_wait(struct relay *r)
 {
     if (r->job.running) {
         wait_begin(r, WAIT_DATABASE);
-        pthread_join(r->job.thread, NULL);
+        helper_wait(&r->helper);
         wait_end(r);
     }
     r->job.running = false;
@@ -876,7 +880,7 @@ relay_batch(struct relay *r)
 static int
 take_batch(struct relay *r)
 {
-    char err[512];
+    char err[ERR_LEN];
     if (r->next != NULL) {
         r->batch = r->next;
         r->next = NULL;

@@ -14,7 +14,9 @@
 
 #include "batch.h"
 #include "config.h"
+#include "helper.h"
 #include "metrics.h"
+#include "util.h"
 
 struct relay_backend {
     void *store;
@@ -39,6 +41,11 @@ struct relay_backend {
     /* The last failure was the server refusing writes (read-only): nothing
      * was written, the next session can record; NULL: never. */
     bool (*refused_writes)(void *store);
+    /* Run once first and once last on the relay's helper thread, which
+     * claims and records beside publishing: the database client's
+     * per-thread state.  NULL: nothing to do. */
+    void (*thread_begin)(void);
+    void (*thread_end)(void);
 };
 
 /* The server a relay waits on (metrics: which one is a drain's pace). */
@@ -87,14 +94,13 @@ struct relay_scratch;
 
 /* The database work done while a batch is published (see relay.c). */
 struct relay_job {
-    pthread_t thread;
-    bool running;
+    bool running; /* on the helper thread: job_wait before reading */
     struct outbox_batch *prev; /* to finalize, or NULL */
     struct outbox_batch *next; /* to claim into, or NULL */
     int fin_rc, claim_rc;
     size_t lost;
     uint64_t next_claim_ms;
-    char fin_err[512], claim_err[512];
+    char fin_err[ERR_LEN], claim_err[ERR_LEN];
 };
 
 /* The batch in flight, the one being recorded, the one claimed ahead. */
@@ -113,6 +119,7 @@ struct relay {
     struct outbox_batch *unrecorded[2];
     uint64_t next_claim_ms;
     struct relay_job job;
+    struct helper helper; /* runs job, started by the first one */
     struct relay_stats stats;
     /* Set by another thread: stop waiting for confirms by this time. */
     _Atomic uint64_t stop_deadline_ms;
@@ -120,10 +127,11 @@ struct relay {
     /* After RELAY_IDLE: in how many ms the empty claim saw the next row
      * fall due, UINT64_MAX if it saw none (struct outbox_batch). */
     uint64_t idle_due_ms;
-    char last_error[512];
+    char last_error[ERR_LEN];
     struct relay_scratch *scratch;
 };
 
+/* The helper thread starts with the first job and ends in relay_fini. */
 void relay_init(struct relay *r, const struct outbox_config *ob,
                 const char *relay_id, const struct relay_backend *backend);
 /* Time waited so far per server, in microseconds by enum relay_wait,

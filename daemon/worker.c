@@ -148,6 +148,15 @@ refused_writes_fn(void *store)
     return store_last_error_is_read_only(store);
 }
 
+/* The relay's helper thread uses the session this thread opened: the
+ * client library's per-thread state, which MySQL's library needs and
+ * MariaDB Connector/C keeps none of. */
+static void
+db_thread_begin_fn(void)
+{
+    mysql_thread_init();
+}
+
 static bool
 is_blocked_fn(void *pub)
 {
@@ -187,6 +196,8 @@ worker_new(const struct outbox_config *ob, const char *relay_id)
         .is_blocked = is_blocked_fn,
         .wait_unblocked = wait_unblocked_fn,
         .refused_writes = refused_writes_fn,
+        .thread_begin = db_thread_begin_fn,
+        .thread_end = store_thread_end,
     };
     relay_init(&w->relay, w->ob, relay_id, &backend);
     logrepeat_init(&w->db.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);

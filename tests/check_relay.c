@@ -5,6 +5,7 @@
  * blocks publishing, rows given back after a publish.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -785,6 +786,61 @@ START_TEST(test_flush_gives_back_claimed_ahead)
 }
 END_TEST
 
+static pthread_t claimed_on[4];
+static _Atomic int db_begins, db_ends;
+
+static int
+fake_claim_noting_thread(void *arg, const char *relay_id,
+                         struct outbox_batch *b, char *err, size_t errlen)
+{
+    ck_assert_int_lt(claims_made, 4);
+    claimed_on[claims_made] = pthread_self();
+    return fake_claim_two_batches(arg, relay_id, b, err, errlen);
+}
+
+static void
+db_begin(void)
+{
+    db_begins++;
+}
+
+static void
+db_end(void)
+{
+    db_ends++;
+}
+
+/* Every claim ahead runs on the one helper thread of the relay, whose
+ * database hooks run once each: begin before its first job, end in
+ * relay_fini. */
+START_TEST(test_claims_ahead_on_one_helper_thread)
+{
+    struct relay_backend be = relay.backend;
+    relay_fini(&relay);
+    be.thread_begin = db_begin;
+    be.thread_end = db_end;
+    relay_init(&relay, &ob, "relay-test", &be);
+    setup_claim_ahead();
+    relay.backend.claim = fake_claim_noting_thread;
+    db_begins = db_ends = 0;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_IDLE);
+    ck_assert_int_eq(claims_made, 4);
+    ck_assert(pthread_equal(claimed_on[0], pthread_self())); /* in line */
+    ck_assert(!pthread_equal(claimed_on[1], pthread_self()));
+    ck_assert(pthread_equal(claimed_on[1], claimed_on[2]));
+    ck_assert(pthread_equal(claimed_on[3], pthread_self()));
+    ck_assert_uint_eq(acked_recorded, 20);
+    ck_assert_int_eq(db_begins, 1);
+    ck_assert_int_eq(db_ends, 0);
+    relay_fini(&relay);
+    ck_assert_int_eq(db_ends, 1);
+    be.thread_begin = be.thread_end = NULL;
+    relay_init(&relay, &ob, "relay-test", &be); /* for teardown */
+}
+END_TEST
+
 static int finalize_calls_before_failure;
 
 /* The database fails while recording the batch before: the job claims
@@ -1009,6 +1065,7 @@ relay_suite(void)
     tcase_add_test(tc, test_claims_ahead_while_publishing);
     tcase_add_test(tc, test_broker_lost_gives_back_claimed_ahead);
     tcase_add_test(tc, test_flush_gives_back_claimed_ahead);
+    tcase_add_test(tc, test_claims_ahead_on_one_helper_thread);
     tcase_add_test(tc, test_reclaimed_row_published_alone);
     tcase_add_test(tc, test_store_lost_in_job);
     tcase_add_test(tc, test_wait_counted_by_server);
