@@ -814,7 +814,7 @@ secret_from_file(struct loader *ld, const yaml_mark_t *mark, const char *path,
                  const char *name)
 {
     char *file = file_path(ld, name);
-    char *secret = NULL, err[256];
+    char *secret = NULL, err[ERR_LEN];
     if (file_read(file, SECRET_MAX_BYTES, &secret, NULL, NULL, err,
                   sizeof(err)) < 0)
         ld_error(ld, mark, "%s: \"%s\": %s", path, file, err);
