@@ -161,7 +161,7 @@ parse_limit(const char *text, unsigned *limit)
 static int
 parse_older(const char *text, uint64_t *ms)
 {
-    char err[256];
+    char err[ERR_LEN];
     if (duration_parse(text, ms, err, sizeof(err)) == 0)
         return 0;
     return usage_error("--sent-older-than: %s", err);

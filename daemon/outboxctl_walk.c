@@ -102,7 +102,7 @@ walk_limit(const struct ctl *c)
 static bool
 walk_steps(struct ctl *c, const struct walk *w, struct store *st,
            const struct outbox_config *ob, struct walk_result *r,
-           struct progress *p, char *err, size_t len)
+           struct progress *p, char *err, size_t errlen)
 {
     uint64_t limit = walk_limit(c);
     bool finished = false;
@@ -113,7 +113,7 @@ walk_steps(struct ctl *c, const struct walk *w, struct store *st,
         }
         uint64_t n = 0;
         int rc = w->step(c, st, ob, limit ? limit - r->done : 0, &n, &finished,
-                         err, len);
+                         err, errlen);
         r->done += n;
         if (rc < 0)
             return false;
