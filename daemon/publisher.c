@@ -830,7 +830,7 @@ size_limit(const amqp_channel_close_t *m)
 static enum frame_result
 on_channel_close(struct wave *w, const amqp_channel_close_t *m)
 {
-    char reason[512], other[600];
+    char reason[ERR_LEN], other[600];
     snprintf(reason, sizeof(reason), "channel closed by broker: %u %.*s",
              m->reply_code, (int)m->reply_text.len,
              (const char *)m->reply_text.bytes);
@@ -862,7 +862,7 @@ on_channel_close(struct wave *w, const amqp_channel_close_t *m)
 static enum frame_result
 on_connection_close(struct wave *w, const amqp_connection_close_t *m)
 {
-    char reason[512];
+    char reason[ERR_LEN];
     snprintf(reason, sizeof(reason), "connection closed by broker: %u %.*s",
              m->reply_code, (int)m->reply_text.len,
              (const char *)m->reply_text.bytes);
