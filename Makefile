@@ -126,7 +126,7 @@ check-integration: all $(BUILD)/check_integration
 	OUTBOXCTL_BIN=$(CURDIR)/$(BUILD)/outboxctl \
 	OUTBOXD_SRC=$(CURDIR) $(BUILD)/check_integration
 
-$(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o
+$(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o $(BUILD)/daemon/util.o
 	$(LINK) -o $@ $^ $(LIBS)
 
 # docs/contract.md section 10: throughput as a ratio to the ceiling measured in the

@@ -31,6 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util.h"
+
 #define DB_NAME "outboxd_bench"
 #define EXCHANGE "outboxd.bench"
 #define QUEUE "outboxd.bench"
@@ -76,14 +78,6 @@ now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int64_t
-wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void
 sleep_s(double s)
 {
@@ -120,11 +114,9 @@ db_connect(const struct server *sv, const char *db)
 static void
 db_exec(MYSQL *m, const char *fmt, ...)
 {
-    char *sql;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&sql, fmt, ap) < 0)
-        die("out of memory");
+    char *sql = xvasprintf(fmt, ap);
     va_end(ap);
     if (mysql_query(m, sql) != 0)
         die("SQL: %s: %.200s", mysql_error(m), sql);
@@ -234,28 +226,29 @@ db_recreate(const struct settings *s, const struct server *sv)
 static void
 db_fill(MYSQL *m, const char *status, long first, long n, long aggregates)
 {
-    size_t cap = 1000 * (PAYLOAD_BYTES + 200);
-    char *sql = malloc(cap), pad[PAYLOAD_BYTES];
+    struct strbuf sql = {0};
+    char pad[PAYLOAD_BYTES];
+    strbuf_reserve(&sql, 1000 * (PAYLOAD_BYTES + 200));
     memset(pad, 'x', sizeof(pad));
     pad[PAYLOAD_BYTES - 40] = '\0'; /* the JSON around it makes 256 */
     for (long start = first; start < first + n; start += 1000) {
         long end = start + 1000 < first + n ? start + 1000 : first + n;
-        size_t len = (size_t)snprintf(
-            sql, cap,
+        strbuf_reset(&sql);
+        strbuf_adds(
+            &sql,
             "INSERT INTO outbox_event (event_id, aggregate_type, "
             "aggregate_id, event_type, payload, status, sent_at) VALUES ");
         for (long i = start; i < end; i++)
-            len += (size_t)snprintf(
-                sql + len, cap - len,
-                "%s('b-%ld','Order','%ld','OrderCreated','{\"seq\":%ld,"
-                "\"pad\":\"%s\"}','%s',%s)",
-                i > start ? "," : "", i, i % aggregates, i, pad, status,
-                strcmp(status, "SENT") == 0 ? "NOW(6) - INTERVAL 1 HOUR"
-                                            : "NULL");
-        db_exec(m, "%s", sql);
+            strbuf_addf(&sql,
+                        "%s('b-%ld','Order','%ld','OrderCreated','{\"seq\":%ld,"
+                        "\"pad\":\"%s\"}','%s',%s)",
+                        i > start ? "," : "", i, i % aggregates, i, pad, status,
+                        strcmp(status, "SENT") == 0 ? "NOW(6) - INTERVAL 1 HOUR"
+                                                    : "NULL");
+        db_exec(m, "%s", sql.p);
         db_exec(m, "COMMIT");
     }
-    free(sql);
+    strbuf_free(&sql);
 }
 
 /* ---- broker ---- */
@@ -627,15 +620,16 @@ fetch_page(const char *path)
         close(fd);
         return NULL;
     }
-    size_t cap = 65536, len = 0;
-    char *page = malloc(cap);
+    struct strbuf page = {0};
     ssize_t k;
-    while ((k = read(fd, page + len, cap - len - 1)) > 0)
-        if ((len += (size_t)k) + 4096 > cap)
-            page = realloc(page, cap *= 2);
-    page[len] = '\0';
+    do { /* read() writes past the NUL, which the end puts back */
+        strbuf_reserve(&page, 65536);
+        k = read(fd, page.p + page.len, page.cap - page.len - 1);
+        page.len += k > 0 ? (size_t)k : 0;
+    } while (k > 0);
+    page.p[page.len] = '\0';
     close(fd);
-    return page;
+    return page.p;
 }
 
 /* The sum of a metric's samples whose labels hold label. */
@@ -1236,29 +1230,29 @@ db_fill_sized(MYSQL *m, long n, size_t size, long aggregates)
 {
     long per = (long)(8 * 1048576 / (size + 200));
     per = per < 1 ? 1 : per;
-    size_t cap = (size_t)per * (size + 200) + 1024;
-    char *sql = malloc(cap), *pad = malloc(size + 1);
+    struct strbuf sql = {0};
+    char *pad = xmalloc(size + 1);
+    strbuf_reserve(&sql, (size_t)per * (size + 200) + 1024);
     memset(pad, 'x', size);
     for (long start = 0; start < n; start += per) {
         long end = start + per < n ? start + per : n;
-        size_t len = (size_t)snprintf(
-            sql, cap,
-            "INSERT INTO outbox_event (event_id, aggregate_type, "
-            "aggregate_id, event_type, payload) VALUES ");
+        strbuf_reset(&sql);
+        strbuf_adds(&sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                          "aggregate_id, event_type, payload) VALUES ");
         for (long i = start; i < end; i++) {
             char head[64];
             int h = snprintf(head, sizeof(head), "{\"seq\":%ld,\"pad\":\"", i);
-            len += (size_t)snprintf(sql + len, cap - len,
-                                    "%s('s-%ld','Order','%ld','OrderCreated','"
-                                    "%s%.*s\"}')",
-                                    i > start ? "," : "", i, i % aggregates,
-                                    head, (int)(size - (size_t)h - 2), pad);
+            strbuf_addf(&sql,
+                        "%s('s-%ld','Order','%ld','OrderCreated','"
+                        "%s%.*s\"}')",
+                        i > start ? "," : "", i, i % aggregates, head,
+                        (int)(size - (size_t)h - 2), pad);
         }
-        db_exec(m, "%s", sql);
+        db_exec(m, "%s", sql.p);
         db_exec(m, "COMMIT");
     }
     free(pad);
-    free(sql);
+    strbuf_free(&sql);
 }
 
 struct sized_drain {

@@ -7,7 +7,6 @@
 #include "admin.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,61 +22,25 @@
     "SET `status` = 'PENDING', `retry_count` = 0, `next_retry_at` = NULL, "    \
     "`locked_by` = NULL, `locked_until` = NULL"
 
-/* A statement under construction; grows, never fails. */
-struct stmt {
-    char *p;
-    size_t len, cap;
-};
-
-static void
-stmt_reserve(struct stmt *s, size_t more)
-{
-    if (s->cap - s->len > more)
-        return;
-    size_t cap = s->cap ? s->cap : 512;
-    while (cap - s->len <= more)
-        cap *= 2;
-    s->p = xrealloc(s->p, cap);
-    s->cap = cap;
-}
-
-static void stmt_addf(struct stmt *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void
-stmt_addf(struct stmt *s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    stmt_reserve(s, (size_t)(n > 0 ? n : 0));
-    va_start(ap, fmt);
-    vsnprintf(s->p + s->len, s->cap - s->len, fmt, ap);
-    va_end(ap);
-    s->len += (size_t)(n > 0 ? n : 0);
-}
-
 /* `name` with backticks doubled: config checks names, this is defence. */
 static void
-stmt_add_ident(struct stmt *s, const char *name)
+sql_add_ident(struct strbuf *s, const char *name)
 {
-    stmt_reserve(s, 2 * strlen(name) + 2);
-    s->p[s->len++] = '`';
+    strbuf_add(s, "`", 1);
     for (; *name != '\0'; name++) {
         if (*name == '`')
-            s->p[s->len++] = '`';
-        s->p[s->len++] = *name;
+            strbuf_add(s, "`", 1);
+        strbuf_add(s, name, 1);
     }
-    s->p[s->len++] = '`';
-    s->p[s->len] = '\0';
+    strbuf_add(s, "`", 1);
 }
 
+/* 'text', quoted and escaped for the session's character set. */
 static void
-stmt_add_string(struct stmt *s, MYSQL *db, const char *text)
+sql_add_string(struct strbuf *s, MYSQL *db, const char *text)
 {
     size_t n = strlen(text);
-    stmt_reserve(s, 2 * n + 2);
+    strbuf_reserve(s, 2 * n + 2);
     s->p[s->len++] = '\'';
     s->len += mysql_real_escape_string(db, s->p + s->len, text, n);
     s->p[s->len++] = '\'';
@@ -86,13 +49,13 @@ stmt_add_string(struct stmt *s, MYSQL *db, const char *text)
 
 /* "<head>`table`<tail>": most statements here have that shape. */
 static void
-stmt_table(struct stmt *s, const char *head, const char *table,
-           const char *tail)
+sql_table(struct strbuf *s, const char *head, const char *table,
+          const char *tail)
 {
-    s->len = 0;
-    stmt_addf(s, "%s", head);
-    stmt_add_ident(s, table);
-    stmt_addf(s, "%s", tail);
+    strbuf_reset(s);
+    strbuf_adds(s, head);
+    sql_add_ident(s, table);
+    strbuf_adds(s, tail);
 }
 
 static int
@@ -107,7 +70,7 @@ db_error(MYSQL *db, const char *what, const char *table, char *err,
 }
 
 static int
-run(MYSQL *db, const struct stmt *s, const char *what, const char *table,
+run(MYSQL *db, const struct strbuf *s, const char *what, const char *table,
     char *err, size_t errlen)
 {
     if (mysql_real_query(db, s->p, s->len) != 0)
@@ -116,8 +79,8 @@ run(MYSQL *db, const struct stmt *s, const char *what, const char *table,
 }
 
 static MYSQL_RES *
-run_select(MYSQL *db, const struct stmt *s, const char *what, const char *table,
-           char *err, size_t errlen)
+run_select(MYSQL *db, const struct strbuf *s, const char *what,
+           const char *table, char *err, size_t errlen)
 {
     if (run(db, s, what, table, err, errlen) < 0)
         return NULL;
@@ -170,11 +133,11 @@ static int
 count_statuses(MYSQL *db, const char *table, struct admin_status *out,
                char *err, size_t errlen)
 {
-    struct stmt s = {0};
-    stmt_table(&s, "SELECT `status`, COUNT(*) FROM ", table,
-               " GROUP BY `status`");
+    struct strbuf s = {0};
+    sql_table(&s, "SELECT `status`, COUNT(*) FROM ", table,
+              " GROUP BY `status`");
     MYSQL_RES *res = run_select(db, &s, "counting rows", table, err, errlen);
-    free(s.p);
+    strbuf_free(&s);
     if (res == NULL)
         return -1;
     MYSQL_ROW r;
@@ -193,16 +156,16 @@ static int
 oldest_pending(MYSQL *db, const char *table, struct admin_status *out,
                char *err, size_t errlen)
 {
-    struct stmt s = {0};
-    stmt_table(&s,
-               "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) "
-               "FROM ",
-               table, " WHERE `id` = (SELECT MIN(`id`) FROM ");
-    stmt_add_ident(&s, table);
-    stmt_addf(&s, " WHERE `status` = 'PENDING')");
+    struct strbuf s = {0};
+    sql_table(&s,
+              "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) "
+              "FROM ",
+              table, " WHERE `id` = (SELECT MIN(`id`) FROM ");
+    sql_add_ident(&s, table);
+    strbuf_adds(&s, " WHERE `status` = 'PENDING')");
     MYSQL_RES *res = run_select(db, &s, "finding the oldest PENDING row", table,
                                 err, errlen);
-    free(s.p);
+    strbuf_free(&s);
     if (res == NULL)
         return -1;
     MYSQL_ROW r = mysql_fetch_row(res);
@@ -231,11 +194,11 @@ static int
 count_dead(MYSQL *db, const char *table, uint64_t *total, char *err,
            size_t errlen)
 {
-    struct stmt s = {0};
-    stmt_table(&s, "SELECT COUNT(*) FROM ", table, " WHERE `status` = 'DEAD'");
+    struct strbuf s = {0};
+    sql_table(&s, "SELECT COUNT(*) FROM ", table, " WHERE `status` = 'DEAD'");
     MYSQL_RES *res =
         run_select(db, &s, "counting DEAD rows", table, err, errlen);
-    free(s.p);
+    strbuf_free(&s);
     if (res == NULL)
         return -1;
     MYSQL_ROW r = mysql_fetch_row(res);
@@ -264,16 +227,16 @@ admin_dead_list(MYSQL *db, const char *table, unsigned limit,
     memset(out, 0, sizeof(*out));
     if (count_dead(db, table, &out->total, err, errlen) < 0)
         return -1;
-    struct stmt s = {0};
-    stmt_table(&s,
-               "SELECT `id`, `event_id`, `aggregate_type`, `aggregate_id`, "
-               "`event_type`, `retry_count`, `created_at`, `last_error` "
-               "FROM ",
-               table, "");
-    stmt_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %u", limit);
+    struct strbuf s = {0};
+    sql_table(&s,
+              "SELECT `id`, `event_id`, `aggregate_type`, `aggregate_id`, "
+              "`event_type`, `retry_count`, `created_at`, `last_error` "
+              "FROM ",
+              table, "");
+    strbuf_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %u", limit);
     MYSQL_RES *res =
         run_select(db, &s, "listing DEAD rows", table, err, errlen);
-    free(s.p);
+    strbuf_free(&s);
     if (res == NULL)
         return -1;
     size_t n = (size_t)mysql_num_rows(res);
@@ -316,13 +279,13 @@ int
 admin_dead_retry_batch(MYSQL *db, const char *table, unsigned max,
                        uint64_t *retried, char *err, size_t errlen)
 {
-    struct stmt s = {0};
+    struct strbuf s = {0};
     unsigned n = max != 0 && max < RETRY_BATCH ? max : RETRY_BATCH;
-    stmt_table(&s, "UPDATE ", table, " " RETRY_SET);
-    stmt_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %u", n);
+    sql_table(&s, "UPDATE ", table, " " RETRY_SET);
+    strbuf_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %u", n);
     *retried = 0;
     int rc = run(db, &s, "retrying DEAD rows", table, err, errlen);
-    free(s.p);
+    strbuf_free(&s);
     uint64_t k = rc == 0 ? affected(db) : 0;
     if (rc == 0)
         rc = commit(db, "retrying DEAD rows", table, err, errlen);
@@ -341,14 +304,14 @@ admin_dead_retry_ids(MYSQL *db, const char *table, const char *const *event_ids,
                      size_t n, bool *found, uint64_t *retried, char *err,
                      size_t errlen)
 {
-    struct stmt s = {0};
+    struct strbuf s = {0};
     bool *hit = xcalloc(n ? n : 1, sizeof(*hit));
     uint64_t total = 0;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        stmt_table(&s, "UPDATE ", table, " " RETRY_SET);
-        stmt_addf(&s, " WHERE `status` = 'DEAD' AND `event_id` = ");
-        stmt_add_string(&s, db, event_ids[i]);
+        sql_table(&s, "UPDATE ", table, " " RETRY_SET);
+        strbuf_adds(&s, " WHERE `status` = 'DEAD' AND `event_id` = ");
+        sql_add_string(&s, db, event_ids[i]);
         rc = run(db, &s, "retrying DEAD rows", table, err, errlen);
         uint64_t k = rc == 0 ? affected(db) : 0;
         hit[i] = k > 0;
@@ -361,7 +324,7 @@ admin_dead_retry_ids(MYSQL *db, const char *table, const char *const *event_ids,
         found[i] = found[i] || hit[i];
     *retried = rc == 0 ? total : 0;
     free(hit);
-    free(s.p);
+    strbuf_free(&s);
     return rc;
 }
 
@@ -375,15 +338,15 @@ int
 admin_purge_count(MYSQL *db, const char *table, uint64_t older_than_ms,
                   uint64_t *total, char *err, size_t errlen)
 {
-    struct stmt s = {0};
-    stmt_table(&s, "SELECT COUNT(*) FROM ", table, "");
-    stmt_addf(&s,
-              " WHERE `status` = 'SENT' AND `sent_at` < NOW(6) - INTERVAL "
-              "%" PRIu64 " MICROSECOND",
-              older_than_ms * 1000);
+    struct strbuf s = {0};
+    sql_table(&s, "SELECT COUNT(*) FROM ", table, "");
+    strbuf_addf(&s,
+                " WHERE `status` = 'SENT' AND `sent_at` < NOW(6) - INTERVAL "
+                "%" PRIu64 " MICROSECOND",
+                older_than_ms * 1000);
     MYSQL_RES *res =
         run_select(db, &s, "counting SENT rows", table, err, errlen);
-    free(s.p);
+    strbuf_free(&s);
     if (res == NULL)
         return -1;
     MYSQL_ROW r = mysql_fetch_row(res);

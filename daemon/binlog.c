@@ -51,7 +51,7 @@ struct binlog_stream {
     uint64_t failovers; /* its clients' failovers when it connected */
     bool followed;      /* the last stream ended to follow a failover */
     unsigned failures;
-    char last_error[512];
+    char last_error[ERR_LEN];
 };
 
 struct binlog_stream *
@@ -407,7 +407,7 @@ static void *
 stream_main(void *arg)
 {
     struct binlog_stream *s = arg;
-    char err[512];
+    char err[ERR_LEN];
     while (!stopping(s)) {
         uint64_t live_since = 0;
         err[0] = '\0';

@@ -227,13 +227,9 @@ static void ld_error(struct loader *ld, const yaml_mark_t *mark,
 static void
 ld_error(struct loader *ld, const yaml_mark_t *mark, const char *fmt, ...)
 {
-    va_list ap, copy;
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(copy, ap);
-    int len = vsnprintf(NULL, 0, fmt, copy);
-    va_end(copy);
-    char *msg = xmalloc(len > 0 ? (size_t)len + 1 : 1);
-    vsnprintf(msg, len > 0 ? (size_t)len + 1 : 1, fmt, ap);
+    char *msg = xvasprintf(fmt, ap);
     va_end(ap);
 
     ld->errs = xrealloc(ld->errs, (ld->nerrs + 1) * sizeof(*ld->errs));
@@ -631,7 +627,7 @@ opt_apply(struct loader *ld, struct section *s, const struct opt *o,
 {
     char *path = path_join(s->path, o->name);
     void *field = opt_field(o, s->base);
-    char err[256], want[128];
+    char err[ERR_LEN], want[128];
     struct section sub;
 
     switch (o->type) {
@@ -818,7 +814,7 @@ secret_from_file(struct loader *ld, const yaml_mark_t *mark, const char *path,
                  const char *name)
 {
     char *file = file_path(ld, name);
-    char *secret = NULL, err[256];
+    char *secret = NULL, err[ERR_LEN];
     if (file_read(file, SECRET_MAX_BYTES, &secret, NULL, NULL, err,
                   sizeof(err)) < 0)
         ld_error(ld, mark, "%s: \"%s\": %s", path, file, err);
@@ -1061,7 +1057,7 @@ outbox_template(struct loader *ld, struct section *s, const char *key,
 {
     struct outbox_config *ob = s->base;
     const char *src = sec_text(s, key);
-    char err[256];
+    char err[ERR_LEN];
     if (src == NULL)
         return;
     if (template_compile(src, t, err, sizeof(err)) < 0) {
@@ -1418,7 +1414,7 @@ config_load_text(const char *path, const char *text, size_t len,
 struct config *
 config_load(const char *path, struct config_errors *errs)
 {
-    char *text = NULL, err[512] = "";
+    char *text = NULL, err[ERR_LEN] = "";
     size_t len = 0;
     struct stat st;
     int got =
@@ -1435,7 +1431,7 @@ struct config *
 config_load_buffer(const char *path, const char *text, size_t len,
                    struct config_errors *errs)
 {
-    char err[64];
+    char err[ERR_LEN];
     snprintf(err, sizeof(err), "larger than %d bytes", CONFIG_MAX_BYTES);
     return config_load_text(path, len > CONFIG_MAX_BYTES ? NULL : text, len,
                             NULL, err, errs);
@@ -1648,13 +1644,9 @@ diff_add(struct reload_diff *d, bool refused, const char *fmt, ...)
     d->nrefused += refused;
     if (list == NULL)
         return;
-    va_list ap, copy;
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(copy, ap);
-    int len = vsnprintf(NULL, 0, fmt, copy);
-    va_end(copy);
-    char *msg = xmalloc(len > 0 ? (size_t)len + 1 : 1);
-    vsnprintf(msg, len > 0 ? (size_t)len + 1 : 1, fmt, ap);
+    char *msg = xvasprintf(fmt, ap);
     va_end(ap);
     list->msgs = xrealloc(list->msgs, (list->n + 1) * sizeof(*list->msgs));
     list->msgs[list->n++] = msg;

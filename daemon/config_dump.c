@@ -80,7 +80,7 @@ config_keys_walk(void (*fn)(const struct config_key *, void *), void *arg)
 /* ---- the effective configuration ---- */
 
 struct dump {
-    FILE *f;
+    struct strbuf out;
     int indent;
     bool dash; /* the next key line starts a list item */
     const struct config *cfg;
@@ -97,20 +97,20 @@ dump_line(struct dump *d, const char *fmt, ...)
 {
     va_list ap;
     int pad = d->indent - (d->dash ? 2 : 0);
-    fprintf(d->f, "%*s%s", pad > 0 ? pad : 0, "", d->dash ? "- " : "");
+    strbuf_addf(&d->out, "%*s%s", pad > 0 ? pad : 0, "", d->dash ? "- " : "");
     d->dash = false;
     va_start(ap, fmt);
-    vfprintf(d->f, fmt, ap);
+    strbuf_vaddf(&d->out, fmt, ap);
     va_end(ap);
-    fputc('\n', d->f);
+    strbuf_add(&d->out, "\n", 1);
 }
 
 /* A key the file leaves out and that has no default, as a comment. */
 static void
 dump_unset(struct dump *d, const char *name, const char *why)
 {
-    fprintf(d->f, "%*s# %s: unset%s%s\n", d->indent, "", name, why ? ", " : "",
-            why ? why : "");
+    strbuf_addf(&d->out, "%*s# %s: unset%s%s\n", d->indent, "", name,
+                why ? ", " : "", why ? why : "");
 }
 
 /* Plain when YAML reads it back as the same string, else quoted. */
@@ -141,14 +141,14 @@ static const struct {
     {"\xef\xbb\xbf", "\\uFEFF"},
 };
 
-/* Writes the escape for a break at s to p; the bytes it covers. */
+/* Adds the escape for a break at s to out; the bytes it covers. */
 static size_t
-yaml_break(const char *s, char **p)
+yaml_break(const char *s, struct strbuf *out)
 {
     for (size_t i = 0; i < sizeof(yaml_breaks) / sizeof(*yaml_breaks); i++) {
         size_t n = strlen(yaml_breaks[i].utf8);
         if (strncmp(s, yaml_breaks[i].utf8, n) == 0) {
-            *p += sprintf(*p, "%s", yaml_breaks[i].escape);
+            strbuf_adds(out, yaml_breaks[i].escape);
             return n;
         }
     }
@@ -161,23 +161,22 @@ yaml_scalar(const char *s)
 {
     if (plain_safe(s))
         return xstrdup(s);
-    char *out = xmalloc(4 * strlen(s) + 3), *p = out;
-    *p++ = '"';
+    struct strbuf out = {0};
+    strbuf_add(&out, "\"", 1);
     while (*s != '\0') {
         unsigned char c = (unsigned char)*s;
-        size_t n = c >= 0x80 ? yaml_break(s, &p) : 0;
+        size_t n = c >= 0x80 ? yaml_break(s, &out) : 0;
         if (n > 0)
             s += n;
         else if (c == '"' || c == '\\')
-            p += sprintf(p, "\\%c", *s++);
+            strbuf_addf(&out, "\\%c", *s++);
         else if (c < 0x20 || c == 0x7f)
-            p += sprintf(p, "\\x%02x", (unsigned char)*s++);
+            strbuf_addf(&out, "\\x%02x", (unsigned char)*s++);
         else
-            *p++ = *s++;
+            strbuf_add(&out, s++, 1);
     }
-    *p++ = '"';
-    *p = '\0';
-    return out;
+    strbuf_add(&out, "\"", 1);
+    return out.p;
 }
 
 static void
@@ -431,19 +430,11 @@ dump_table(struct dump *d, const struct table *t, const void *base)
 char *
 config_dump(const struct config *cfg)
 {
-    char *text = NULL;
-    size_t len = 0;
     struct dump d = {.cfg = cfg};
-    d.f = open_memstream(&text, &len);
-    if (d.f == NULL) {
-        fprintf(stderr, "outboxd: out of memory\n");
-        abort();
-    }
-    fprintf(d.f,
-            "# outboxd %s: the effective configuration, every default "
-            "filled in, secrets masked\n",
-            OUTBOXD_VERSION);
+    strbuf_addf(&d.out,
+                "# outboxd %s: the effective configuration, every default "
+                "filled in, secrets masked\n",
+                OUTBOXD_VERSION);
     dump_table(&d, config_top_table(), cfg);
-    fclose(d.f);
-    return text;
+    return d.out.p;
 }

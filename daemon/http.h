@@ -15,8 +15,8 @@ struct http_server;
 struct http_handlers {
     /* The Prometheus text, malloc'd; the server frees it. */
     char *(*metrics)(void *arg, size_t *len);
-    /* True when ready; otherwise why (one line per missing piece). */
-    bool (*ready)(void *arg, char *why, size_t whylen);
+    /* True when ready; otherwise err says why (a line per missing piece). */
+    bool (*ready)(void *arg, char *err, size_t errlen);
     void *arg;
 };
 

@@ -70,7 +70,7 @@ static void notify(struct daemon *d, const char *fmt, ...)
 static void
 notify(struct daemon *d, const char *fmt, ...)
 {
-    char state[1024], err[256];
+    char state[1024], err[ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(state, sizeof(state), fmt, ap);
@@ -92,22 +92,22 @@ apply_log_settings(const struct daemon *d)
 
 /* True when every outbox has both links; else one line per outbox. */
 static bool
-daemon_ready(void *arg, char *why, size_t whylen)
+daemon_ready(void *arg, char *err, size_t errlen)
 {
     struct daemon *d = arg;
     size_t len = 0;
-    why[0] = '\0';
+    err[0] = '\0';
     if (d->stopping) {
-        str_copy(why, "not ready: stopping\n", whylen);
+        str_copy(err, "not ready: stopping\n", errlen);
         return false;
     }
-    for (size_t i = 0; i < d->nworkers && len < whylen; i++) {
+    for (size_t i = 0; i < d->nworkers && len < errlen; i++) {
         bool db = worker_db_connected(d->workers[i]);
         bool broker = worker_broker_connected(d->workers[i]);
         const struct outbox_config *ob = worker_outbox(d->workers[i]);
         if (db && broker && ob->database->wake == WAKE_BINLOG &&
             !worker_wake_live(d->workers[i])) {
-            int n = snprintf(why + len, whylen - len,
+            int n = snprintf(err + len, errlen - len,
                              "not ready: %s: wake: binlog, and its binlog "
                              "stream is not live\n",
                              ob->name);
@@ -117,12 +117,12 @@ daemon_ready(void *arg, char *why, size_t whylen)
         if (db && broker)
             continue;
         int n = snprintf(
-            why + len, whylen - len, "not ready: %s: %s%s%s not connected\n",
+            err + len, errlen - len, "not ready: %s: %s%s%s not connected\n",
             worker_outbox(d->workers[i])->name, db ? "" : "database",
             db || broker ? "" : " and ", broker ? "" : "broker");
         len += n > 0 ? (size_t)n : 0;
     }
-    return why[0] == '\0';
+    return err[0] == '\0';
 }
 
 static char *
@@ -358,7 +358,7 @@ static int
 start_http(struct daemon *d)
 {
     const char *listen = d->cfg->relay.listen;
-    char err[512];
+    char err[ERR_LEN];
     if (listen == NULL || listen[0] == '\0')
         return 0;
     struct http_handlers h = {

@@ -5,7 +5,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,101 +73,74 @@ metrics_clock_us(void)
 
 /* ---- the exposition text ---- */
 
-struct out {
-    char *buf;
-    size_t len, cap;
-};
-
-static void out_printf(struct out *o, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 static void
-out_printf(struct out *o, const char *fmt, ...)
+family(struct strbuf *o, const char *name, const char *type, const char *help)
 {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return;
-        if ((size_t)n < o->cap - o->len) {
-            o->len += (size_t)n;
-            return;
-        }
-        o->cap = (o->cap + (size_t)n + 1) * 2;
-        o->buf = xrealloc(o->buf, o->cap);
-    }
-}
-
-static void
-family(struct out *o, const char *name, const char *type, const char *help)
-{
-    out_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    strbuf_addf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* Label values escape backslash, quote and newline (format 0.0.4). */
 static void
-label_value(struct out *o, const char *v)
+label_value(struct strbuf *o, const char *v)
 {
     for (; *v; v++) {
         if (*v == '\\' || *v == '"')
-            out_printf(o, "\\%c", *v);
+            strbuf_addf(o, "\\%c", *v);
         else if (*v == '\n')
-            out_printf(o, "\\n");
+            strbuf_adds(o, "\\n");
         else
-            out_printf(o, "%c", *v);
+            strbuf_add(o, v, 1);
     }
 }
 
 static void
-sample_start(struct out *o, const char *name, const char *outbox)
+sample_start(struct strbuf *o, const char *name, const char *outbox)
 {
-    out_printf(o, "%s{outbox=\"", name);
+    strbuf_addf(o, "%s{outbox=\"", name);
     label_value(o, outbox);
-    out_printf(o, "\"");
+    strbuf_adds(o, "\"");
 }
 
 static void
-sample_u64(struct out *o, const char *name, const char *outbox, uint64_t v)
+sample_u64(struct strbuf *o, const char *name, const char *outbox, uint64_t v)
 {
     sample_start(o, name, outbox);
-    out_printf(o, "} %llu\n", (unsigned long long)v);
+    strbuf_addf(o, "} %llu\n", (unsigned long long)v);
 }
 
 /* Seconds from microseconds, exact to the microsecond. */
 static void
-print_seconds(struct out *o, uint64_t us)
+print_seconds(struct strbuf *o, uint64_t us)
 {
-    out_printf(o, "%llu.%06llu", (unsigned long long)(us / SEC),
-               (unsigned long long)(us % SEC));
+    strbuf_addf(o, "%llu.%06llu", (unsigned long long)(us / SEC),
+                (unsigned long long)(us % SEC));
 }
 
 static void
-histogram_samples(struct out *o, const char *name, const char *outbox,
+histogram_samples(struct strbuf *o, const char *name, const char *outbox,
                   const struct histogram *h)
 {
     uint64_t cumulative = 0;
     for (size_t i = 0; i <= h->nbounds; i++) {
         cumulative += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
-        out_printf(o, "%s_bucket{outbox=\"", name);
+        strbuf_addf(o, "%s_bucket{outbox=\"", name);
         label_value(o, outbox);
         if (i < h->nbounds) {
             /* %g prints the bounds as 0.005, 2.5, 3600: short and exact */
-            out_printf(o, "\",le=\"%g\"} %llu\n",
-                       (double)h->bounds_us[i] / (double)SEC,
-                       (unsigned long long)cumulative);
+            strbuf_addf(o, "\",le=\"%g\"} %llu\n",
+                        (double)h->bounds_us[i] / (double)SEC,
+                        (unsigned long long)cumulative);
         } else {
-            out_printf(o, "\",le=\"+Inf\"} %llu\n",
-                       (unsigned long long)cumulative);
+            strbuf_addf(o, "\",le=\"+Inf\"} %llu\n",
+                        (unsigned long long)cumulative);
         }
     }
     char sub[128];
     snprintf(sub, sizeof(sub), "%s_sum", name);
     sample_start(o, sub, outbox);
-    out_printf(o, "} ");
+    strbuf_adds(o, "} ");
     print_seconds(o, atomic_load_explicit(&h->sum_us, memory_order_relaxed));
-    out_printf(o, "\n");
+    strbuf_adds(o, "\n");
     /* The count is the +Inf bucket read above, so the two always agree. */
     snprintf(sub, sizeof(sub), "%s_count", name);
     sample_u64(o, sub, outbox, cumulative);
@@ -217,7 +189,7 @@ static const struct counter_family counters[] = {
 };
 
 static void
-render_counters(struct out *o, const struct outbox_metrics *obs, size_t n)
+render_counters(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
 {
     for (size_t c = 0; c < sizeof(counters) / sizeof(*counters); c++) {
         family(o, counters[c].name, "counter", counters[c].help);
@@ -235,7 +207,7 @@ render_counters(struct out *o, const struct outbox_metrics *obs, size_t n)
  * the broker confirms is not waited for and not counted.
  */
 static void
-render_waits(struct out *o, const struct outbox_metrics *obs, size_t n)
+render_waits(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
 {
     static const char name[] = "outboxd_wait_seconds_total";
     family(o, name, "counter",
@@ -247,15 +219,15 @@ render_waits(struct out *o, const struct outbox_metrics *obs, size_t n)
         uint64_t us[2] = {obs[i].wait_broker_us, obs[i].wait_database_us};
         for (int k = 0; k < 2; k++) {
             sample_start(o, name, obs[i].outbox);
-            out_printf(o, ",on=\"%s\"} ", on[k]);
+            strbuf_addf(o, ",on=\"%s\"} ", on[k]);
             print_seconds(o, us[k]);
-            out_printf(o, "\n");
+            strbuf_adds(o, "\n");
         }
     }
 }
 
 static void
-render_flag(struct out *o, const struct outbox_metrics *obs, size_t n,
+render_flag(struct strbuf *o, const struct outbox_metrics *obs, size_t n,
             const char *name, const char *help, size_t off)
 {
     family(o, name, "gauge", help);
@@ -267,7 +239,7 @@ render_flag(struct out *o, const struct outbox_metrics *obs, size_t n,
 }
 
 static void
-render_rows(struct out *o, const struct outbox_metrics *obs, size_t n)
+render_rows(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
 {
     family(o, "outboxd_rows", "gauge",
            "Rows of the outbox table per status, counted every few seconds "
@@ -279,9 +251,9 @@ render_rows(struct out *o, const struct outbox_metrics *obs, size_t n)
             if (!obs[i].rows_counted[s])
                 continue;
             sample_start(o, "outboxd_rows", obs[i].outbox);
-            out_printf(o, ",status=\"%s\"} %llu\n",
-                       outbox_status_name((enum outbox_status)s),
-                       (unsigned long long)obs[i].rows[s]);
+            strbuf_addf(o, ",status=\"%s\"} %llu\n",
+                        outbox_status_name((enum outbox_status)s),
+                        (unsigned long long)obs[i].rows[s]);
         }
     }
     family(o, "outboxd_oldest_pending_age_seconds", "gauge",
@@ -291,14 +263,14 @@ render_rows(struct out *o, const struct outbox_metrics *obs, size_t n)
         if (!obs[i].rows_known)
             continue;
         sample_start(o, "outboxd_oldest_pending_age_seconds", obs[i].outbox);
-        out_printf(o, "} %.6f\n", obs[i].oldest_pending_age_s);
+        strbuf_addf(o, "} %.6f\n", obs[i].oldest_pending_age_s);
     }
 }
 
 /* Which source wakes each outbox: one sample per source, 1 for the one
  * in force, so that a dashboard can count outboxes by source. */
 static void
-render_pacing(struct out *o, const struct outbox_metrics *obs, size_t n)
+render_pacing(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
 {
     family(o, "outboxd_wake_source", "gauge",
            "1 for what wakes the outbox now: binlog (a live binlog stream) "
@@ -306,20 +278,20 @@ render_pacing(struct out *o, const struct outbox_metrics *obs, size_t n)
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) {
             sample_start(o, "outboxd_wake_source", obs[i].outbox);
-            out_printf(o, ",source=\"%s\"} %d\n", k ? "poll" : "binlog",
-                       obs[i].wake_live == !k);
+            strbuf_addf(o, ",source=\"%s\"} %d\n", k ? "poll" : "binlog",
+                        obs[i].wake_live == !k);
         }
     family(o, "outboxd_poll_interval_seconds", "gauge",
            "The wait before the outbox's next claim: 0 while claims fill "
            "batches, up to the ceiling while they find nothing.");
     for (size_t i = 0; i < n; i++) {
         sample_start(o, "outboxd_poll_interval_seconds", obs[i].outbox);
-        out_printf(o, "} %.3f\n", obs[i].poll_wait_s);
+        strbuf_addf(o, "} %.3f\n", obs[i].poll_wait_s);
     }
 }
 
 static void
-render_histograms(struct out *o, const struct outbox_metrics *obs, size_t n)
+render_histograms(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
 {
     family(o, "outboxd_commit_to_confirm_seconds", "histogram",
            "From the row's created_at to the broker's confirm, per event.");
@@ -334,32 +306,32 @@ render_histograms(struct out *o, const struct outbox_metrics *obs, size_t n)
 }
 
 static void
-render_daemon(struct out *o, const struct daemon_metrics *dm)
+render_daemon(struct strbuf *o, const struct daemon_metrics *dm)
 {
     family(o, "outboxd_build_info", "gauge",
            "Always 1; the version is in the label.");
-    out_printf(o, "outboxd_build_info{version=\"");
+    strbuf_adds(o, "outboxd_build_info{version=\"");
     label_value(o, dm->version);
-    out_printf(o, "\"} 1\n");
+    strbuf_adds(o, "\"} 1\n");
     family(o, "outboxd_config_last_reload_successful", "gauge",
            "1 unless the last SIGHUP reload failed and the old "
            "configuration is still running.");
-    out_printf(o, "outboxd_config_last_reload_successful %d\n",
-               dm->last_reload_ok ? 1 : 0);
+    strbuf_addf(o, "outboxd_config_last_reload_successful %d\n",
+                dm->last_reload_ok ? 1 : 0);
     family(o, "outboxd_config_reloads_total", "counter",
            "SIGHUP reloads, by result.");
-    out_printf(o, "outboxd_config_reloads_total{result=\"success\"} %llu\n",
-               (unsigned long long)dm->reloads_ok);
-    out_printf(o, "outboxd_config_reloads_total{result=\"failure\"} %llu\n",
-               (unsigned long long)dm->reloads_failed);
+    strbuf_addf(o, "outboxd_config_reloads_total{result=\"success\"} %llu\n",
+                (unsigned long long)dm->reloads_ok);
+    strbuf_addf(o, "outboxd_config_reloads_total{result=\"failure\"} %llu\n",
+                (unsigned long long)dm->reloads_failed);
 }
 
 char *
 metrics_render(const struct daemon_metrics *dm,
                const struct outbox_metrics *obs, size_t n, size_t *len)
 {
-    struct out o = {.buf = xmalloc(8192), .len = 0, .cap = 8192};
-    o.buf[0] = '\0';
+    struct strbuf o = {0};
+    strbuf_reserve(&o, 8192);
     render_daemon(&o, dm);
     render_counters(&o, obs, n);
     render_waits(&o, obs, n);
@@ -375,5 +347,5 @@ metrics_render(const struct daemon_metrics *dm,
     render_pacing(&o, obs, n);
     render_histograms(&o, obs, n);
     *len = o.len;
-    return o.buf;
+    return o.p;
 }

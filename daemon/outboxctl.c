@@ -161,7 +161,7 @@ parse_limit(const char *text, unsigned *limit)
 static int
 parse_older(const char *text, uint64_t *ms)
 {
-    char err[256];
+    char err[ERR_LEN];
     if (duration_parse(text, ms, err, sizeof(err)) == 0)
         return 0;
     return usage_error("--sent-older-than: %s", err);
@@ -424,7 +424,7 @@ ctl_report(struct ctl *c, const struct outbox_config *ob, const char *err)
 struct store *
 ctl_open_store(struct ctl *c, const struct outbox_config *ob)
 {
-    char err[1024];
+    char err[ERR_LEN];
     struct store *st = store_new(ob);
     /* status and dead list may read a replica; a write there fails on
      * its own statement, with the server's reason. */
@@ -462,7 +462,7 @@ static const enum outbox_status status_order[] = {
 static void
 status_collect(struct ctl *c, struct status_result *r)
 {
-    char err[1024];
+    char err[ERR_LEN];
     struct store *st = ctl_open_store(c, r->ob);
     if (st == NULL)
         return;
@@ -677,7 +677,7 @@ static bool
 dead_collect(struct ctl *c, const struct outbox_config *ob,
              struct admin_dead_list *l)
 {
-    char err[1024];
+    char err[ERR_LEN];
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return false;

@@ -102,7 +102,7 @@ walk_limit(const struct ctl *c)
 static bool
 walk_steps(struct ctl *c, const struct walk *w, struct store *st,
            const struct outbox_config *ob, struct walk_result *r,
-           struct progress *p, char *err, size_t len)
+           struct progress *p, char *err, size_t errlen)
 {
     uint64_t limit = walk_limit(c);
     bool finished = false;
@@ -113,7 +113,7 @@ walk_steps(struct ctl *c, const struct walk *w, struct store *st,
         }
         uint64_t n = 0;
         int rc = w->step(c, st, ob, limit ? limit - r->done : 0, &n, &finished,
-                         err, len);
+                         err, errlen);
         r->done += n;
         if (rc < 0)
             return false;
@@ -126,7 +126,7 @@ static void
 walk_one(struct ctl *c, const struct walk *w, const struct outbox_config *ob,
          struct walk_result *r)
 {
-    char err[1024];
+    char err[ERR_LEN];
     memset(r, 0, sizeof(*r));
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
@@ -248,7 +248,7 @@ ctl_dead_retry_all(struct ctl *c)
 static int64_t
 retry_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
 {
-    char err[1024];
+    char err[ERR_LEN];
     uint64_t n = 0;
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)

@@ -311,16 +311,16 @@ tune_socket(int fd, unsigned hb)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Non-blocking connect to one address; -1 with the reason in why. */
+/* Non-blocking connect to one address; -1 with the reason in err. */
 static int
 connect_addr(const struct addrinfo *ai, uint64_t deadline, unsigned hb,
-             char *why, size_t whylen)
+             char *err, size_t errlen)
 {
     int fd =
         socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                ai->ai_protocol);
     if (fd < 0) {
-        err_set(why, whylen, "socket: %s", strerror(errno));
+        err_set(err, errlen, "socket: %s", strerror(errno));
         return -1;
     }
     tune_socket(fd, hb);
@@ -343,7 +343,7 @@ connect_addr(const struct addrinfo *ai, uint64_t deadline, unsigned hb,
     }
     if (error == 0)
         return fd;
-    err_set(why, whylen, "%s",
+    err_set(err, errlen, "%s",
             error == ETIMEDOUT ? "connect timed out" : strerror(error));
     close(fd);
     return -1;
@@ -354,8 +354,8 @@ connect_addr(const struct addrinfo *ai, uint64_t deadline, unsigned hb,
  * every failure as "a socket error occurred" instead of its errno.
  */
 static int
-open_tcp(struct publisher *p, const char *host, int port, char *why,
-         size_t whylen)
+open_tcp(struct publisher *p, const char *host, int port, char *err,
+         size_t errlen)
 {
     struct addrinfo hints = {0}, *res;
     hints.ai_family = AF_UNSPEC;
@@ -364,20 +364,20 @@ open_tcp(struct publisher *p, const char *host, int port, char *why,
     snprintf(service, sizeof(service), "%d", port);
     int rc = getaddrinfo(host, service, &hints, &res);
     if (rc != 0) {
-        err_set(why, whylen, "%s: %s", host, gai_strerror(rc));
+        err_set(err, errlen, "%s: %s", host, gai_strerror(rc));
         return -1;
     }
     uint64_t deadline = clock_ms() + p->broker->connect_timeout_ms;
     int fd = -1;
     for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next)
-        fd = connect_addr(ai, deadline, heartbeat_s(p), why, whylen);
+        fd = connect_addr(ai, deadline, heartbeat_s(p), err, errlen);
     freeaddrinfo(res);
     if (fd < 0)
         return -1;
     amqp_socket_t *sock = amqp_tcp_socket_new(p->conn);
     if (sock == NULL) {
         close(fd);
-        err_set(why, whylen, "cannot create socket");
+        err_set(err, errlen, "cannot create socket");
         return -1;
     }
     amqp_tcp_socket_set_sockfd(sock, fd);
@@ -386,17 +386,17 @@ open_tcp(struct publisher *p, const char *host, int port, char *why,
 
 /* The library's words for a failed TLS open, made to say what to check. */
 static void
-tls_failure(int rc, const char *host, const char *ca, char *why, size_t whylen)
+tls_failure(int rc, const char *host, const char *ca, char *err, size_t errlen)
 {
     switch (rc) {
     case AMQP_STATUS_SSL_PEER_VERIFY_FAILED:
-        err_set(why, whylen,
+        err_set(err, errlen,
                 "TLS certificate verification failed: the broker's "
                 "certificate is not signed by a CA in %s",
                 ca ? ca : "(no ca_file)");
         break;
     case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED:
-        err_set(why, whylen,
+        err_set(err, errlen,
                 "TLS hostname verification failed: the broker's certificate "
                 "does not name \"%s\" (tls.verify_hostname: false skips "
                 "this check)",
@@ -404,25 +404,25 @@ tls_failure(int rc, const char *host, const char *ca, char *why, size_t whylen)
         break;
     case AMQP_STATUS_SSL_CONNECTION_FAILED:
     case AMQP_STATUS_SSL_ERROR:
-        err_set(why, whylen,
+        err_set(err, errlen,
                 "TLS handshake failed (%s): is it a TLS port, and does the "
                 "broker require a client certificate (tls.cert_file, "
                 "tls.key_file) or refuse this one?",
                 amqp_error_string2(rc));
         break;
     default:
-        err_set(why, whylen, "TLS: %s", amqp_error_string2(rc));
+        err_set(err, errlen, "TLS: %s", amqp_error_string2(rc));
     }
 }
 
 static int
-open_tls(struct publisher *p, const char *host, int port, char *why,
-         size_t whylen)
+open_tls(struct publisher *p, const char *host, int port, char *err,
+         size_t errlen)
 {
     const struct tls_config *tls = &p->broker->tls;
     amqp_socket_t *sock = amqp_ssl_socket_new(p->conn);
     if (sock == NULL) {
-        err_set(why, whylen, "cannot create TLS socket");
+        err_set(err, errlen, "cannot create TLS socket");
         return -1;
     }
     amqp_ssl_socket_set_verify_peer(sock, tls->verify_peer);
@@ -433,19 +433,19 @@ open_tls(struct publisher *p, const char *host, int port, char *why,
     if (ca == NULL && tls->verify_peer && access(SYSTEM_CA_BUNDLE, R_OK) == 0)
         ca = SYSTEM_CA_BUNDLE;
     if (ca != NULL && amqp_ssl_socket_set_cacert(sock, ca) != 0) {
-        err_set(why, whylen, "TLS: ca_file %s: cannot load", ca);
+        err_set(err, errlen, "TLS: ca_file %s: cannot load", ca);
         return -1;
     }
     if (tls->cert_file && tls->key_file &&
         amqp_ssl_socket_set_key(sock, tls->cert_file, tls->key_file) != 0) {
-        err_set(why, whylen, "TLS: cert_file %s / key_file %s: cannot load",
+        err_set(err, errlen, "TLS: cert_file %s / key_file %s: cannot load",
                 tls->cert_file, tls->key_file);
         return -1;
     }
     struct timeval tv = ms_to_tv(p->broker->connect_timeout_ms);
     int rc = amqp_socket_open_noblock(sock, host, port, &tv);
     if (rc != AMQP_STATUS_OK) {
-        tls_failure(rc, host, ca, why, whylen);
+        tls_failure(rc, host, ca, err, errlen);
         return -1;
     }
     tune_socket(amqp_get_sockfd(p->conn), heartbeat_s(p));
@@ -491,7 +491,7 @@ login(struct publisher *p, const struct amqp_connection_info *ci)
 
 /* channel.open and confirm.select; delivery tags restart at 1. */
 static int
-open_channel(struct publisher *p, char *why, size_t whylen)
+open_channel(struct publisher *p, char *err, size_t errlen)
 {
     amqp_channel_open(p->conn, PUBLISH_CHANNEL);
     amqp_rpc_reply_t r = amqp_get_rpc_reply(p->conn);
@@ -504,24 +504,24 @@ open_channel(struct publisher *p, char *why, size_t whylen)
         }
         char text[256];
         reply_text(r, text, sizeof(text));
-        err_set(why, whylen, "confirm.select: %s", text);
+        err_set(err, errlen, "confirm.select: %s", text);
         return -1;
     }
     char text[256];
     reply_text(r, text, sizeof(text));
-    err_set(why, whylen, "channel.open: %s", text);
+    err_set(err, errlen, "channel.open: %s", text);
     return -1;
 }
 
 static int
-connect_url(struct publisher *p, size_t i, char *why, size_t whylen)
+connect_url(struct publisher *p, size_t i, char *err, size_t errlen)
 {
     char *copy = xstrdup(p->broker->urls[i]);
     struct amqp_connection_info ci;
     amqp_default_connection_info(&ci);
     int rc = -1;
     if (amqp_parse_url(copy, &ci) != AMQP_STATUS_OK) {
-        err_set(why, whylen, "not a valid amqp:// or amqps:// url");
+        err_set(err, errlen, "not a valid amqp:// or amqps:// url");
         goto out;
     }
     p->conn = amqp_new_connection();
@@ -529,7 +529,7 @@ connect_url(struct publisher *p, size_t i, char *why, size_t whylen)
     amqp_set_handshake_timeout(p->conn, &tv);
     amqp_set_rpc_timeout(p->conn, &tv);
     bool tls = ci.ssl || p->broker->tls.enabled;
-    if ((tls ? open_tls : open_tcp)(p, ci.host, ci.port, why, whylen) < 0)
+    if ((tls ? open_tls : open_tcp)(p, ci.host, ci.port, err, errlen) < 0)
         goto out;
     amqp_rpc_reply_t r = login(p, &ci);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
@@ -539,14 +539,14 @@ connect_url(struct publisher *p, size_t i, char *why, size_t whylen)
         bool tls_error = tls &&
                          r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
                          r.library_error == AMQP_STATUS_SSL_ERROR;
-        err_set(why, whylen, "login: %s%s", text,
+        err_set(err, errlen, "login: %s%s", text,
                 tls_error ? ": the TLS session failed; does the broker "
                             "require a client certificate (tls.cert_file, "
                             "tls.key_file) or refuse this one?"
                           : "");
         goto out;
     }
-    rc = open_channel(p, why, whylen);
+    rc = open_channel(p, err, errlen);
 out:
     if (rc < 0)
         drop_connection(p);
@@ -570,20 +570,20 @@ publisher_connect(struct publisher *p, char *err, size_t errlen)
     char all[1024] = "";
     size_t n = p->broker->nurls;
     for (size_t k = 0; k < n; k++) {
-        char why[512];
+        char url_err[ERR_LEN];
         size_t i = (p->first_url + k) % n;
         p->url_index = i;
-        if (connect_url(p, i, why, sizeof(why)) == 0) {
+        if (connect_url(p, i, url_err, sizeof(url_err)) == 0) {
             p->first_url = (i + 1) % n;
             return 0;
         }
         size_t used = strlen(all);
         snprintf(all + used, sizeof(all) - used, "%s%s: %s", k ? "; " : "",
-                 p->masked_urls[i], why);
+                 p->masked_urls[i], url_err);
         /* A node that fails while another answers is worth knowing. */
         if (k + 1 < n)
             log_warn(LOG_KV("broker", p->broker->name),
-                     "%s: %s; trying the next url", p->masked_urls[i], why);
+                     "%s: %s; trying the next url", p->masked_urls[i], url_err);
     }
     err_set(err, errlen, "%s", all);
     return -1;
@@ -830,7 +830,7 @@ size_limit(const amqp_channel_close_t *m)
 static enum frame_result
 on_channel_close(struct wave *w, const amqp_channel_close_t *m)
 {
-    char reason[512], other[600];
+    char reason[ERR_LEN], other[600];
     snprintf(reason, sizeof(reason), "channel closed by broker: %u %.*s",
              m->reply_code, (int)m->reply_text.len,
              (const char *)m->reply_text.bytes);
@@ -849,10 +849,10 @@ on_channel_close(struct wave *w, const amqp_channel_close_t *m)
         fail_unsettled(w, reason);
     }
     forget_exchanges(w->p); /* one was deleted since it was checked */
-    char why[300];
-    if (open_channel(w->p, why, sizeof(why)) < 0) {
-        char lost[900];
-        snprintf(lost, sizeof(lost), "%s; reopening it: %s", reason, why);
+    char err[ERR_LEN];
+    if (open_channel(w->p, err, sizeof(err)) < 0) {
+        char lost[sizeof(reason) + sizeof("; reopening it: ") + sizeof(err)];
+        snprintf(lost, sizeof(lost), "%s; reopening it: %s", reason, err);
         return lose_connection(w, lost);
     }
     reset_channel_state(w);
@@ -862,7 +862,7 @@ on_channel_close(struct wave *w, const amqp_channel_close_t *m)
 static enum frame_result
 on_connection_close(struct wave *w, const amqp_connection_close_t *m)
 {
-    char reason[512];
+    char reason[ERR_LEN];
     snprintf(reason, sizeof(reason), "connection closed by broker: %u %.*s",
              m->reply_code, (int)m->reply_text.len,
              (const char *)m->reply_text.bytes);
@@ -1044,7 +1044,7 @@ fixed_header(struct publisher *p, size_t i, const char *key, const char *val)
 /* Fills p->headers for row; -1 with the reason when its JSON is bad. */
 static int
 build_headers(struct publisher *p, const struct outbox_row *row, size_t *count,
-              char *why, size_t whylen)
+              char *err, size_t errlen)
 {
     fixed_header(p, 0, "aggregate_type", row->aggregate_type);
     fixed_header(p, 1, "aggregate_id", row->aggregate_id);
@@ -1067,7 +1067,7 @@ build_headers(struct publisher *p, const struct outbox_row *row, size_t *count,
     struct header_ctx c = {p, n, n, jerr, sizeof(jerr)};
     if (json_object_foreach(row->headers, len, p->scratch, add_header_cb, &c,
                             jerr, sizeof(jerr)) != 0) {
-        err_set(why, whylen, "invalid headers JSON: %s", jerr);
+        err_set(err, errlen, "invalid headers JSON: %s", jerr);
         return -1;
     }
     *count = c.n;
@@ -1231,20 +1231,20 @@ fill_properties(amqp_basic_properties_t *props, const struct outbox_row *row,
 int
 publisher_encode_row(struct publisher *p, const struct outbox_row *row,
                      size_t frame_max, amqp_basic_properties_t *props,
-                     char *why, size_t whylen)
+                     char *err, size_t errlen)
 {
     size_t nheaders;
     const char *problem = row_problem(row);
     if (problem != NULL) {
-        err_set(why, whylen, "%s", problem);
+        err_set(err, errlen, "%s", problem);
         return -1;
     }
-    if (build_headers(p, row, &nheaders, why, whylen) < 0)
+    if (build_headers(p, row, &nheaders, err, errlen) < 0)
         return -1;
     size_t size = properties_size(row, p->headers, nheaders);
     size_t limit = frame_max > 8 ? frame_max - 8 : 0;
     if (size > limit) {
-        err_set(why, whylen,
+        err_set(err, errlen,
                 "message properties too large: about %zu bytes, the frame "
                 "limit is %zu",
                 size, limit);
@@ -1259,12 +1259,12 @@ static bool
 check_row(struct wave *w, struct outbox_row *row,
           amqp_basic_properties_t *props)
 {
-    char why[300];
+    char err[ERR_LEN];
     size_t frame_max = (size_t)amqp_get_frame_max(w->p->conn);
-    if (publisher_encode_row(w->p, row, frame_max, props, why, sizeof(why)) ==
+    if (publisher_encode_row(w->p, row, frame_max, props, err, sizeof(err)) ==
         0)
         return true;
-    row_enter_state(w->b, row, ROW_REJECTED, why);
+    row_enter_state(w->b, row, ROW_REJECTED, err);
     return false;
 }
 

@@ -58,7 +58,7 @@ char *publisher_mask_url(const char *url);
  */
 int publisher_encode_row(struct publisher *p, const struct outbox_row *row,
                          size_t frame_max, amqp_basic_properties_t *props,
-                         char *why, size_t whylen);
+                         char *err, size_t errlen);
 
 /*
  * Reads whatever the broker sent while idle, without blocking, and sends

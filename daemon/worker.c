@@ -300,7 +300,7 @@ link_clear(struct worker *w, struct link_state *l, const char *what)
 static void
 connect_db(struct worker *w)
 {
-    char err[512];
+    char err[ERR_LEN];
     if (store_is_connected(w->store) || clock_ms() < w->db.retry_at_ms)
         return;
     if (store_connect(w->store, err, sizeof(err)) < 0) {
@@ -315,7 +315,7 @@ connect_db(struct worker *w)
 static void
 connect_broker(struct worker *w)
 {
-    char err[512];
+    char err[ERR_LEN];
     if (publisher_is_connected(w->pub) || clock_ms() < w->broker.retry_at_ms)
         return;
     if (publisher_connect(w->pub, err, sizeof(err)) < 0) {
@@ -363,7 +363,7 @@ pace(struct worker *w, enum pacer_outcome out, uint64_t due_in_ms)
 static void
 run_cycle(struct worker *w)
 {
-    char err[512];
+    char err[ERR_LEN];
     if (publisher_poll(w->pub, err, sizeof(err)) < 0) {
         relay_flush(&w->relay); /* give back what was claimed ahead */
         link_failed(w, &w->broker, "broker", err);
@@ -492,7 +492,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     struct outbox_counts counts;
-    char err[512];
+    char err[ERR_LEN];
     (void)fd;
     (void)what;
     MYSQL *db = store_session(w->store);
@@ -528,7 +528,7 @@ retention_run(struct worker *w)
 {
     const struct outbox_config *ob = w->ob;
     struct store_purge res;
-    char err[512], age[32], deleted[24], batches[16];
+    char err[ERR_LEN], age[32], deleted[24], batches[16];
     if (store_purge_sent(w->store, ob->retention_sent_ms, ob->retention_batch,
                          clock_ms() + RETENTION_BUDGET_MS, &res, err,
                          sizeof(err)) < 0) {

@@ -47,11 +47,11 @@ no_metrics(void *arg, size_t *len)
 }
 
 static bool
-always_ready(void *arg, char *why, size_t whylen)
+always_ready(void *arg, char *err, size_t errlen)
 {
     (void)arg;
-    (void)why;
-    (void)whylen;
+    (void)err;
+    (void)errlen;
     return true;
 }
 

@@ -4,12 +4,12 @@
  * is the URL with exactly its password replaced by "***"; a URL it
  * refuses shows nothing between "user:" and its last '@'.
  */
-#define _GNU_SOURCE
 #include <amqp.h>
 #include <stdio.h>
 
 #include "fuzz.h"
 #include "publisher.h"
+#include "util.h"
 
 /* Where amqp_parse_url found the password; -1 when there is none. */
 static long
@@ -49,9 +49,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t end = 0;
     long start = password_span(url, &end);
     if (start >= 0) {
-        char *want;
-        if (asprintf(&want, "%.*s***%s", (int)start, url, url + end) < 0)
-            abort();
+        char *want = xasprintf("%.*s***%s", (int)start, url, url + end);
         FUZZ_ASSERT(strcmp(masked, want) == 0);
         free(want);
     }
