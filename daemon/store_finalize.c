@@ -1,0 +1,234 @@
+/*
+ * store_finalize: recording a batch's outcomes (SENT or deleted, RETRY
+ * with backoff, DEAD, released), one statement per outcome and error,
+ * each fenced by the claim token; store_mark_sent does the same early.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_int.h"
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
+static size_t
+utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0) ||
+        (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90))
+        return 0; /* overlong, surrogate or past U+10FFFF */
+    return len;
+}
+
+/*
+ * Error text as last_error can store it: at most error_chars characters,
+ * anything invalid or outside the column's character set as '?'.  A
+ * strict sql_mode would otherwise fail the whole finalize on one byte.
+ */
+static const char *
+clean_text(struct store *st, const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = strlen(text), max = (size_t)st->error_chars * 4;
+    st->text = store_grow(st->text, &st->text_cap, (n < max ? n : max) + 1, 1);
+    size_t out = 0, i = 0;
+    for (unsigned chars = 0; i < n && chars < st->error_chars; chars++) {
+        size_t len = utf8_len(s + i, n - i);
+        bool fits =
+            len == 1 || (len > 1 && st->error_charset != TEXT_ASCII &&
+                         (len < 4 || st->error_charset == TEXT_UTF8MB4));
+        if (fits)
+            memcpy(st->text + out, s + i, len);
+        else
+            st->text[out] = '?';
+        out += fits ? len : 1;
+        i += len ? len : 1;
+    }
+    st->text[out] = '\0';
+    return st->text;
+}
+
+static enum fin_kind
+classify(const struct store *st, const struct outbox_row *row,
+         const char **error)
+{
+    *error = NULL;
+    switch (row->state) {
+    case ROW_ACKED:
+        return FIN_SENT;
+    case ROW_FAILED:
+    case ROW_REJECTED:
+        *error = row->error ? row->error : "failed (no reason given)";
+        return row->dead ? FIN_DEAD : FIN_RETRY;
+    case ROW_PUBLISHED:
+        /* Outcome unknown: it may have landed; at-least-once retries it. */
+        *error = "no publisher confirm received";
+        return row->retry_count + 1 > st->ob->max_retries ? FIN_DEAD
+                                                          : FIN_RETRY;
+    default: /* CLAIMED or RELEASED: never attempted */
+        return FIN_RELEASE;
+    }
+}
+
+static int
+item_cmp(const void *a, const void *b)
+{
+    const struct fin_item *x = a, *y = b;
+    if (x->kind != y->kind)
+        return x->kind < y->kind ? -1 : 1;
+    int c = store_strcmp_null(x->error, y->error);
+    return c != 0 ? c : (x->id < y->id ? -1 : x->id > y->id);
+}
+
+static bool
+same_group(const struct fin_item *x, const struct fin_item *y)
+{
+    return x->kind == y->kind && store_strcmp_null(x->error, y->error) == 0;
+}
+
+/* The statement's head, up to "WHERE `id` IN (". */
+static void
+add_outcome_head(struct store *st, const struct fin_item *it)
+{
+    struct sqlbuf *q = &st->sql;
+    const struct outbox_config *ob = st->ob;
+    if (it->kind == FIN_SENT && ob->on_sent == ON_SENT_DELETE) {
+        sql_addf(q, "DELETE FROM %s WHERE `id` IN (", st->table);
+        return;
+    }
+    sql_addf(q, "UPDATE %s SET ", st->table);
+    switch (it->kind) {
+    case FIN_SENT:
+        sql_addf(q, "`status` = 'SENT', `sent_at` = NOW(6), "
+                    "`last_error` = NULL");
+        break;
+    case FIN_RETRY:
+        /* Doubling per attempt, capped, with jitter in [half, full] so
+         * that relays do not retry in step; next_retry_at is assigned
+         * before retry_count changes (see mark_claimed). */
+        sql_addf(q,
+                 "`status` = 'RETRY', `next_retry_at` = NOW(6) + INTERVAL "
+                 "FLOOR(LEAST(%" PRIu64 " * POW(2, LEAST(`retry_count`, 40)), "
+                 "%" PRIu64 ") * (0.5 + RAND() * 0.5)) MICROSECOND, "
+                 "`last_error` = ",
+                 ob->backoff_initial_ms * 1000, ob->backoff_max_ms * 1000);
+        sql_add_string(st, clean_text(st, it->error));
+        sql_addf(q, ", `retry_count` = `retry_count` + 1");
+        break;
+    case FIN_DEAD:
+        sql_addf(q, "`status` = 'DEAD', `next_retry_at` = NULL, "
+                    "`last_error` = ");
+        sql_add_string(st, clean_text(st, it->error));
+        sql_addf(q, ", `retry_count` = `retry_count` + 1");
+        break;
+    case FIN_RELEASE:
+        /* No attempt counted; a row that has failed before goes back to
+         * RETRY, due now. */
+        sql_addf(q, "`next_retry_at` = IF(`retry_count` > 0, NOW(6), NULL), "
+                    "`status` = IF(`retry_count` > 0, 'RETRY', 'PENDING')");
+        break;
+    }
+    sql_addf(q, ", `locked_by` = NULL, `locked_until` = NULL "
+                "WHERE `id` IN (");
+}
+
+/* One statement for a run of items with the same outcome and error. */
+static int
+finalize_group(struct store *st, const char *token, const struct fin_item *it,
+               size_t n, size_t *lost, char *err, size_t errlen)
+{
+    struct sqlbuf *q = &st->sql;
+    sql_reset(q);
+    add_outcome_head(st, it);
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(q, it[i].id, i == 0);
+    /* The fence: only rows still under this claim's lease. */
+    sql_addf(q, ") AND `status` = 'PROCESSING' AND `locked_by` = ");
+    sql_add_string(st, token);
+    uint64_t affected;
+    if (store_run_update(st, "finalize", &affected, err, errlen) < 0)
+        return -1;
+    *lost += affected < n ? n - (size_t)affected : 0;
+    return 0;
+}
+
+static int
+finalize_once(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
+              char *err, size_t errlen)
+{
+    *lost = 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && same_group(&st->items[i], &st->items[j]); j++)
+            ;
+        if (finalize_group(st, b->token, &st->items[i], j - i, lost, err,
+                           errlen) < 0)
+            return -1;
+    }
+    return store_commit(st, "finalize", err, errlen);
+}
+
+/* Records the n outcomes in st->items, retried on a deadlock. */
+static int
+finalize_items(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
+               char *err, size_t errlen)
+{
+    for (int attempt = 1;; attempt++) {
+        if (store_require_session(st, "finalize", err, errlen) < 0)
+            return -1;
+        st->last_errno = 0;
+        if (finalize_once(st, b, n, lost, err, errlen) == 0)
+            return 0;
+        store_rollback(st);
+        *lost = 0;
+        if (attempt == STORE_ATTEMPTS || !store_errno_is_lock(st->last_errno))
+            return -1;
+    }
+}
+
+int
+store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
+                     char *err, size_t errlen)
+{
+    *lost = 0;
+    st->items = store_grow(st->items, &st->items_cap, b->n, sizeof(*st->items));
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->rows[i].recorded)
+            continue; /* store_mark_sent did it */
+        st->items[n].kind = classify(st, &b->rows[i], &st->items[n].error);
+        st->items[n++].id = b->rows[i].id;
+    }
+    if (n == 0)
+        return 0;
+    qsort(st->items, n, sizeof(*st->items), item_cmp);
+    return finalize_items(st, b, n, lost, err, errlen);
+}
+
+int
+store_mark_sent(struct store *st, struct outbox_batch *b,
+                struct outbox_row **rows, size_t n, size_t *lost, char *err,
+                size_t errlen)
+{
+    *lost = 0;
+    if (n == 0)
+        return 0;
+    st->items = store_grow(st->items, &st->items_cap, n, sizeof(*st->items));
+    for (size_t i = 0; i < n; i++)
+        st->items[i] = (struct fin_item){.kind = FIN_SENT, .id = rows[i]->id};
+    if (finalize_items(st, b, n, lost, err, errlen) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        rows[i]->recorded = true;
+    return 0;
+}
