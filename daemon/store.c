@@ -104,8 +104,8 @@ store_new(const struct outbox_config *ob)
     st->ob = ob;
     const char *schema = ob->database->database;
     st->where = xasprintf("%s.%s", schema ? schema : "?", ob->table);
-    struct sqlbuf q = {0};
-    sql_reset(&q);
+    struct strbuf q = {0};
+    strbuf_reset(&q);
     sql_add_ident(&q, ob->table);
     st->table = q.p;
     return st;
@@ -130,7 +130,7 @@ store_free(struct store *st)
     free(st->where);
     free(st->table);
     free(st->count_sql);
-    free(st->sql.p);
+    strbuf_free(&st->sql);
     free(st->text);
     free(st->drop);
     free(st->byagg);
@@ -165,8 +165,8 @@ check_writable(struct store *st, char *err, size_t errlen)
 {
     if (st->allow_read_only)
         return 0;
-    sql_reset(&st->sql);
-    sql_addf(&st->sql, "SELECT @@global.read_only");
+    strbuf_reset(&st->sql);
+    strbuf_adds(&st->sql, "SELECT @@global.read_only");
     MYSQL_RES *res = store_run_select(st, "session", err, errlen);
     if (res == NULL)
         return -1;

@@ -124,9 +124,9 @@ static void
 add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
 {
     bool filter = ordering_applies(st, src);
-    sql_addf(&st->sql, " FROM %s `c`%s%s%s LIMIT %zu", st->table,
-             st->claim_where[src], filter ? st->unblocked_sql : "",
-             st->claim_order[src], limit);
+    strbuf_addf(&st->sql, " FROM %s `c`%s%s%s LIMIT %zu", st->table,
+                st->claim_where[src], filter ? st->unblocked_sql : "",
+                st->claim_order[src], limit);
 }
 
 /*
@@ -244,8 +244,8 @@ locate_candidates(struct store *st, enum claim_source src, size_t limit,
                   size_t *n, char *err, size_t errlen)
 {
     bool heads = st->head_sql != NULL && ordering_applies(st, src);
-    sql_reset(&st->sql);
-    sql_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->head_sql : "");
+    strbuf_reset(&st->sql);
+    strbuf_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->head_sql : "");
     add_candidate_scan(st, src, limit);
     MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
     if (res == NULL)
@@ -271,14 +271,14 @@ static int
 lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
              size_t n, char *err, size_t errlen)
 {
-    sql_reset(&st->sql);
-    sql_addf(&st->sql,
-             "%s FROM %s `c` FORCE INDEX (PRIMARY) WHERE `c`.`id` IN (",
-             st->select_list, st->table);
+    strbuf_reset(&st->sql);
+    strbuf_addf(&st->sql,
+                "%s FROM %s `c` FORCE INDEX (PRIMARY) WHERE `c`.`id` IN (",
+                st->select_list, st->table);
     for (size_t i = 0; i < n; i++)
         sql_add_id(&st->sql, st->located[i], i == 0);
-    sql_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED",
-             store_claim_cond[src]);
+    strbuf_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED",
+                store_claim_cond[src]);
     size_t nread;
     return add_locked_rows(st, b, src, NULL, 0, n, &nread, err, errlen);
 }
@@ -360,10 +360,10 @@ fetch_candidates(struct store *st, struct outbox_batch *b,
             st->located[i] = b->rows[before + i].id;
         qsort(st->located, locked, sizeof(*st->located), store_u64_cmp);
     }
-    sql_reset(&st->sql);
-    sql_addf(&st->sql, "%s", st->select_list);
+    strbuf_reset(&st->sql);
+    strbuf_adds(&st->sql, st->select_list);
     add_candidate_scan(st, src, window);
-    sql_addf(&st->sql, " FOR UPDATE SKIP LOCKED");
+    strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
     if (add_locked_rows(st, b, src, st->located, locked, window - locked,
                         &nread, err, errlen) < 0)
         return -1;
@@ -405,23 +405,23 @@ is_dying(const struct store *st, const struct outbox_row *row)
 static int
 kill_expired(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q,
-             "UPDATE %s SET `status` = 'DEAD', `next_retry_at` = NULL, "
-             "`last_error` = CONCAT("
-             "'lease expired after ', `retry_count` + 1, ' attempts without "
-             "a confirm (relay crashed or hung while publishing)'), "
-             "`retry_count` = `retry_count` + 1, `locked_by` = NULL, "
-             "`locked_until` = NULL WHERE `id` IN (",
-             st->table);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "UPDATE %s SET `status` = 'DEAD', `next_retry_at` = NULL, "
+                "`last_error` = CONCAT("
+                "'lease expired after ', `retry_count` + 1, ' attempts without "
+                "a confirm (relay crashed or hung while publishing)'), "
+                "`retry_count` = `retry_count` + 1, `locked_by` = NULL, "
+                "`locked_until` = NULL WHERE `id` IN (",
+                st->table);
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++)
         if (is_dying(st, &b->rows[i]))
             sql_add_id(q, b->rows[i].id, n++ == 0);
     if (n == 0)
         return 0;
-    sql_addf(q, ")");
+    strbuf_adds(q, ")");
     uint64_t affected;
     return store_run_update(st, "claim", &affected, err, errlen);
 }
@@ -445,21 +445,21 @@ compact_batch(const struct store *st, struct outbox_batch *b)
 static int
 mark_claimed(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q,
-             "UPDATE %s SET `retry_count` = `retry_count` + "
-             "(`status` = 'PROCESSING'), `status` = 'PROCESSING', "
-             "`next_retry_at` = NULL, `locked_by` = ",
-             st->table);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "UPDATE %s SET `retry_count` = `retry_count` + "
+                "(`status` = 'PROCESSING'), `status` = 'PROCESSING', "
+                "`next_retry_at` = NULL, `locked_by` = ",
+                st->table);
     sql_add_string(st, b->token);
-    sql_addf(q,
-             ", `locked_until` = NOW(6) + INTERVAL %" PRIu64
-             " MICROSECOND WHERE `id` IN (",
-             st->ob->lease_ms * 1000);
+    strbuf_addf(q,
+                ", `locked_until` = NOW(6) + INTERVAL %" PRIu64
+                " MICROSECOND WHERE `id` IN (",
+                st->ob->lease_ms * 1000);
     for (size_t i = 0; i < b->n; i++)
         sql_add_id(q, b->rows[i].id, i == 0);
-    sql_addf(q, ")");
+    strbuf_adds(q, ")");
     uint64_t affected;
     if (store_run_update(st, "claim", &affected, err, errlen) < 0)
         return -1;
@@ -504,12 +504,12 @@ filter_candidates(struct store *st, struct outbox_batch *b, char *err,
 static int
 expired_exists(struct store *st, bool *exists, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q,
-             "SELECT 1 FROM %s WHERE `status` = 'PROCESSING' AND "
-             "`locked_until` <= NOW(6) LIMIT 1",
-             st->table);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "SELECT 1 FROM %s WHERE `status` = 'PROCESSING' AND "
+                "`locked_until` <= NOW(6) LIMIT 1",
+                st->table);
     MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
@@ -569,16 +569,16 @@ static int
 find_duplicates(struct store *st, struct outbox_batch *b, char *err,
                 size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q,
-             "SELECT c.`id`, MIN(p.`id`) FROM %s c JOIN %s p ON "
-             "p.`event_id` = c.`event_id` AND p.`id` < c.`id` "
-             "WHERE c.`id` IN (",
-             st->table, st->table);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "SELECT c.`id`, MIN(p.`id`) FROM %s c JOIN %s p ON "
+                "p.`event_id` = c.`event_id` AND p.`id` < c.`id` "
+                "WHERE c.`id` IN (",
+                st->table, st->table);
     for (size_t i = 0; i < b->n; i++)
         sql_add_id(q, b->rows[i].id, i == 0);
-    sql_addf(q, ") GROUP BY c.`id`");
+    strbuf_adds(q, ") GROUP BY c.`id`");
     MYSQL_RES *res = store_run_select(st, "claim duplicate check", err, errlen);
     if (res == NULL)
         return -1;
@@ -605,16 +605,17 @@ static int
 probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
       size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q,
-             "SELECT IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), "
-             "0, TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
-             "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
-             "IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), NULL, "
-             "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
-             "FROM %s WHERE `status` = 'PROCESSING'))), @@global.read_only",
-             st->table, st->table, st->table, st->table);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(
+        q,
+        "SELECT IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), "
+        "0, TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+        "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
+        "IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), NULL, "
+        "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
+        "FROM %s WHERE `status` = 'PROCESSING'))), @@global.read_only",
+        st->table, st->table, st->table, st->table);
     MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;

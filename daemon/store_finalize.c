@@ -101,46 +101,47 @@ same_group(const struct fin_item *x, const struct fin_item *y)
 static void
 add_outcome_head(struct store *st, const struct fin_item *it)
 {
-    struct sqlbuf *q = &st->sql;
+    struct strbuf *q = &st->sql;
     const struct outbox_config *ob = st->ob;
     if (it->kind == FIN_SENT && ob->on_sent == ON_SENT_DELETE) {
-        sql_addf(q, "DELETE FROM %s WHERE `id` IN (", st->table);
+        strbuf_addf(q, "DELETE FROM %s WHERE `id` IN (", st->table);
         return;
     }
-    sql_addf(q, "UPDATE %s SET ", st->table);
+    strbuf_addf(q, "UPDATE %s SET ", st->table);
     switch (it->kind) {
     case FIN_SENT:
-        sql_addf(q, "`status` = 'SENT', `sent_at` = NOW(6), "
-                    "`last_error` = NULL");
+        strbuf_adds(q, "`status` = 'SENT', `sent_at` = NOW(6), "
+                       "`last_error` = NULL");
         break;
     case FIN_RETRY:
         /* Doubling per attempt, capped, with jitter in [half, full] so
          * that relays do not retry in step; next_retry_at is assigned
          * before retry_count changes (see mark_claimed). */
-        sql_addf(q,
-                 "`status` = 'RETRY', `next_retry_at` = NOW(6) + INTERVAL "
-                 "FLOOR(LEAST(%" PRIu64 " * POW(2, LEAST(`retry_count`, 40)), "
-                 "%" PRIu64 ") * (0.5 + RAND() * 0.5)) MICROSECOND, "
-                 "`last_error` = ",
-                 ob->backoff_initial_ms * 1000, ob->backoff_max_ms * 1000);
+        strbuf_addf(q,
+                    "`status` = 'RETRY', `next_retry_at` = NOW(6) + INTERVAL "
+                    "FLOOR(LEAST(%" PRIu64
+                    " * POW(2, LEAST(`retry_count`, 40)), "
+                    "%" PRIu64 ") * (0.5 + RAND() * 0.5)) MICROSECOND, "
+                    "`last_error` = ",
+                    ob->backoff_initial_ms * 1000, ob->backoff_max_ms * 1000);
         sql_add_string(st, clean_text(st, it->error));
-        sql_addf(q, ", `retry_count` = `retry_count` + 1");
+        strbuf_adds(q, ", `retry_count` = `retry_count` + 1");
         break;
     case FIN_DEAD:
-        sql_addf(q, "`status` = 'DEAD', `next_retry_at` = NULL, "
-                    "`last_error` = ");
+        strbuf_adds(q, "`status` = 'DEAD', `next_retry_at` = NULL, "
+                       "`last_error` = ");
         sql_add_string(st, clean_text(st, it->error));
-        sql_addf(q, ", `retry_count` = `retry_count` + 1");
+        strbuf_adds(q, ", `retry_count` = `retry_count` + 1");
         break;
     case FIN_RELEASE:
         /* No attempt counted; a row that has failed before goes back to
          * RETRY, due now. */
-        sql_addf(q, "`next_retry_at` = IF(`retry_count` > 0, NOW(6), NULL), "
-                    "`status` = IF(`retry_count` > 0, 'RETRY', 'PENDING')");
+        strbuf_adds(q, "`next_retry_at` = IF(`retry_count` > 0, NOW(6), NULL), "
+                       "`status` = IF(`retry_count` > 0, 'RETRY', 'PENDING')");
         break;
     }
-    sql_addf(q, ", `locked_by` = NULL, `locked_until` = NULL "
-                "WHERE `id` IN (");
+    strbuf_adds(q, ", `locked_by` = NULL, `locked_until` = NULL "
+                   "WHERE `id` IN (");
 }
 
 /* One statement for a run of items with the same outcome and error. */
@@ -148,13 +149,13 @@ static int
 finalize_group(struct store *st, const char *token, const struct fin_item *it,
                size_t n, size_t *lost, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
     add_outcome_head(st, it);
     for (size_t i = 0; i < n; i++)
         sql_add_id(q, it[i].id, i == 0);
     /* The fence: only rows still under this claim's lease. */
-    sql_addf(q, ") AND `status` = 'PROCESSING' AND `locked_by` = ");
+    strbuf_adds(q, ") AND `status` = 'PROCESSING' AND `locked_by` = ");
     sql_add_string(st, token);
     uint64_t affected;
     if (store_run_update(st, "finalize", &affected, err, errlen) < 0)

@@ -78,11 +78,6 @@ struct fin_item {
     uint64_t id;
 };
 
-struct sqlbuf {
-    char *p;
-    size_t len, cap;
-};
-
 /* An unfinished row of the candidates' aggregate groups[g]. */
 struct earlier {
     size_t g;
@@ -121,7 +116,7 @@ struct store {
     enum dup_check dup_check;
     unsigned token_chars, error_chars;
     enum text_charset error_charset;
-    struct sqlbuf sql; /* the statement being built, reused */
+    struct strbuf sql; /* the statement being built, reused */
     char *text;        /* sanitized error text */
     size_t text_cap;
     unsigned char *drop; /* claim: candidates dropped by ordering */
@@ -152,17 +147,14 @@ struct store {
     uint64_t statements;
 };
 
-/* store_sql.c: scratch arrays, building and running statements. */
+/* store_sql.c: scratch arrays, building (on util's strbuf) and running
+ * statements. */
 void *store_grow(void *p, size_t *cap, size_t n, size_t size);
 int store_u64_cmp(const void *a, const void *b);
 int store_strcmp_null(const char *a, const char *b);
-void sql_reserve(struct sqlbuf *q, size_t more);
-void sql_reset(struct sqlbuf *q);
-void sql_addf(struct sqlbuf *q, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-void sql_add_ident(struct sqlbuf *q, const char *name);
+void sql_add_ident(struct strbuf *q, const char *name);
 void sql_add_string(struct store *st, const char *s);
-void sql_add_id(struct sqlbuf *q, uint64_t id, bool first);
+void sql_add_id(struct strbuf *q, uint64_t id, bool first);
 bool store_errno_is_connection(unsigned code);
 bool store_errno_is_lock(unsigned code);
 void store_close(struct store *st);

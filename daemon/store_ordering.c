@@ -40,14 +40,14 @@ static int
 load_earlier_counts_exact(struct store *st, struct outbox_batch *b, char *err,
                           size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q, "%s", st->count_sql);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_adds(q, st->count_sql);
     for (size_t i = 0; i < b->n; i++) {
         sql_add_id(q, b->rows[i].id, i == 0);
         b->rows[i].earlier_unfinished = UINT_MAX; /* unanswered: dropped */
     }
-    sql_addf(q, ")");
+    strbuf_adds(q, ")");
     MYSQL_RES *res = store_run_select(st, "claim ordering check", err, errlen);
     if (res == NULL)
         return -1;
@@ -114,31 +114,31 @@ aliases_possible(const struct store *st)
 static void
 build_earlier_sql(struct store *st, const struct outbox_batch *b)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
     if (aliases_possible(st)) {
-        sql_addf(q,
-                 "SELECT 0, NULL, NULL, COUNT(DISTINCT `aggregate_type`, "
-                 "`aggregate_id`) FROM %s WHERE `id` IN (",
-                 st->table);
+        strbuf_addf(q,
+                    "SELECT 0, NULL, NULL, COUNT(DISTINCT `aggregate_type`, "
+                    "`aggregate_id`) FROM %s WHERE `id` IN (",
+                    st->table);
         for (size_t i = 0; i < b->n; i++)
             sql_add_id(q, b->rows[i].id, i == 0);
-        sql_addf(q, ") UNION ALL ");
+        strbuf_adds(q, ") UNION ALL ");
     }
-    sql_addf(q,
-             "SELECT 1, `aggregate_type`, `aggregate_id`, `id` "
-             "FROM %s WHERE (`aggregate_type`, `aggregate_id`) IN (",
-             st->table);
+    strbuf_addf(q,
+                "SELECT 1, `aggregate_type`, `aggregate_id`, `id` "
+                "FROM %s WHERE (`aggregate_type`, `aggregate_id`) IN (",
+                st->table);
     for (size_t g = 0; g < st->ngroups; g++) {
         const struct outbox_row *row = st->byagg[st->groups[g]];
-        sql_addf(q, g == 0 ? "(" : ",(");
+        strbuf_adds(q, g == 0 ? "(" : ",(");
         sql_add_string(st, row->aggregate_type);
-        sql_addf(q, ",");
+        strbuf_adds(q, ",");
         sql_add_string(st, row->aggregate_id);
-        sql_addf(q, ")");
+        strbuf_adds(q, ")");
     }
-    sql_addf(q, ") AND %s AND `id` < %" PRIu64, store_unfinished_cond(st),
-             b->rows[b->n - 1].id);
+    strbuf_addf(q, ") AND %s AND `id` < %" PRIu64, store_unfinished_cond(st),
+                b->rows[b->n - 1].id);
 }
 
 /* The candidates' aggregate that is byte-for-byte (type, id); or -1. */

@@ -19,10 +19,10 @@ struct purge_step {
 
 /* Evaluated per statement: each one is exact at its own time. */
 static void
-sql_add_cutoff(struct sqlbuf *q, uint64_t older_than_ms)
+sql_add_cutoff(struct strbuf *q, uint64_t older_than_ms)
 {
-    sql_addf(q, "NOW(6) - INTERVAL %" PRIu64 " MICROSECOND",
-             older_than_ms * 1000);
+    strbuf_addf(q, "NOW(6) - INTERVAL %" PRIu64 " MICROSECOND",
+                older_than_ms * 1000);
 }
 
 /*
@@ -35,14 +35,14 @@ static int
 purge_scan(struct store *st, uint64_t older_than_ms, unsigned batch, size_t cap,
            struct purge_step *ps, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q, "SELECT `id`, `status` = 'SENT' AND `sent_at` < ");
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_adds(q, "SELECT `id`, `status` = 'SENT' AND `sent_at` < ");
     sql_add_cutoff(q, older_than_ms);
-    sql_addf(q, ", `created_at` >= ");
+    strbuf_adds(q, ", `created_at` >= ");
     sql_add_cutoff(q, older_than_ms);
-    sql_addf(q, " FROM %s WHERE `id` > %" PRIu64 " ORDER BY `id` LIMIT %u",
-             st->table, st->purge_from, batch);
+    strbuf_addf(q, " FROM %s WHERE `id` > %" PRIu64 " ORDER BY `id` LIMIT %u",
+                st->table, st->purge_from, batch);
     MYSQL_RES *res = store_run_select(st, "retention", err, errlen);
     if (res == NULL)
         return -1;
@@ -71,12 +71,12 @@ static int
 purge_delete(struct store *st, uint64_t older_than_ms, size_t n,
              uint64_t *deleted, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q, "DELETE FROM %s WHERE `id` IN (", st->table);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q, "DELETE FROM %s WHERE `id` IN (", st->table);
     for (size_t i = 0; i < n; i++)
         sql_add_id(q, st->purge_ids[i], i == 0);
-    sql_addf(q, ") AND `status` = 'SENT' AND `sent_at` < ");
+    strbuf_adds(q, ") AND `status` = 'SENT' AND `sent_at` < ");
     sql_add_cutoff(q, older_than_ms);
     return store_run_update(st, "retention", deleted, err, errlen);
 }

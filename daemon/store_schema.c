@@ -118,12 +118,12 @@ note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
 static int
 load_columns(struct store *st, struct schema *sc, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, "
-                "CHARACTER_SET_NAME, GENERATION_EXPRESSION, COLLATION_NAME "
-                "FROM information_schema.COLUMNS "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_adds(q, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, "
+                   "CHARACTER_SET_NAME, GENERATION_EXPRESSION, COLLATION_NAME "
+                   "FROM information_schema.COLUMNS "
+                   "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
     sql_add_string(st, st->ob->table);
     MYSQL_RES *res = store_run_select(st, "schema check", err, errlen);
     if (res == NULL)
@@ -140,15 +140,15 @@ static int
 report_missing(struct store *st, const struct schema *sc, char *err,
                size_t errlen)
 {
-    struct sqlbuf msg = {0};
-    sql_reset(&msg);
+    struct strbuf msg = {0};
+    strbuf_reset(&msg);
     for (size_t i = 0; i < NREQUIRED; i++)
         if (!sc->required[i])
-            sql_addf(&msg, "%s%s", msg.len ? ", " : "", required_columns[i]);
+            strbuf_addf(&msg, "%s%s", msg.len ? ", " : "", required_columns[i]);
     for (size_t i = 0; i < st->ob->ncolumns; i++)
         if (!sc->extra[i])
-            sql_addf(&msg, "%s%s (named in the config)", msg.len ? ", " : "",
-                     st->ob->columns[i]);
+            strbuf_addf(&msg, "%s%s (named in the config)", msg.len ? ", " : "",
+                        st->ob->columns[i]);
     int rc = 0;
     if (msg.len > 0) {
         err_set(err, errlen, "table %s has no column %s", st->where, msg.p);
@@ -160,7 +160,7 @@ report_missing(struct store *st, const struct schema *sc, char *err,
                 st->where, sc->locked_by_len, TOKEN_MIN_CHARS);
         rc = -1;
     }
-    free(msg.p);
+    strbuf_free(&msg);
     return rc;
 }
 
@@ -188,15 +188,15 @@ orders_by_id(MYSQL_ROW *rows, size_t i, size_t j)
 static char *
 index_order(MYSQL_ROW *rows, size_t i, size_t j)
 {
-    struct sqlbuf order = {0};
-    sql_reset(&order);
+    struct strbuf order = {0};
+    strbuf_reset(&order);
     for (size_t k = i + 1; k < j && !ident_eq(rows[k][1], "id"); k++) {
         if (rows[k][1] == NULL || rows[k][2] != NULL) {
-            free(order.p); /* an expression or a prefix: no order */
+            strbuf_free(&order); /* an expression or a prefix: no order */
             return NULL;
         }
         sql_add_ident(&order, rows[k][1]);
-        sql_addf(&order, ", ");
+        strbuf_adds(&order, ", ");
     }
     sql_add_ident(&order, "id");
     return order.p;
@@ -255,8 +255,8 @@ pick_retry_index(MYSQL_ROW *rows, size_t n)
         bool first = i == 0 || strcmp(rows[i - 1][0], rows[i][0]) != 0;
         if (first && ident_eq(rows[i][1], "next_retry_at") &&
             rows[i][2] == NULL) {
-            struct sqlbuf q = {0};
-            sql_reset(&q);
+            struct strbuf q = {0};
+            strbuf_reset(&q);
             sql_add_ident(&q, rows[i][0]);
             return q.p;
         }
@@ -278,13 +278,13 @@ pick_id_primary(MYSQL_ROW *rows, size_t n)
 static char *
 load_claim_order(struct store *st, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q, "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART, NON_UNIQUE "
-                "FROM information_schema.STATISTICS "
-                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_adds(q, "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART, NON_UNIQUE "
+                   "FROM information_schema.STATISTICS "
+                   "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
     sql_add_string(st, st->ob->table);
-    sql_addf(q, " ORDER BY INDEX_NAME, SEQ_IN_INDEX");
+    strbuf_adds(q, " ORDER BY INDEX_NAME, SEQ_IN_INDEX");
     MYSQL_RES *res = store_run_select(st, "schema check", err, errlen);
     if (res == NULL)
         return NULL;
@@ -304,22 +304,22 @@ load_claim_order(struct store *st, char *err, size_t errlen)
 
 /* The claim's select list: fixed columns, optional ones present, config's. */
 static void
-add_select_list(struct store *st, const struct schema *sc, struct sqlbuf *q)
+add_select_list(struct store *st, const struct schema *sc, struct strbuf *q)
 {
-    sql_addf(q, "SELECT `id`, `event_id`, `aggregate_type`, "
-                "`aggregate_id`, `event_type`, `payload`, "
-                "UNIX_TIMESTAMP(`created_at`), `retry_count`");
+    strbuf_adds(q, "SELECT `id`, `event_id`, `aggregate_type`, "
+                   "`aggregate_id`, `event_type`, `payload`, "
+                   "UNIX_TIMESTAMP(`created_at`), `retry_count`");
     int pos = COL_FIXED;
     for (size_t i = 0; i < NOPTIONAL; i++) {
         st->pos_optional[i] = sc->optional[i] ? pos++ : -1;
         if (sc->optional[i]) {
-            sql_addf(q, ", ");
+            strbuf_adds(q, ", ");
             sql_add_ident(q, optional_columns[i]);
         }
     }
     st->pos_columns = pos;
     for (size_t i = 0; i < st->ob->ncolumns; i++) {
-        sql_addf(q, ", ");
+        strbuf_adds(q, ", ");
         sql_add_ident(q, st->ob->columns[i]);
     }
 }
@@ -421,17 +421,17 @@ build_count_sql(const struct store *st)
 static void
 build_claim_sql(struct store *st, const struct schema *sc, const char *order)
 {
-    struct sqlbuf list = {0};
-    sql_reset(&list);
+    struct strbuf list = {0};
+    strbuf_reset(&list);
     add_select_list(st, sc, &list);
     free(st->select_list);
     st->select_list = list.p;
     for (int s = 0; s < SRC_COUNT; s++) {
-        struct sqlbuf q = {0};
-        sql_reset(&q);
+        struct strbuf q = {0};
+        strbuf_reset(&q);
         if (s == SRC_RETRY && st->retry_index != NULL)
-            sql_addf(&q, " FORCE INDEX (%s)", st->retry_index);
-        sql_addf(&q, " WHERE %s", store_claim_cond[s]);
+            strbuf_addf(&q, " FORCE INDEX (%s)", st->retry_index);
+        strbuf_addf(&q, " WHERE %s", store_claim_cond[s]);
         free(st->claim_where[s]);
         st->claim_where[s] = q.p;
         free(st->claim_order[s]);
@@ -464,9 +464,9 @@ static int
 check_privilege(struct store *st, const char *sql, const char *privilege,
                 const char *needed_for, char *err, size_t errlen)
 {
-    struct sqlbuf *q = &st->sql;
-    sql_reset(q);
-    sql_addf(q, sql, st->table);
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q, sql, st->table);
     MYSQL_RES *res = store_run_select(st, "privilege check", err, errlen);
     if (res != NULL) {
         mysql_free_result(res);

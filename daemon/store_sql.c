@@ -23,53 +23,11 @@ store_grow(void *p, size_t *cap, size_t n, size_t size)
     return xrealloc(p, c * size);
 }
 
-/* ---- building statements ---- */
-
-void
-sql_reserve(struct sqlbuf *q, size_t more)
-{
-    if (q->cap - q->len > more)
-        return;
-    size_t cap = q->cap ? q->cap : 4096;
-    while (cap - q->len <= more)
-        cap *= 2;
-    q->p = xrealloc(q->p, cap);
-    q->cap = cap;
-}
-
-void
-sql_reset(struct sqlbuf *q)
-{
-    q->len = 0;
-    sql_reserve(q, 0);
-    q->p[0] = '\0';
-}
-
-void
-sql_addf(struct sqlbuf *q, const char *fmt, ...)
-{
-    sql_reserve(q, strlen(fmt));
-    for (;;) {
-        size_t room = q->cap - q->len;
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(q->p + q->len, room, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            abort(); /* only on a bad format: a bug */
-        if ((size_t)n < room) {
-            q->len += (size_t)n;
-            return;
-        }
-        sql_reserve(q, (size_t)n);
-    }
-}
-
 /* `name`, with backticks doubled. */
 void
-sql_add_ident(struct sqlbuf *q, const char *name)
+sql_add_ident(struct strbuf *q, const char *name)
 {
-    sql_reserve(q, 2 * strlen(name) + 2);
+    strbuf_reserve(q, 2 * strlen(name) + 2);
     q->p[q->len++] = '`';
     for (const char *s = name; *s != '\0'; s++) {
         if (*s == '`')
@@ -84,9 +42,9 @@ sql_add_ident(struct sqlbuf *q, const char *name)
 void
 sql_add_string(struct store *st, const char *s)
 {
-    struct sqlbuf *q = &st->sql;
+    struct strbuf *q = &st->sql;
     size_t n = strlen(s);
-    sql_reserve(q, 2 * n + 2);
+    strbuf_reserve(q, 2 * n + 2);
     q->p[q->len++] = '\'';
     q->len += mysql_real_escape_string(st->db, q->p + q->len, s, n);
     q->p[q->len++] = '\'';
@@ -94,12 +52,10 @@ sql_add_string(struct store *st, const char *s)
 }
 
 void
-sql_add_id(struct sqlbuf *q, uint64_t id, bool first)
+sql_add_id(struct strbuf *q, uint64_t id, bool first)
 {
-    sql_addf(q, first ? "%" PRIu64 : ",%" PRIu64, id);
+    strbuf_addf(q, first ? "%" PRIu64 : ",%" PRIu64, id);
 }
-
-/* ---- running statements ---- */
 
 bool
 store_errno_is_connection(unsigned code)
