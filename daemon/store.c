@@ -39,9 +39,9 @@ db_open(struct store *st, char *err, size_t errlen)
     uint64_t io_ms = st->ob->lease_ms > STORE_IO_TIMEOUT_MIN_MS
                          ? st->ob->lease_ms
                          : STORE_IO_TIMEOUT_MIN_MS;
-    st->db = dbconn_open(st->ob->database, true, dbconn_seconds(io_ms),
-                         st->where, &st->last_errno, err, errlen);
-    return st->db != NULL ? 0 : -1;
+    st->conn.db = dbconn_open(st->ob->database, true, dbconn_seconds(io_ms),
+                              st->where, &st->conn.last_errno, err, errlen);
+    return st->conn.db != NULL ? 0 : -1;
 }
 
 /* "5.5.5-10.11.6-MariaDB": the prefix MySQL's client library keeps. */
@@ -56,9 +56,9 @@ store_parse_version(const char *s)
 static int
 check_version(struct store *st, char *err, size_t errlen)
 {
-    const char *info = mysql_get_server_info(st->db);
+    const char *info = mysql_get_server_info(st->conn.db);
     bool mariadb = info != NULL && strstr(info, "MariaDB") != NULL;
-    unsigned long v = mysql_get_server_version(st->db);
+    unsigned long v = mysql_get_server_version(st->conn.db);
     if (mariadb && strncmp(info, "5.5.5-", 6) == 0)
         v = store_parse_version(info + 6);
     unsigned long min = mariadb ? STORE_MIN_MARIADB : STORE_MIN_MYSQL;
@@ -69,7 +69,7 @@ check_version(struct store *st, char *err, size_t errlen)
             "later (for SKIP LOCKED)",
             st->where, info ? info : "?", mariadb ? "MariaDB" : "MySQL",
             min / 10000, min / 100 % 100, min % 100);
-    st->schema_error = true;
+    st->conn.schema_error = true;
     return -1;
 }
 
@@ -90,8 +90,8 @@ setup_session(struct store *st, char *err, size_t errlen)
                        "lock_wait_timeout = " STORE_LOCK_WAIT_S,
                        "session", err, errlen) < 0)
         return -1;
-    st->statements++;
-    if (mysql_autocommit(st->db, 0) != 0)
+    st->conn.statements++;
+    if (mysql_autocommit(st->conn.db, 0) != 0)
         return store_fail(st, "session", err, errlen);
     return 0;
 }
@@ -117,27 +117,27 @@ store_free(struct store *st)
     if (st == NULL)
         return;
     store_close(st);
-    free(st->select_list);
+    free(st->plan.select_list);
     for (int s = 0; s < SRC_COUNT; s++) {
-        free(st->claim_where[s]);
-        free(st->claim_order[s]);
+        free(st->plan.claim_where[s]);
+        free(st->plan.claim_order[s]);
     }
-    free(st->located);
-    free(st->heads);
-    free(st->unblocked_sql);
-    free(st->head_sql);
-    free(st->retry_index);
+    free(st->claim.located);
+    free(st->claim.heads);
+    free(st->plan.unblocked_sql);
+    free(st->plan.head_sql);
+    free(st->plan.retry_index);
     free(st->where);
     free(st->table);
-    free(st->count_sql);
+    free(st->plan.count_sql);
     strbuf_free(&st->sql);
-    free(st->text);
-    free(st->drop);
-    free(st->byagg);
-    free(st->groups);
-    free(st->earlier);
-    free(st->items);
-    free(st->purge_ids);
+    free(st->fin.text);
+    free(st->claim.drop);
+    free(st->claim.byagg);
+    free(st->claim.groups);
+    free(st->claim.earlier);
+    free(st->fin.items);
+    free(st->purge.ids);
     free(st);
 }
 
@@ -148,8 +148,8 @@ store_refuse_read_only(struct store *st, char *err, size_t errlen)
     err_set(err, errlen,
             "%s: the server has read_only on: a replica or a demoted primary",
             st->where);
-    st->read_only = true;
-    st->last_errno = 0;
+    st->conn.read_only = true;
+    st->conn.last_errno = 0;
     store_close(st);
     return -1;
 }
@@ -163,7 +163,7 @@ store_refuse_read_only(struct store *st, char *err, size_t errlen)
 static int
 check_writable(struct store *st, char *err, size_t errlen)
 {
-    if (st->allow_read_only)
+    if (st->conn.allow_read_only)
         return 0;
     strbuf_reset(&st->sql);
     strbuf_adds(&st->sql, "SELECT @@global.read_only");
@@ -180,7 +180,7 @@ check_writable(struct store *st, char *err, size_t errlen)
 static int
 open_session(struct store *st, char *err, size_t errlen)
 {
-    st->read_only = false;
+    st->conn.read_only = false;
     if (db_open(st, err, errlen) < 0)
         return -1;
     if (check_version(st, err, errlen) < 0 ||
@@ -199,17 +199,17 @@ open_session(struct store *st, char *err, size_t errlen)
 int
 store_connect(struct store *st, char *err, size_t errlen)
 {
-    st->schema_error = false;
-    st->last_errno = 0;
-    if (st->db != NULL && st->ready)
+    st->conn.schema_error = false;
+    st->conn.last_errno = 0;
+    if (st->conn.db != NULL && st->conn.ready)
         return 0;
-    if (st->db == NULL && open_session(st, err, errlen) < 0)
+    if (st->conn.db == NULL && open_session(st, err, errlen) < 0)
         return -1;
     if (store_check_schema(st, err, errlen) == 0) {
-        st->ready = true;
+        st->conn.ready = true;
         return 0;
     }
-    if (st->db == NULL || st->schema_error)
+    if (st->conn.db == NULL || st->conn.schema_error)
         return -1;
     /* The kept session died meanwhile: start a fresh one, once. */
     store_rollback(st);
@@ -217,7 +217,7 @@ store_connect(struct store *st, char *err, size_t errlen)
     if (open_session(st, err, errlen) < 0 ||
         store_check_schema(st, err, errlen) < 0)
         return -1;
-    st->ready = true;
+    st->conn.ready = true;
     return 0;
 }
 
@@ -230,37 +230,37 @@ store_disconnect(struct store *st)
 bool
 store_is_connected(const struct store *st)
 {
-    return st->db != NULL && st->ready;
+    return st->conn.db != NULL && st->conn.ready;
 }
 
 MYSQL *
 store_session(struct store *st)
 {
-    return store_is_connected(st) ? st->db : NULL;
+    return store_is_connected(st) ? st->conn.db : NULL;
 }
 
 bool
 store_last_error_is_schema(const struct store *st)
 {
-    return st->schema_error;
+    return st->conn.schema_error;
 }
 
 void
 store_allow_read_only(struct store *st)
 {
-    st->allow_read_only = true;
+    st->conn.allow_read_only = true;
 }
 
 bool
 store_last_error_is_read_only(const struct store *st)
 {
-    return st->read_only;
+    return st->conn.read_only;
 }
 
 uint64_t
 store_statement_count(const struct store *st)
 {
-    return st->statements;
+    return st->conn.statements;
 }
 
 /*
@@ -274,10 +274,10 @@ static int
 require(struct store *st, bool checked, const char *what, char *err,
         size_t errlen)
 {
-    if (st->db != NULL && (st->ready || !checked))
+    if (st->conn.db != NULL && (st->conn.ready || !checked))
         return 0;
     err_set(err, errlen, "%s %s: not connected", what, st->where);
-    st->last_errno = 0;
+    st->conn.last_errno = 0;
     return -1;
 }
 

@@ -37,7 +37,7 @@ make_token(const struct store *st, char *token, const char *relay_id)
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
         rnd = (uint64_t)wall_us() * 6364136223846793005ULL ^
               (uint64_t)getpid() ^ (uint64_t)clock_ms();
-    size_t room = st->token_chars - 17, n = 0;
+    size_t room = st->plan.token_chars - 17, n = 0;
     for (const char *s = relay_id ? relay_id : ""; *s && n < room; s++)
         token[n++] = *s >= 0x20 && *s < 0x7f ? *s : '?';
     snprintf(token + n, 18, "/%016" PRIx64, rnd);
@@ -96,18 +96,18 @@ add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
     const char **opt[NOPTIONAL] = {&row->headers, &row->trace_id,
                                    &row->traceparent};
     for (int i = 0; i < NOPTIONAL; i++)
-        if (st->pos_optional[i] >= 0)
+        if (st->plan.pos_optional[i] >= 0)
             *opt[i] = i == OPT_HEADERS
-                          ? field_bulk(b, r, len, st->pos_optional[i])
-                          : field_dup(b, r, len, st->pos_optional[i]);
+                          ? field_bulk(b, r, len, st->plan.pos_optional[i])
+                          : field_dup(b, r, len, st->plan.pos_optional[i]);
     size_t nc = st->ob->ncolumns;
     if (nc == 0)
         return;
     /* The pointer array comes from the arena too: copy, then repoint. */
     const char **cols = (const char **)(void *)batch_memdup(
-        b, &r[st->pos_columns], nc * sizeof(*cols));
+        b, &r[st->plan.pos_columns], nc * sizeof(*cols));
     for (size_t i = 0; i < nc; i++)
-        cols[i] = field_dup(b, r, len, st->pos_columns + (int)i);
+        cols[i] = field_dup(b, r, len, st->plan.pos_columns + (int)i);
     row->columns = cols;
 }
 
@@ -125,8 +125,8 @@ add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
 {
     bool filter = ordering_applies(st, src);
     strbuf_addf(&st->sql, " FROM %s `c`%s%s%s LIMIT %zu", st->table,
-                st->claim_where[src], filter ? st->unblocked_sql : "",
-                st->claim_order[src], limit);
+                st->plan.claim_where[src], filter ? st->plan.unblocked_sql : "",
+                st->plan.claim_order[src], limit);
 }
 
 /*
@@ -140,7 +140,7 @@ run_select_stream(struct store *st, const char *what, char *err, size_t errlen)
 {
     if (store_run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
         return NULL;
-    MYSQL_RES *res = mysql_use_result(st->db);
+    MYSQL_RES *res = mysql_use_result(st->conn.db);
     if (res == NULL)
         store_fail(st, what, err, errlen);
     return res;
@@ -152,10 +152,10 @@ static int
 stream_fail(struct store *st, MYSQL_RES *res, const char *what, char *err,
             size_t errlen)
 {
-    unsigned code = mysql_errno(st->db);
+    unsigned code = mysql_errno(st->conn.db);
     err_set(err, errlen, "%s %s: %s (error %u)", what, st->where,
-            mysql_error(st->db), code);
-    st->last_errno = code;
+            mysql_error(st->conn.db), code);
+    st->conn.last_errno = code;
     mysql_free_result(res);
     if (store_errno_is_connection(code))
         store_close(st);
@@ -178,7 +178,7 @@ static uint64_t
 row_bytes(const struct store *st, MYSQL_ROW r, const unsigned long *len)
 {
     uint64_t n = r[COL_PAYLOAD] != NULL ? len[COL_PAYLOAD] : 0;
-    int h = st->pos_optional[OPT_HEADERS];
+    int h = st->plan.pos_optional[OPT_HEADERS];
     if (h >= 0 && r[h] != NULL)
         n += len[h];
     return n;
@@ -221,18 +221,18 @@ add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
             continue;
         const unsigned long *len = mysql_fetch_lengths(res);
         uint64_t size = row_bytes(st, r, len);
-        st->seen_bytes += size;
-        st->seen_rows++;
+        st->claim.seen_bytes += size;
+        st->claim.seen_rows++;
         if (cut || added == limit)
             continue;
         if (!batch_takes(st, b, size)) {
-            cut = st->cut_short = true;
+            cut = st->claim.cut_short = true;
             continue;
         }
         add_candidate(st, b, r, len, source_status[src]);
         added++;
     }
-    if (mysql_errno(st->db) != 0)
+    if (mysql_errno(st->conn.db) != 0)
         return stream_fail(st, res, "claim", err, errlen);
     mysql_free_result(res);
     return 0;
@@ -243,24 +243,24 @@ static int
 locate_candidates(struct store *st, enum claim_source src, size_t limit,
                   size_t *n, char *err, size_t errlen)
 {
-    bool heads = st->head_sql != NULL && ordering_applies(st, src);
+    bool heads = st->plan.head_sql != NULL && ordering_applies(st, src);
     strbuf_reset(&st->sql);
-    strbuf_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->head_sql : "");
+    strbuf_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->plan.head_sql : "");
     add_candidate_scan(st, src, limit);
     MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
-    st->located =
-        store_grow(st->located, &st->located_cap, limit, sizeof(uint64_t));
-    st->heads = store_grow(st->heads, &st->heads_cap, st->nheads + limit,
-                           sizeof(uint64_t));
+    st->claim.located = store_grow(st->claim.located, &st->claim.located_cap,
+                                   limit, sizeof(uint64_t));
+    st->claim.heads = store_grow(st->claim.heads, &st->claim.heads_cap,
+                                 st->claim.nheads + limit, sizeof(uint64_t));
     MYSQL_ROW r;
     *n = 0;
     while (*n < limit && (r = mysql_fetch_row(res)) != NULL) {
         uint64_t id = strtoull(r[0], NULL, 10);
-        st->located[(*n)++] = id;
+        st->claim.located[(*n)++] = id;
         if (heads && r[1] != NULL && r[1][0] == '1')
-            st->heads[st->nheads++] = id;
+            st->claim.heads[st->claim.nheads++] = id;
     }
     mysql_free_result(res);
     return 0;
@@ -274,9 +274,9 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
     strbuf_reset(&st->sql);
     strbuf_addf(&st->sql,
                 "%s FROM %s `c` FORCE INDEX (PRIMARY) WHERE `c`.`id` IN (",
-                st->select_list, st->table);
+                st->plan.select_list, st->table);
     for (size_t i = 0; i < n; i++)
-        sql_add_id(&st->sql, st->located[i], i == 0);
+        sql_add_id(&st->sql, st->claim.located[i], i == 0);
     strbuf_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED",
                 store_claim_cond[src]);
     size_t nread;
@@ -296,9 +296,9 @@ claim_window(const struct store *st, const struct outbox_batch *b, size_t limit)
     if (st->ob->batch_bytes == 0)
         return limit;
     uint64_t want = FIRST_WINDOW;
-    if (st->row_bytes_est > 0) {
+    if (st->claim.row_bytes_est > 0) {
         uint64_t left = bytes_left(st, b);
-        want = (left + left / 4) / st->row_bytes_est;
+        want = (left + left / 4) / st->claim.row_bytes_est;
     }
     if (want < 1)
         want = 1;
@@ -311,17 +311,17 @@ static void
 note_window(struct store *st, size_t window, size_t limit, size_t got)
 {
     if (window < limit && got == window)
-        st->cut_short = true;
+        st->claim.cut_short = true;
 }
 
 /* The mean row of this claim's locking reads sizes the next window. */
 static void
 note_row_bytes(struct store *st)
 {
-    if (st->seen_rows == 0)
+    if (st->claim.seen_rows == 0)
         return;
-    uint64_t mean = st->seen_bytes / st->seen_rows;
-    st->row_bytes_est = mean > 0 ? mean : 1;
+    uint64_t mean = st->claim.seen_bytes / st->claim.seen_rows;
+    st->claim.row_bytes_est = mean > 0 ? mean : 1;
 }
 
 /*
@@ -345,7 +345,7 @@ fetch_candidates(struct store *st, struct outbox_batch *b,
 {
     size_t window = claim_window(st, b, limit);
     size_t located = window, locked = 0, before = b->n, nread;
-    if (st->id_primary) {
+    if (st->plan.id_primary) {
         if (locate_candidates(st, src, window, &located, err, errlen) < 0)
             return -1;
         note_window(st, window, limit, located);
@@ -354,17 +354,18 @@ fetch_candidates(struct store *st, struct outbox_batch *b,
         if (lock_located(st, b, src, located, err, errlen) < 0)
             return -1;
         locked = b->n - before;
-        if (locked == located || located < window || st->cut_short)
+        if (locked == located || located < window || st->claim.cut_short)
             return 0;
         for (size_t i = 0; i < locked; i++)
-            st->located[i] = b->rows[before + i].id;
-        qsort(st->located, locked, sizeof(*st->located), store_u64_cmp);
+            st->claim.located[i] = b->rows[before + i].id;
+        qsort(st->claim.located, locked, sizeof(*st->claim.located),
+              store_u64_cmp);
     }
     strbuf_reset(&st->sql);
-    strbuf_adds(&st->sql, st->select_list);
+    strbuf_adds(&st->sql, st->plan.select_list);
     add_candidate_scan(st, src, window);
     strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
-    if (add_locked_rows(st, b, src, st->located, locked, window - locked,
+    if (add_locked_rows(st, b, src, st->claim.located, locked, window - locked,
                         &nread, err, errlen) < 0)
         return -1;
     note_window(st, window, limit, nread);
@@ -432,7 +433,7 @@ compact_batch(const struct store *st, struct outbox_batch *b)
 {
     size_t k = 0;
     for (size_t i = 0; i < b->n; i++)
-        if (!st->drop[i] && !is_dying(st, &b->rows[i]))
+        if (!st->claim.drop[i] && !is_dying(st, &b->rows[i]))
             b->rows[k++] = b->rows[i];
     b->n = k;
 }
@@ -467,7 +468,7 @@ mark_claimed(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
         /* Cannot happen while we hold the row locks; refuse if it does. */
         err_set(err, errlen, "claim %s: marked %" PRIu64 " of %zu locked rows",
                 st->where, affected, b->n);
-        st->last_errno = 0;
+        st->conn.last_errno = 0;
         return -1;
     }
     return 0;
@@ -484,8 +485,8 @@ filter_candidates(struct store *st, struct outbox_batch *b, char *err,
     if (b->n == 0)
         return 0;
     qsort(b->rows, b->n, sizeof(*b->rows), store_row_cmp_id);
-    st->drop = store_grow(st->drop, &st->drop_cap, b->n, 1);
-    memset(st->drop, 0, b->n);
+    st->claim.drop = store_grow(st->claim.drop, &st->claim.drop_cap, b->n, 1);
+    memset(st->claim.drop, 0, b->n);
     if (st->ob->ordering == ORDERING_AGGREGATE &&
         store_ordering_filter(st, b, err, errlen) < 0)
         return -1;
@@ -532,7 +533,7 @@ claim_expired(struct store *st, struct outbox_batch *b, size_t cap, char *err,
     if (expired_exists(st, &exists, err, errlen) < 0)
         return -1;
     if (!exists) {
-        st->expired_none_ms = clock_ms();
+        st->claim.expired_none_ms = clock_ms();
         return 0;
     }
     if (fetch_candidates(st, b, SRC_EXPIRED, cap, err, errlen) < 0 ||
@@ -556,8 +557,8 @@ expired_look_due(const struct store *st)
     uint64_t every = st->ob->lease_ms / 4 < EXPIRED_LOOK_MS
                          ? st->ob->lease_ms / 4
                          : EXPIRED_LOOK_MS;
-    return st->expired_none_ms == 0 ||
-           clock_ms() - st->expired_none_ms >= every;
+    return st->claim.expired_none_ms == 0 ||
+           clock_ms() - st->claim.expired_none_ms >= every;
 }
 
 /*
@@ -625,11 +626,11 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
     long long lease_us = lease ? strtoll(r[1], NULL, 10) : 0;
     bool ro = r != NULL && r[2] != NULL && strcmp(r[2], "0") != 0;
     mysql_free_result(res);
-    if (ro && !st->allow_read_only)
+    if (ro && !st->conn.allow_read_only)
         return store_refuse_read_only(st, err, errlen);
     /* A lease that ran out is what the claim's look for them finds. */
     if (lease && lease_us <= 0)
-        st->expired_none_ms = 0;
+        st->claim.expired_none_ms = 0;
     *now = (retry && retry_us <= 0) || (lease && lease_us <= 0);
     uint64_t due = UINT64_MAX;
     if (retry && retry_us > 0)
@@ -645,31 +646,32 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
            char *err, size_t errlen)
 {
     bool now = true;
-    if (st->probe_first && probe(st, &now, &b->due_in_ms, err, errlen) < 0)
+    if (st->claim.probe_first &&
+        probe(st, &now, &b->due_in_ms, err, errlen) < 0)
         return -1;
     if (!now)
         return store_commit(st, "claim", err, errlen);
     make_token(st, b->token, relay_id);
-    st->nheads = 0;
-    st->cut_short = false;
-    st->seen_bytes = st->seen_rows = 0;
+    st->claim.nheads = 0;
+    st->claim.cut_short = false;
+    st->claim.seen_bytes = st->claim.seen_rows = 0;
     size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
     if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
         return -1;
     if (b->n > 0) {
         b->candidates = cap; /* cut short on purpose: claim again at once */
     } else {
-        for (int s = SRC_RETRY; s < SRC_COUNT && b->n < cap && !st->cut_short;
-             s++)
+        for (int s = SRC_RETRY;
+             s < SRC_COUNT && b->n < cap && !st->claim.cut_short; s++)
             if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
                 return -1;
         /* Cut by bytes or by the window: claim again at once. */
-        b->candidates = st->cut_short ? cap : b->n;
+        b->candidates = st->claim.cut_short ? cap : b->n;
         if (filter_candidates(st, b, err, errlen) < 0)
             return -1;
     }
     note_row_bytes(st);
-    if (b->n > 0 && st->dup_check == DUP_INDEXED &&
+    if (b->n > 0 && st->plan.dup_check == DUP_INDEXED &&
         find_duplicates(st, b, err, errlen) < 0)
         return -1;
     if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
@@ -687,14 +689,15 @@ store_claim_batch(struct store *st, const char *relay_id,
         if (store_require_ready(st, "claim", err, errlen) < 0 ||
             (attempt == 1 && store_refresh_schema(st, err, errlen) < 0))
             return -1;
-        st->last_errno = 0;
+        st->conn.last_errno = 0;
         if (claim_once(st, relay_id, b, err, errlen) == 0) {
-            st->probe_first = b->n == 0;
+            st->claim.probe_first = b->n == 0;
             return 0;
         }
         store_rollback(st);
         batch_reset(b);
-        if (attempt == STORE_ATTEMPTS || !store_errno_is_lock(st->last_errno))
+        if (attempt == STORE_ATTEMPTS ||
+            !store_errno_is_lock(st->conn.last_errno))
             return -1;
     }
 }

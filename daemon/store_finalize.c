@@ -40,23 +40,24 @@ static const char *
 clean_text(struct store *st, const char *text)
 {
     const unsigned char *s = (const unsigned char *)text;
-    size_t n = strlen(text), max = (size_t)st->error_chars * 4;
-    st->text = store_grow(st->text, &st->text_cap, (n < max ? n : max) + 1, 1);
+    size_t n = strlen(text), max = (size_t)st->plan.error_chars * 4;
+    st->fin.text =
+        store_grow(st->fin.text, &st->fin.text_cap, (n < max ? n : max) + 1, 1);
     size_t out = 0, i = 0;
-    for (unsigned chars = 0; i < n && chars < st->error_chars; chars++) {
+    for (unsigned chars = 0; i < n && chars < st->plan.error_chars; chars++) {
         size_t len = utf8_len(s + i, n - i);
         bool fits =
-            len == 1 || (len > 1 && st->error_charset != TEXT_ASCII &&
-                         (len < 4 || st->error_charset == TEXT_UTF8MB4));
+            len == 1 || (len > 1 && st->plan.error_charset != TEXT_ASCII &&
+                         (len < 4 || st->plan.error_charset == TEXT_UTF8MB4));
         if (fits)
-            memcpy(st->text + out, s + i, len);
+            memcpy(st->fin.text + out, s + i, len);
         else
-            st->text[out] = '?';
+            st->fin.text[out] = '?';
         out += fits ? len : 1;
         i += len ? len : 1;
     }
-    st->text[out] = '\0';
-    return st->text;
+    st->fin.text[out] = '\0';
+    return st->fin.text;
 }
 
 static enum fin_kind
@@ -170,16 +171,17 @@ finalize_once(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
 {
     *lost = 0;
     for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && same_group(&st->items[i], &st->items[j]); j++)
+        for (j = i + 1;
+             j < n && same_group(&st->fin.items[i], &st->fin.items[j]); j++)
             ;
-        if (finalize_group(st, b->token, &st->items[i], j - i, lost, err,
+        if (finalize_group(st, b->token, &st->fin.items[i], j - i, lost, err,
                            errlen) < 0)
             return -1;
     }
     return store_commit(st, "finalize", err, errlen);
 }
 
-/* Records the n outcomes in st->items, retried on a deadlock. */
+/* Records the n outcomes in st->fin.items, retried on a deadlock. */
 static int
 finalize_items(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
                char *err, size_t errlen)
@@ -187,12 +189,13 @@ finalize_items(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
     for (int attempt = 1;; attempt++) {
         if (store_require_session(st, "finalize", err, errlen) < 0)
             return -1;
-        st->last_errno = 0;
+        st->conn.last_errno = 0;
         if (finalize_once(st, b, n, lost, err, errlen) == 0)
             return 0;
         store_rollback(st);
         *lost = 0;
-        if (attempt == STORE_ATTEMPTS || !store_errno_is_lock(st->last_errno))
+        if (attempt == STORE_ATTEMPTS ||
+            !store_errno_is_lock(st->conn.last_errno))
             return -1;
     }
 }
@@ -202,17 +205,19 @@ store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
                      char *err, size_t errlen)
 {
     *lost = 0;
-    st->items = store_grow(st->items, &st->items_cap, b->n, sizeof(*st->items));
+    st->fin.items = store_grow(st->fin.items, &st->fin.items_cap, b->n,
+                               sizeof(*st->fin.items));
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++) {
         if (b->rows[i].recorded)
             continue; /* store_mark_sent did it */
-        st->items[n].kind = classify(st, &b->rows[i], &st->items[n].error);
-        st->items[n++].id = b->rows[i].id;
+        st->fin.items[n].kind =
+            classify(st, &b->rows[i], &st->fin.items[n].error);
+        st->fin.items[n++].id = b->rows[i].id;
     }
     if (n == 0)
         return 0;
-    qsort(st->items, n, sizeof(*st->items), item_cmp);
+    qsort(st->fin.items, n, sizeof(*st->fin.items), item_cmp);
     return finalize_items(st, b, n, lost, err, errlen);
 }
 
@@ -224,9 +229,11 @@ store_mark_sent(struct store *st, struct outbox_batch *b,
     *lost = 0;
     if (n == 0)
         return 0;
-    st->items = store_grow(st->items, &st->items_cap, n, sizeof(*st->items));
+    st->fin.items = store_grow(st->fin.items, &st->fin.items_cap, n,
+                               sizeof(*st->fin.items));
     for (size_t i = 0; i < n; i++)
-        st->items[i] = (struct fin_item){.kind = FIN_SENT, .id = rows[i]->id};
+        st->fin.items[i] =
+            (struct fin_item){.kind = FIN_SENT, .id = rows[i]->id};
     if (finalize_items(st, b, n, lost, err, errlen) < 0)
         return -1;
     for (size_t i = 0; i < n; i++)

@@ -84,23 +84,25 @@ struct earlier {
     uint64_t id;
 };
 
-struct store {
-    const struct outbox_config *ob;
-    MYSQL *db;                  /* open, version checked, session set up */
-    bool ready;                 /* table checked, claim statements built */
-    bool schema_error;          /* last failure: schema, version or privilege */
-    bool read_only;             /* last failure: the server refuses writes */
-    bool allow_read_only;       /* store_allow_read_only: no read_only check */
-    uint64_t schema_checked_ms; /* when the table was last checked */
-    bool schema_stale;          /* store_recheck_schema: check it now */
+/* The session and how its last statement failed. */
+struct store_conn {
+    MYSQL *db;            /* open, version checked, session set up */
+    bool ready;           /* table checked, claim statements built */
+    bool schema_error;    /* last failure: schema, version or privilege */
+    bool read_only;       /* last failure: the server refuses writes */
+    bool allow_read_only; /* store_allow_read_only: no read_only check */
     unsigned last_errno;
-    uint64_t expired_none_ms; /* when the last look for expired leases
-                                 found none */
-    bool probe_first;         /* the last claim found nothing */
-    char *where;              /* "schema.table" for messages */
-    char *table;              /* quoted identifier */
-    char *count_sql;          /* ordering: unfinished earlier events, "IN (" */
-    char *select_list;        /* claim: "SELECT" and the columns */
+    uint64_t statements; /* sent since store_new */
+};
+
+/* What the schema check found and the claim statements derived from it
+ * (store_schema.c): rebuilt at every check, read by every claim. */
+struct claim_plan {
+    uint64_t schema_checked_ms;   /* when the table was last checked */
+    bool schema_stale;            /* store_recheck_schema: check it now */
+    char *count_sql;              /* ordering: unfinished earlier events,
+                                     "IN (" */
+    char *select_list;            /* claim: "SELECT" and the columns */
     char *claim_where[SRC_COUNT]; /* candidates: index hint and WHERE */
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
@@ -116,20 +118,23 @@ struct store {
     enum dup_check dup_check;
     unsigned token_chars, error_chars;
     enum text_charset error_charset;
-    struct strbuf sql; /* the statement being built, reused */
-    char *text;        /* sanitized error text */
-    size_t text_cap;
-    unsigned char *drop; /* claim: candidates dropped by ordering */
+};
+
+/* The claim's scratch (store_claim.c, store_ordering.c): arrays that grow
+ * to the largest batch seen, and what one claim tells the next. */
+struct claim_scratch {
+    uint64_t expired_none_ms; /* when the last look for expired leases
+                                 found none */
+    bool probe_first;         /* the last claim found nothing */
+    unsigned char *drop;      /* candidates dropped by ordering */
     size_t drop_cap;
-    struct outbox_row **byagg; /* claim: candidates by aggregate, id */
+    struct outbox_row **byagg; /* candidates by aggregate, id */
     size_t byagg_cap;
-    size_t *groups; /* claim: where each aggregate starts in byagg */
+    size_t *groups; /* where each aggregate starts in byagg */
     size_t groups_cap, ngroups;
-    struct earlier *earlier; /* claim: unfinished rows of those aggregates */
+    struct earlier *earlier; /* unfinished rows of those aggregates */
     size_t earlier_cap;
-    struct fin_item *items;
-    size_t items_cap;
-    uint64_t *located; /* claim: candidate ids, then those locked */
+    uint64_t *located; /* candidate ids, then those locked */
     size_t located_cap;
     /* The claim stopped short of its row limit on purpose (batch_bytes,
      * or the window): more rows may wait. */
@@ -138,13 +143,36 @@ struct store {
      * that locked any (0: none yet), and this claim's sums; they size
      * the next claim's window. */
     uint64_t row_bytes_est, seen_bytes, seen_rows;
-    uint64_t *heads; /* claim: located ids that lead their aggregate's
+    uint64_t *heads; /* located ids that lead their aggregate's
                         unfinished events, sorted when used */
     size_t heads_cap, nheads;
-    uint64_t *purge_ids; /* retention: the expired ids of one step */
-    size_t purge_cap;
-    uint64_t purge_from; /* retention resumes after this id */
-    uint64_t statements;
+};
+
+/* Finalize's scratch (store_finalize.c). */
+struct fin_scratch {
+    char *text; /* sanitized error text */
+    size_t text_cap;
+    struct fin_item *items; /* the outcomes to record, sorted */
+    size_t items_cap;
+};
+
+/* Where the retention walk stands (store_purge.c). */
+struct purge_cursor {
+    uint64_t *ids; /* the expired ids of one step */
+    size_t cap;
+    uint64_t from; /* the walk resumes after this id */
+};
+
+struct store {
+    const struct outbox_config *ob;
+    char *where;       /* "schema.table" for messages */
+    char *table;       /* quoted identifier */
+    struct strbuf sql; /* the statement being built, reused */
+    struct store_conn conn;
+    struct claim_plan plan;
+    struct claim_scratch claim;
+    struct fin_scratch fin;
+    struct purge_cursor purge;
 };
 
 /* store_sql.c: scratch arrays, building (on util's strbuf) and running

@@ -42,7 +42,7 @@ load_earlier_counts_exact(struct store *st, struct outbox_batch *b, char *err,
 {
     struct strbuf *q = &st->sql;
     strbuf_reset(q);
-    strbuf_adds(q, st->count_sql);
+    strbuf_adds(q, st->plan.count_sql);
     for (size_t i = 0; i < b->n; i++) {
         sql_add_id(q, b->rows[i].id, i == 0);
         b->rows[i].earlier_unfinished = UINT_MAX; /* unanswered: dropped */
@@ -65,15 +65,15 @@ load_earlier_counts_exact(struct store *st, struct outbox_batch *b, char *err,
 static bool
 group_candidates(struct store *st, size_t n)
 {
-    st->groups =
-        store_grow(st->groups, &st->groups_cap, n, sizeof(*st->groups));
-    st->ngroups = 0;
+    st->claim.groups = store_grow(st->claim.groups, &st->claim.groups_cap, n,
+                                  sizeof(*st->claim.groups));
+    st->claim.ngroups = 0;
     for (size_t i = 0; i < n; i++) {
-        const struct outbox_row *row = st->byagg[i];
+        const struct outbox_row *row = st->claim.byagg[i];
         if (row->aggregate_type == NULL || row->aggregate_id == NULL)
             return false;
-        if (i == 0 || !same_aggregate(st->byagg[i - 1], row))
-            st->groups[st->ngroups++] = i;
+        if (i == 0 || !same_aggregate(st->claim.byagg[i - 1], row))
+            st->claim.groups[st->claim.ngroups++] = i;
     }
     return true;
 }
@@ -93,10 +93,10 @@ ends_in_space(const char *s)
 static bool
 aliases_possible(const struct store *st)
 {
-    if (!st->binary_aggregate)
+    if (!st->plan.binary_aggregate)
         return true;
-    for (size_t g = 0; g < st->ngroups; g++) {
-        const struct outbox_row *row = st->byagg[st->groups[g]];
+    for (size_t g = 0; g < st->claim.ngroups; g++) {
+        const struct outbox_row *row = st->claim.byagg[st->claim.groups[g]];
         if (ends_in_space(row->aggregate_type) ||
             ends_in_space(row->aggregate_id))
             return true;
@@ -129,8 +129,8 @@ build_earlier_sql(struct store *st, const struct outbox_batch *b)
                 "SELECT 1, `aggregate_type`, `aggregate_id`, `id` "
                 "FROM %s WHERE (`aggregate_type`, `aggregate_id`) IN (",
                 st->table);
-    for (size_t g = 0; g < st->ngroups; g++) {
-        const struct outbox_row *row = st->byagg[st->groups[g]];
+    for (size_t g = 0; g < st->claim.ngroups; g++) {
+        const struct outbox_row *row = st->claim.byagg[st->claim.groups[g]];
         strbuf_adds(q, g == 0 ? "(" : ",(");
         sql_add_string(st, row->aggregate_type);
         strbuf_adds(q, ",");
@@ -145,10 +145,10 @@ build_earlier_sql(struct store *st, const struct outbox_batch *b)
 static ssize_t
 find_group(const struct store *st, const char *type, const char *id)
 {
-    size_t lo = 0, hi = st->ngroups;
+    size_t lo = 0, hi = st->claim.ngroups;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const struct outbox_row *row = st->byagg[st->groups[mid]];
+        const struct outbox_row *row = st->claim.byagg[st->claim.groups[mid]];
         int c = strcmp(row->aggregate_type, type);
         if (c == 0)
             c = strcmp(row->aggregate_id, id);
@@ -175,7 +175,7 @@ read_earlier(struct store *st, MYSQL_RES *res, size_t *n)
     *n = 0;
     while (rc == 0 && (r = mysql_fetch_row(res)) != NULL) {
         if (r[0][0] == '0') {
-            if (strtoull(r[3], NULL, 10) != st->ngroups)
+            if (strtoull(r[3], NULL, 10) != st->claim.ngroups)
                 rc = 1;
             continue;
         }
@@ -184,9 +184,10 @@ read_earlier(struct store *st, MYSQL_RES *res, size_t *n)
             rc = 1;
             continue;
         }
-        st->earlier = store_grow(st->earlier, &st->earlier_cap, *n + 1,
-                                 sizeof(*st->earlier));
-        st->earlier[(*n)++] =
+        st->claim.earlier =
+            store_grow(st->claim.earlier, &st->claim.earlier_cap, *n + 1,
+                       sizeof(*st->claim.earlier));
+        st->claim.earlier[(*n)++] =
             (struct earlier){(size_t)g, strtoull(r[3], NULL, 10)};
     }
     return rc;
@@ -206,17 +207,19 @@ static void
 count_earlier(struct store *st, size_t nrows, size_t nearlier)
 {
     if (nearlier > 1) /* qsort may not be given NULL, even for none */
-        qsort(st->earlier, nearlier, sizeof(*st->earlier), earlier_cmp);
+        qsort(st->claim.earlier, nearlier, sizeof(*st->claim.earlier),
+              earlier_cmp);
     size_t e = 0;
-    for (size_t g = 0; g < st->ngroups; g++) {
-        size_t end = g + 1 < st->ngroups ? st->groups[g + 1] : nrows;
-        while (e < nearlier && st->earlier[e].g < g)
+    for (size_t g = 0; g < st->claim.ngroups; g++) {
+        size_t end =
+            g + 1 < st->claim.ngroups ? st->claim.groups[g + 1] : nrows;
+        while (e < nearlier && st->claim.earlier[e].g < g)
             e++;
         size_t first = e;
-        for (size_t i = st->groups[g]; i < end; i++) {
-            struct outbox_row *row = st->byagg[i];
-            while (e < nearlier && st->earlier[e].g == g &&
-                   st->earlier[e].id < row->id)
+        for (size_t i = st->claim.groups[g]; i < end; i++) {
+            struct outbox_row *row = st->claim.byagg[i];
+            while (e < nearlier && st->claim.earlier[e].g == g &&
+                   st->claim.earlier[e].id < row->id)
                 e++;
             row->earlier_unfinished = (unsigned)(e - first);
         }
@@ -258,12 +261,13 @@ load_earlier_counts(struct store *st, struct outbox_batch *b, char *err,
 static bool
 all_located_heads(struct store *st, const struct outbox_batch *b)
 {
-    if (st->nheads < b->n)
+    if (st->claim.nheads < b->n)
         return false;
-    qsort(st->heads, st->nheads, sizeof(*st->heads), store_u64_cmp);
+    qsort(st->claim.heads, st->claim.nheads, sizeof(*st->claim.heads),
+          store_u64_cmp);
     for (size_t i = 0; i < b->n; i++)
-        if (!bsearch(&b->rows[i].id, st->heads, st->nheads, sizeof(*st->heads),
-                     store_u64_cmp))
+        if (!bsearch(&b->rows[i].id, st->claim.heads, st->claim.nheads,
+                     sizeof(*st->claim.heads), store_u64_cmp))
             return false;
     return true;
 }
@@ -288,23 +292,24 @@ store_ordering_filter(struct store *st, struct outbox_batch *b, char *err,
             b->rows[i].earlier_unfinished = 0;
         return 0;
     }
-    st->byagg = store_grow(st->byagg, &st->byagg_cap, b->n, sizeof(*st->byagg));
+    st->claim.byagg = store_grow(st->claim.byagg, &st->claim.byagg_cap, b->n,
+                                 sizeof(*st->claim.byagg));
     for (size_t i = 0; i < b->n; i++)
-        st->byagg[i] = &b->rows[i];
-    qsort(st->byagg, b->n, sizeof(*st->byagg), row_cmp_aggregate);
+        st->claim.byagg[i] = &b->rows[i];
+    qsort(st->claim.byagg, b->n, sizeof(*st->claim.byagg), row_cmp_aggregate);
     if (load_earlier_counts(st, b, err, errlen) < 0)
         return -1;
     unsigned k = 0;
     bool broken = false;
     for (size_t i = 0; i < b->n; i++, k++) {
-        struct outbox_row *row = st->byagg[i];
-        if (i == 0 || !same_aggregate(st->byagg[i - 1], row)) {
+        struct outbox_row *row = st->claim.byagg[i];
+        if (i == 0 || !same_aggregate(st->claim.byagg[i - 1], row)) {
             k = 0;
             broken = false;
         }
         if (broken || row->earlier_unfinished != k) {
             broken = true;
-            st->drop[row - b->rows] = 1;
+            st->claim.drop[row - b->rows] = 1;
         }
     }
     return 0;

@@ -42,12 +42,12 @@ purge_scan(struct store *st, uint64_t older_than_ms, unsigned batch, size_t cap,
     strbuf_adds(q, ", `created_at` >= ");
     sql_add_cutoff(q, older_than_ms);
     strbuf_addf(q, " FROM %s WHERE `id` > %" PRIu64 " ORDER BY `id` LIMIT %u",
-                st->table, st->purge_from, batch);
+                st->table, st->purge.from, batch);
     MYSQL_RES *res = store_run_select(st, "retention", err, errlen);
     if (res == NULL)
         return -1;
-    st->purge_ids = store_grow(st->purge_ids, &st->purge_cap, batch,
-                               sizeof(*st->purge_ids));
+    st->purge.ids = store_grow(st->purge.ids, &st->purge.cap, batch,
+                               sizeof(*st->purge.ids));
     MYSQL_ROW r;
     while ((r = mysql_fetch_row(res)) != NULL) {
         /* The rows after the cap are read again by the next step. */
@@ -58,7 +58,7 @@ purge_scan(struct store *st, uint64_t older_than_ms, unsigned batch, size_t cap,
         ps->last_id = strtoull(r[0], NULL, 10);
         ps->last_young = r[2] != NULL && r[2][0] == '1';
         if (r[1] != NULL && r[1][0] == '1')
-            st->purge_ids[ps->expired++] = ps->last_id;
+            st->purge.ids[ps->expired++] = ps->last_id;
         ps->seen++;
     }
     mysql_free_result(res);
@@ -75,7 +75,7 @@ purge_delete(struct store *st, uint64_t older_than_ms, size_t n,
     strbuf_reset(q);
     strbuf_addf(q, "DELETE FROM %s WHERE `id` IN (", st->table);
     for (size_t i = 0; i < n; i++)
-        sql_add_id(q, st->purge_ids[i], i == 0);
+        sql_add_id(q, st->purge.ids[i], i == 0);
     strbuf_adds(q, ") AND `status` = 'SENT' AND `sent_at` < ");
     sql_add_cutoff(q, older_than_ms);
     return store_run_update(st, "retention", deleted, err, errlen);
@@ -104,10 +104,10 @@ static void
 purge_fail(struct store *st, char *err, size_t errlen)
 {
     store_rollback(st);
-    if (st->last_errno != ERRNO_TABLE_ACCESS_DENIED || st->db == NULL)
+    if (st->conn.last_errno != ERRNO_TABLE_ACCESS_DENIED || st->conn.db == NULL)
         return;
-    st->ready = true;
-    st->schema_error = false;
+    st->conn.ready = true;
+    st->conn.schema_error = false;
     size_t len = err != NULL ? strlen(err) : errlen;
     if (len + 1 < errlen)
         err_set(err + len, errlen - len,
@@ -121,12 +121,13 @@ purge_step(struct store *st, uint64_t older_than_ms, unsigned batch, size_t cap,
     for (int attempt = 1;; attempt++) {
         if (store_require_ready(st, "retention", err, errlen) < 0)
             return -1;
-        st->last_errno = 0;
+        st->conn.last_errno = 0;
         if (purge_once(st, older_than_ms, batch, cap, ps, deleted, err,
                        errlen) == 0)
             return 0;
         purge_fail(st, err, errlen);
-        if (attempt == STORE_ATTEMPTS || !store_errno_is_lock(st->last_errno))
+        if (attempt == STORE_ATTEMPTS ||
+            !store_errno_is_lock(st->conn.last_errno))
             return -1;
     }
 }
@@ -148,10 +149,10 @@ purge_advance(struct store *st, uint64_t older_than_ms, unsigned batch,
      * created_at rise together, so the rest is younger still.  What an
      * out-of-order created_at hides now, the next walk finds. */
     if (!ps.capped && (ps.seen < batch || ps.last_young)) {
-        st->purge_from = 0;
+        st->purge.from = 0;
         res->done = true;
     } else {
-        st->purge_from = ps.last_id;
+        st->purge.from = ps.last_id;
     }
     return 0;
 }

@@ -292,10 +292,10 @@ load_claim_order(struct store *st, char *err, size_t errlen)
     MYSQL_ROW *rows = xcalloc(n, sizeof(*rows));
     for (size_t i = 0; i < n; i++)
         rows[i] = mysql_fetch_row(res);
-    st->dup_check = pick_dup_check(rows, n);
-    free(st->retry_index);
-    st->retry_index = pick_retry_index(rows, n);
-    st->id_primary = pick_id_primary(rows, n);
+    st->plan.dup_check = pick_dup_check(rows, n);
+    free(st->plan.retry_index);
+    st->plan.retry_index = pick_retry_index(rows, n);
+    st->plan.id_primary = pick_id_primary(rows, n);
     char *order = pick_claim_order(rows, n);
     free(rows);
     mysql_free_result(res);
@@ -311,13 +311,13 @@ add_select_list(struct store *st, const struct schema *sc, struct strbuf *q)
                    "UNIX_TIMESTAMP(`created_at`), `retry_count`");
     int pos = COL_FIXED;
     for (size_t i = 0; i < NOPTIONAL; i++) {
-        st->pos_optional[i] = sc->optional[i] ? pos++ : -1;
+        st->plan.pos_optional[i] = sc->optional[i] ? pos++ : -1;
         if (sc->optional[i]) {
             strbuf_adds(q, ", ");
             sql_add_ident(q, optional_columns[i]);
         }
     }
-    st->pos_columns = pos;
+    st->plan.pos_columns = pos;
     for (size_t i = 0; i < st->ob->ncolumns; i++) {
         strbuf_adds(q, ", ");
         sql_add_ident(q, st->ob->columns[i]);
@@ -356,7 +356,7 @@ first_unfinished_sql(const struct store *st)
 static char *
 build_unblocked_filter(const struct store *st)
 {
-    if (st->unfinished) {
+    if (st->plan.unfinished) {
         char *first = first_unfinished_sql(st);
         char *filter = xasprintf(
             " AND NOT EXISTS (SELECT 1 FROM %s `h` WHERE `h`.`id` = %s AND "
@@ -383,7 +383,7 @@ build_unblocked_filter(const struct store *st)
 static char *
 build_head_sql(const struct store *st)
 {
-    if (!st->unfinished)
+    if (!st->plan.unfinished)
         return NULL;
     char *first = first_unfinished_sql(st);
     char *head = xasprintf(", %s = `c`.`id`", first);
@@ -395,8 +395,9 @@ build_head_sql(const struct store *st)
 const char *
 store_unfinished_cond(const struct store *st)
 {
-    return st->unfinished ? "`unfinished` = 1"
-                          : "`status` IN ('PENDING', 'RETRY', 'PROCESSING')";
+    return st->plan.unfinished
+               ? "`unfinished` = 1"
+               : "`status` IN ('PENDING', 'RETRY', 'PROCESSING')";
 }
 
 /* The exact count's statement up to its subquery's end: see
@@ -424,39 +425,41 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
     struct strbuf list = {0};
     strbuf_reset(&list);
     add_select_list(st, sc, &list);
-    free(st->select_list);
-    st->select_list = list.p;
+    free(st->plan.select_list);
+    st->plan.select_list = list.p;
     for (int s = 0; s < SRC_COUNT; s++) {
         struct strbuf q = {0};
         strbuf_reset(&q);
-        if (s == SRC_RETRY && st->retry_index != NULL)
-            strbuf_addf(&q, " FORCE INDEX (%s)", st->retry_index);
+        if (s == SRC_RETRY && st->plan.retry_index != NULL)
+            strbuf_addf(&q, " FORCE INDEX (%s)", st->plan.retry_index);
         strbuf_addf(&q, " WHERE %s", store_claim_cond[s]);
-        free(st->claim_where[s]);
-        st->claim_where[s] = q.p;
-        free(st->claim_order[s]);
-        st->claim_order[s] = xasprintf(
+        free(st->plan.claim_where[s]);
+        st->plan.claim_where[s] = q.p;
+        free(st->plan.claim_order[s]);
+        st->plan.claim_order[s] = xasprintf(
             " ORDER BY %s", s == SRC_RETRY ? "`next_retry_at`" : order);
     }
-    free(st->unblocked_sql);
-    st->unblocked_sql = build_unblocked_filter(st);
-    free(st->head_sql);
-    st->head_sql = build_head_sql(st);
-    free(st->count_sql);
-    st->count_sql = build_count_sql(st);
+    free(st->plan.unblocked_sql);
+    st->plan.unblocked_sql = build_unblocked_filter(st);
+    free(st->plan.head_sql);
+    st->plan.head_sql = build_head_sql(st);
+    free(st->plan.count_sql);
+    st->plan.count_sql = build_count_sql(st);
 }
 
 static void
 apply_schema(struct store *st, const struct schema *sc, const char *order)
 {
-    st->unfinished = sc->unfinished;
-    st->binary_aggregate = sc->binary_aggregate == 2;
+    st->plan.unfinished = sc->unfinished;
+    st->plan.binary_aggregate = sc->binary_aggregate == 2;
     build_claim_sql(st, sc, order);
     unsigned tok = sc->locked_by_len;
-    st->token_chars = tok < TOKEN_MAX_CHARS ? tok : (unsigned)TOKEN_MAX_CHARS;
+    st->plan.token_chars =
+        tok < TOKEN_MAX_CHARS ? tok : (unsigned)TOKEN_MAX_CHARS;
     unsigned ec = sc->last_error_len;
-    st->error_chars = ec > 0 && ec < STORE_ERROR_CHARS ? ec : STORE_ERROR_CHARS;
-    st->error_charset = sc->last_error_charset;
+    st->plan.error_chars =
+        ec > 0 && ec < STORE_ERROR_CHARS ? ec : STORE_ERROR_CHARS;
+    st->plan.error_charset = sc->last_error_charset;
 }
 
 /* One EXPLAIN: the server checks the privilege and runs nothing. */
@@ -472,15 +475,16 @@ check_privilege(struct store *st, const char *sql, const char *privilege,
         mysql_free_result(res);
         return 0;
     }
-    if (st->db != NULL && (st->last_errno == ERRNO_TABLE_ACCESS_DENIED ||
-                           st->last_errno == ERRNO_COLUMN_ACCESS_DENIED)) {
+    if (st->conn.db != NULL &&
+        (st->conn.last_errno == ERRNO_TABLE_ACCESS_DENIED ||
+         st->conn.last_errno == ERRNO_COLUMN_ACCESS_DENIED)) {
         char why[512];
-        str_copy(why, mysql_error(st->db), sizeof(why));
+        str_copy(why, mysql_error(st->conn.db), sizeof(why));
         err_set(err, errlen,
                 "user %s lacks the %s privilege on %s, needed %s (see "
                 "sql/grants.sql): %s (error %u)",
                 st->ob->database->user ? st->ob->database->user : "?",
-                privilege, st->where, needed_for, why, st->last_errno);
+                privilege, st->where, needed_for, why, st->conn.last_errno);
     }
     /* The session stays open and idle after a failed check: the metadata
      * lock of an EXPLAIN that passed would hold off the operator's ALTER
@@ -525,11 +529,11 @@ store_check_schema(struct store *st, char *err, size_t errlen)
         err_set(
             err, errlen, "table %s does not exist (or user %s may not read it)",
             st->where, st->ob->database->user ? st->ob->database->user : "?");
-        st->schema_error = true;
+        st->conn.schema_error = true;
         goto out;
     }
     if (report_missing(st, &sc, err, errlen) < 0) {
-        st->schema_error = true;
+        st->conn.schema_error = true;
         goto out;
     }
     if (check_privileges(st, err, errlen) < 0)
@@ -540,8 +544,8 @@ store_check_schema(struct store *st, char *err, size_t errlen)
     /* End the transaction the information_schema reads opened. */
     rc = store_commit(st, "schema check", err, errlen);
     if (rc == 0) {
-        st->schema_checked_ms = clock_ms();
-        st->schema_stale = false;
+        st->plan.schema_checked_ms = clock_ms();
+        st->plan.schema_stale = false;
     }
 out:
     free(order);
@@ -560,18 +564,18 @@ out:
 int
 store_refresh_schema(struct store *st, char *err, size_t errlen)
 {
-    if (!st->schema_stale &&
-        clock_ms() - st->schema_checked_ms < SCHEMA_RECHECK_MS)
+    if (!st->plan.schema_stale &&
+        clock_ms() - st->plan.schema_checked_ms < SCHEMA_RECHECK_MS)
         return 0;
     if (store_check_schema(st, err, errlen) == 0)
         return 0;
     store_rollback(st);
-    st->ready = false;
+    st->conn.ready = false;
     return -1;
 }
 
 void
 store_recheck_schema(struct store *st)
 {
-    st->schema_stale = true;
+    st->plan.schema_stale = true;
 }

@@ -46,7 +46,7 @@ sql_add_string(struct store *st, const char *s)
     size_t n = strlen(s);
     strbuf_reserve(q, 2 * n + 2);
     q->p[q->len++] = '\'';
-    q->len += mysql_real_escape_string(st->db, q->p + q->len, s, n);
+    q->len += mysql_real_escape_string(st->conn.db, q->p + q->len, s, n);
     q->p[q->len++] = '\'';
     q->p[q->len] = '\0';
 }
@@ -95,10 +95,10 @@ store_errno_is_lock(unsigned code)
 void
 store_close(struct store *st)
 {
-    if (st->db != NULL)
-        mysql_close(st->db);
-    st->db = NULL;
-    st->ready = false;
+    if (st->conn.db != NULL)
+        mysql_close(st->conn.db);
+    st->conn.db = NULL;
+    st->conn.ready = false;
 }
 
 /*
@@ -109,16 +109,16 @@ store_close(struct store *st)
 int
 store_fail(struct store *st, const char *what, char *err, size_t errlen)
 {
-    unsigned code = mysql_errno(st->db);
+    unsigned code = mysql_errno(st->conn.db);
     err_set(err, errlen, "%s %s: %s (error %u)", what, st->where,
-            mysql_error(st->db), code);
-    st->last_errno = code;
+            mysql_error(st->conn.db), code);
+    st->conn.last_errno = code;
     if (is_schema_errno(code)) {
-        st->schema_error = true;
-        st->ready = false;
+        st->conn.schema_error = true;
+        st->conn.ready = false;
     }
-    st->read_only = is_read_only_errno(code);
-    if (store_errno_is_connection(code) || st->read_only)
+    st->conn.read_only = is_read_only_errno(code);
+    if (store_errno_is_connection(code) || st->conn.read_only)
         store_close(st);
     return -1;
 }
@@ -127,8 +127,8 @@ int
 store_run_query(struct store *st, const char *sql, size_t len, const char *what,
                 char *err, size_t errlen)
 {
-    st->statements++;
-    if (mysql_real_query(st->db, sql, len) != 0)
+    st->conn.statements++;
+    if (mysql_real_query(st->conn.db, sql, len) != 0)
         return store_fail(st, what, err, errlen);
     return 0;
 }
@@ -145,7 +145,7 @@ store_run_select(struct store *st, const char *what, char *err, size_t errlen)
 {
     if (store_run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
         return NULL;
-    MYSQL_RES *res = mysql_store_result(st->db);
+    MYSQL_RES *res = mysql_store_result(st->conn.db);
     if (res == NULL)
         store_fail(st, what, err, errlen);
     return res;
@@ -157,7 +157,7 @@ store_run_update(struct store *st, const char *what, uint64_t *affected,
 {
     if (store_run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
         return -1;
-    uint64_t n = (uint64_t)mysql_affected_rows(st->db);
+    uint64_t n = (uint64_t)mysql_affected_rows(st->conn.db);
     *affected = n == UINT64_MAX ? 0 : n;
     return 0;
 }
@@ -165,8 +165,8 @@ store_run_update(struct store *st, const char *what, uint64_t *affected,
 int
 store_commit(struct store *st, const char *what, char *err, size_t errlen)
 {
-    st->statements++;
-    if (mysql_commit(st->db) != 0)
+    st->conn.statements++;
+    if (mysql_commit(st->conn.db) != 0)
         return store_fail(st, what, err, errlen);
     return 0;
 }
@@ -175,11 +175,11 @@ store_commit(struct store *st, const char *what, char *err, size_t errlen)
 void
 store_rollback(struct store *st)
 {
-    if (st->db == NULL)
+    if (st->conn.db == NULL)
         return;
-    st->statements++;
-    if (mysql_rollback(st->db) != 0 &&
-        store_errno_is_connection(mysql_errno(st->db)))
+    st->conn.statements++;
+    if (mysql_rollback(st->conn.db) != 0 &&
+        store_errno_is_connection(mysql_errno(st->conn.db)))
         store_close(st);
 }
 
