@@ -131,7 +131,7 @@ store_free(struct store *st)
     free(st->table);
     free(st->plan.count_sql);
     strbuf_free(&st->sql);
-    free(st->fin.text);
+    strbuf_free(&st->fin.text);
     free(st->claim.drop);
     free(st->claim.byagg);
     free(st->claim.groups);

@@ -57,8 +57,8 @@ field_bulk(struct outbox_batch *b, MYSQL_ROW r, const unsigned long *len, int i)
 }
 
 /* "1718000000.123456" or "1718000000" to microseconds. */
-static int64_t
-parse_us(const char *s)
+int64_t
+store_parse_us(const char *s)
 {
     if (s == NULL)
         return 0;
@@ -87,7 +87,7 @@ add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
     row->event_type = field_dup(b, r, len, COL_EVENT_TYPE);
     row->payload = field_bulk(b, r, len, COL_PAYLOAD);
     row->payload_len = r[COL_PAYLOAD] ? len[COL_PAYLOAD] : 0;
-    row->created_us = parse_us(r[COL_CREATED]);
+    row->created_us = store_parse_us(r[COL_CREATED]);
     long rc = r[COL_RETRY_COUNT] ? strtol(r[COL_RETRY_COUNT], NULL, 10) : 0;
     row->retry_count = rc > 0 ? (unsigned)rc : 0;
     /* A lease that expired counts as an attempt. */

@@ -9,9 +9,10 @@
 
 #include "store_int.h"
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
-static size_t
-utf8_len(const unsigned char *s, size_t n)
+/* Length of the valid UTF-8 sequence at s (n > 0 bytes left), 0 if
+ * invalid. */
+size_t
+store_utf8_len(const unsigned char *s, size_t n)
 {
     unsigned c = s[0];
     if (c < 0x80)
@@ -32,37 +33,33 @@ utf8_len(const unsigned char *s, size_t n)
 }
 
 /*
- * Error text as last_error can store it: at most error_chars characters,
- * anything invalid or outside the column's character set as '?'.  A
- * strict sql_mode would otherwise fail the whole finalize on one byte.
+ * A strict sql_mode would otherwise fail the whole finalize on one byte
+ * that last_error cannot store.
  */
-static const char *
-clean_text(struct store *st, const char *text)
+const char *
+store_clean_text(struct strbuf *out, const char *text, unsigned max_chars,
+                 enum text_charset charset)
 {
     const unsigned char *s = (const unsigned char *)text;
-    size_t n = strlen(text), max = (size_t)st->plan.error_chars * 4;
-    st->fin.text =
-        store_grow(st->fin.text, &st->fin.text_cap, (n < max ? n : max) + 1, 1);
-    size_t out = 0, i = 0;
-    for (unsigned chars = 0; i < n && chars < st->plan.error_chars; chars++) {
-        size_t len = utf8_len(s + i, n - i);
-        bool fits =
-            len == 1 || (len > 1 && st->plan.error_charset != TEXT_ASCII &&
-                         (len < 4 || st->plan.error_charset == TEXT_UTF8MB4));
+    size_t n = strlen(text), max = (size_t)max_chars * 4, i = 0;
+    strbuf_reset(out);
+    strbuf_reserve(out, n < max ? n : max);
+    for (unsigned chars = 0; i < n && chars < max_chars; chars++) {
+        size_t len = store_utf8_len(s + i, n - i);
+        bool fits = len == 1 || (len > 1 && charset != TEXT_ASCII &&
+                                 (len < 4 || charset == TEXT_UTF8MB4));
         if (fits)
-            memcpy(st->fin.text + out, s + i, len);
+            strbuf_add(out, text + i, len);
         else
-            st->fin.text[out] = '?';
-        out += fits ? len : 1;
+            strbuf_add(out, "?", 1);
         i += len ? len : 1;
     }
-    st->fin.text[out] = '\0';
-    return st->fin.text;
+    return out->p;
 }
 
-static enum fin_kind
-classify(const struct store *st, const struct outbox_row *row,
-         const char **error)
+enum fin_kind
+store_classify(const struct outbox_row *row, unsigned max_retries,
+               const char **error)
 {
     *error = NULL;
     switch (row->state) {
@@ -75,11 +72,18 @@ classify(const struct store *st, const struct outbox_row *row,
     case ROW_PUBLISHED:
         /* Outcome unknown: it may have landed; at-least-once retries it. */
         *error = "no publisher confirm received";
-        return row->retry_count + 1 > st->ob->max_retries ? FIN_DEAD
-                                                          : FIN_RETRY;
+        return row->retry_count + 1 > max_retries ? FIN_DEAD : FIN_RETRY;
     default: /* CLAIMED or RELEASED: never attempted */
         return FIN_RELEASE;
     }
+}
+
+/* Error text as last_error can store it. */
+static const char *
+clean_error(struct store *st, const char *text)
+{
+    return store_clean_text(&st->fin.text, text, st->plan.error_chars,
+                            st->plan.error_charset);
 }
 
 static int
@@ -125,13 +129,13 @@ add_outcome_head(struct store *st, const struct fin_item *it)
                     "%" PRIu64 ") * (0.5 + RAND() * 0.5)) MICROSECOND, "
                     "`last_error` = ",
                     ob->backoff_initial_ms * 1000, ob->backoff_max_ms * 1000);
-        sql_add_string(st, clean_text(st, it->error));
+        sql_add_string(st, clean_error(st, it->error));
         strbuf_adds(q, ", `retry_count` = `retry_count` + 1");
         break;
     case FIN_DEAD:
         strbuf_adds(q, "`status` = 'DEAD', `next_retry_at` = NULL, "
                        "`last_error` = ");
-        sql_add_string(st, clean_text(st, it->error));
+        sql_add_string(st, clean_error(st, it->error));
         strbuf_adds(q, ", `retry_count` = `retry_count` + 1");
         break;
     case FIN_RELEASE:
@@ -211,8 +215,8 @@ store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
     for (size_t i = 0; i < b->n; i++) {
         if (b->rows[i].recorded)
             continue; /* store_mark_sent did it */
-        st->fin.items[n].kind =
-            classify(st, &b->rows[i], &st->fin.items[n].error);
+        st->fin.items[n].kind = store_classify(&b->rows[i], st->ob->max_retries,
+                                               &st->fin.items[n].error);
         st->fin.items[n++].id = b->rows[i].id;
     }
     if (n == 0)

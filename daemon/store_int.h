@@ -13,6 +13,7 @@
 #include "batch.h"
 #include "config.h"
 #include "store.h"
+#include "store_plan.h"
 #include "util.h"
 
 #define STORE_ATTEMPTS 3       /* a claim or finalize retried on deadlock */
@@ -58,19 +59,6 @@ enum {
 };
 
 enum { OPT_HEADERS, OPT_TRACE_ID, OPT_TRACEPARENT, NOPTIONAL };
-
-/* What last_error can hold: invalid or unstorable characters become '?'. */
-enum text_charset { TEXT_UTF8MB4, TEXT_UTF8MB3, TEXT_ASCII };
-
-/*
- * Whether a claimed row's event_id may repeat one claimed before: not
- * with a unique key on it; with a plain index each claim looks (cheaply);
- * with none it cannot afford to, and only a batch's own rows are compared.
- */
-enum dup_check { DUP_IMPOSSIBLE, DUP_INDEXED, DUP_UNINDEXED };
-
-/* What finalize does with a row. */
-enum fin_kind { FIN_SENT, FIN_RETRY, FIN_DEAD, FIN_RELEASE };
 
 struct fin_item {
     enum fin_kind kind;
@@ -150,8 +138,7 @@ struct claim_scratch {
 
 /* Finalize's scratch (store_finalize.c). */
 struct fin_scratch {
-    char *text; /* sanitized error text */
-    size_t text_cap;
+    struct strbuf text;     /* sanitized error text */
     struct fin_item *items; /* the outcomes to record, sorted */
     size_t items_cap;
 };
@@ -204,7 +191,6 @@ int store_require_ready(struct store *st, const char *what, char *err,
                         size_t errlen);
 int store_require_session(struct store *st, const char *what, char *err,
                           size_t errlen);
-unsigned long store_parse_version(const char *s);
 
 /* store_schema.c: the schema check and the claim plan derived from it. */
 int store_check_schema(struct store *st, char *err, size_t errlen);

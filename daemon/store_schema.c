@@ -26,6 +26,16 @@ static const char *const required_columns[] = {
 static const char *const optional_columns[NOPTIONAL] = {"headers", "trace_id",
                                                         "traceparent"};
 
+/* The select lists of load_columns and load_claim_order, by position. */
+enum {
+    INFO_COLUMN_NAME,
+    INFO_MAX_LENGTH,
+    INFO_CHARSET,
+    INFO_GENERATION,
+    INFO_COLLATION
+};
+enum { STAT_INDEX_NAME, STAT_COLUMN_NAME, STAT_SUB_PART, STAT_NON_UNIQUE };
+
 /* The table as found by the schema check. */
 struct schema {
     bool required[NREQUIRED];
@@ -38,8 +48,8 @@ struct schema {
     unsigned binary_aggregate; /* aggregate columns with a _bin collation */
 };
 
-static enum text_charset
-parse_charset(const char *name)
+enum text_charset
+store_parse_charset(const char *name)
 {
     if (name == NULL)
         return TEXT_ASCII;
@@ -58,8 +68,8 @@ parse_charset(const char *name)
  * trusted only when its expression names status and the three
  * unfinished states and nothing else, else status is read as before.
  */
-static bool
-is_unfinished_expression(const char *expr)
+bool
+store_is_unfinished_expression(const char *expr)
 {
     if (expr == NULL)
         return false;
@@ -79,8 +89,8 @@ is_unfinished_expression(const char *expr)
  * equal by collation is equal as bytes, once trailing spaces are set
  * aside (PAD SPACE collations ignore them).
  */
-static bool
-is_binary_collation(const char *collation)
+bool
+store_is_binary_collation(const char *collation)
 {
     size_t len = collation != NULL ? strlen(collation) : 0;
     return len > 4 && strcmp(collation + len - 4, "_bin") == 0;
@@ -89,8 +99,9 @@ is_binary_collation(const char *collation)
 static void
 note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
 {
-    const char *name = r[0] ? r[0] : "";
-    unsigned len = r[1] ? (unsigned)strtoul(r[1], NULL, 10) : 0;
+    const char *name = r[INFO_COLUMN_NAME] ? r[INFO_COLUMN_NAME] : "";
+    const char *max = r[INFO_MAX_LENGTH];
+    unsigned len = max ? (unsigned)strtoul(max, NULL, 10) : 0;
     sc->ncolumns++;
     for (size_t i = 0; i < NREQUIRED; i++)
         if (strcasecmp(name, required_columns[i]) == 0)
@@ -105,13 +116,13 @@ note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
         sc->locked_by_len = len;
     if (strcasecmp(name, "last_error") == 0) {
         sc->last_error_len = len;
-        sc->last_error_charset = parse_charset(r[2]);
+        sc->last_error_charset = store_parse_charset(r[INFO_CHARSET]);
     }
     if (strcasecmp(name, "unfinished") == 0)
-        sc->unfinished = is_unfinished_expression(r[3]);
+        sc->unfinished = store_is_unfinished_expression(r[INFO_GENERATION]);
     if ((strcasecmp(name, "aggregate_type") == 0 ||
          strcasecmp(name, "aggregate_id") == 0) &&
-        is_binary_collation(r[4]))
+        store_is_binary_collation(r[INFO_COLLATION]))
         sc->binary_aggregate++;
 }
 
@@ -170,32 +181,42 @@ ident_eq(const char *a, const char *b)
     return a != NULL && strcasecmp(a, b) == 0;
 }
 
-/* Rows i..j-1 are one index: is it led by a whole status column? */
-static bool
-led_by_status(MYSQL_ROW *rows, size_t i)
+/* Where the index that starts at ix[i] ends. */
+static size_t
+index_end(const struct index_column *ix, size_t n, size_t i)
 {
-    return ident_eq(rows[i][1], "status") && rows[i][2] == NULL;
+    size_t j = i + 1;
+    while (j < n && strcmp(ix[j].index, ix[i].index) == 0)
+        j++;
+    return j;
+}
+
+/* A whole column, not an expression or a prefix of one. */
+static bool
+whole_column(const struct index_column *c, const char *name)
+{
+    return ident_eq(c->column, name) && !c->prefix;
 }
 
 /* An index on (status) or (status, id) walks each status in id order. */
 static bool
-orders_by_id(MYSQL_ROW *rows, size_t i, size_t j)
+orders_by_id(const struct index_column *ix, size_t i, size_t j)
 {
-    return j == i + 1 || ident_eq(rows[i + 1][1], "id");
+    return j == i + 1 || ident_eq(ix[i + 1].column, "id");
 }
 
 /* "`c1`, `c2`, `id`": the index's order after status; NULL if unusable. */
 static char *
-index_order(MYSQL_ROW *rows, size_t i, size_t j)
+index_order(const struct index_column *ix, size_t i, size_t j)
 {
     struct strbuf order = {0};
     strbuf_reset(&order);
-    for (size_t k = i + 1; k < j && !ident_eq(rows[k][1], "id"); k++) {
-        if (rows[k][1] == NULL || rows[k][2] != NULL) {
+    for (size_t k = i + 1; k < j && !ident_eq(ix[k].column, "id"); k++) {
+        if (ix[k].column == NULL || ix[k].prefix) {
             strbuf_free(&order); /* an expression or a prefix: no order */
             return NULL;
         }
-        sql_add_ident(&order, rows[k][1]);
+        sql_add_ident(&order, ix[k].column);
         strbuf_adds(&order, ", ");
     }
     sql_add_ident(&order, "id");
@@ -211,68 +232,80 @@ index_order(MYSQL_ROW *rows, size_t i, size_t j)
  * index led by status.  Ordering per aggregate stays exact either way:
  * it is checked on ids, not on claim order.
  */
-static char *
-pick_claim_order(MYSQL_ROW *rows, size_t n)
+char *
+store_pick_claim_order(const struct index_column *ix, size_t n)
 {
     char *best = NULL;
     for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && strcmp(rows[j][0], rows[i][0]) == 0; j++)
-            ;
-        if (!led_by_status(rows, i))
+        j = index_end(ix, n, i);
+        if (!whole_column(&ix[i], "status"))
             continue;
-        if (orders_by_id(rows, i, j)) {
+        if (orders_by_id(ix, i, j)) {
             free(best);
             return xstrdup("`id`");
         }
         if (best == NULL)
-            best = index_order(rows, i, j);
+            best = index_order(ix, i, j);
     }
     return best != NULL ? best : xstrdup("`id`");
 }
 
-/* Rows of STATISTICS as load_claim_order reads them: see dup_check. */
-static enum dup_check
-pick_dup_check(MYSQL_ROW *rows, size_t n)
+enum dup_check
+store_pick_dup_check(const struct index_column *ix, size_t n)
 {
     enum dup_check check = DUP_UNINDEXED;
     for (size_t i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && strcmp(rows[j][0], rows[i][0]) == 0; j++)
-            ;
-        if (!ident_eq(rows[i][1], "event_id") || rows[i][2] != NULL)
+        j = index_end(ix, n, i);
+        if (!whole_column(&ix[i], "event_id"))
             continue;
-        if (j == i + 1 && rows[i][3] != NULL && strcmp(rows[i][3], "0") == 0)
+        if (j == i + 1 && ix[i].unique)
             return DUP_IMPOSSIBLE;
         check = DUP_INDEXED;
     }
     return check;
 }
 
-/* Rows of STATISTICS as load_claim_order reads them: see build_claim_sql. */
-static char *
-pick_retry_index(MYSQL_ROW *rows, size_t n)
+/* See build_claim_sql. */
+char *
+store_pick_retry_index(const struct index_column *ix, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        bool first = i == 0 || strcmp(rows[i - 1][0], rows[i][0]) != 0;
-        if (first && ident_eq(rows[i][1], "next_retry_at") &&
-            rows[i][2] == NULL) {
+    for (size_t i = 0; i < n; i = index_end(ix, n, i)) {
+        if (whole_column(&ix[i], "next_retry_at")) {
             struct strbuf q = {0};
             strbuf_reset(&q);
-            sql_add_ident(&q, rows[i][0]);
+            sql_add_ident(&q, ix[i].index);
             return q.p;
         }
     }
     return NULL;
 }
 
-/* Rows of STATISTICS as load_claim_order reads them: the primary key is
- * led by id, so a claim can lock the rows it located by id through it. */
-static bool
-pick_id_primary(MYSQL_ROW *rows, size_t n)
+bool
+store_pick_id_primary(const struct index_column *ix, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (strcmp(rows[i][0], "PRIMARY") == 0)
-            return ident_eq(rows[i][1], "id");
+        if (strcmp(ix[i].index, "PRIMARY") == 0)
+            return ident_eq(ix[i].column, "id");
     return false;
+}
+
+/* The result's rows as the planners take them, pointing into res. */
+static struct index_column *
+read_indexes(MYSQL_RES *res, size_t *n)
+{
+    size_t rows = (size_t)mysql_num_rows(res);
+    struct index_column *ix = xcalloc(rows, sizeof(*ix));
+    MYSQL_ROW r;
+    for (*n = 0; *n < rows && (r = mysql_fetch_row(res)) != NULL; (*n)++) {
+        const char *non_unique = r[STAT_NON_UNIQUE];
+        ix[*n] = (struct index_column){
+            .index = r[STAT_INDEX_NAME] ? r[STAT_INDEX_NAME] : "",
+            .column = r[STAT_COLUMN_NAME],
+            .prefix = r[STAT_SUB_PART] != NULL,
+            .unique = non_unique != NULL && strcmp(non_unique, "0") == 0,
+        };
+    }
+    return ix;
 }
 
 static char *
@@ -288,16 +321,14 @@ load_claim_order(struct store *st, char *err, size_t errlen)
     MYSQL_RES *res = store_run_select(st, "schema check", err, errlen);
     if (res == NULL)
         return NULL;
-    size_t n = (size_t)mysql_num_rows(res);
-    MYSQL_ROW *rows = xcalloc(n, sizeof(*rows));
-    for (size_t i = 0; i < n; i++)
-        rows[i] = mysql_fetch_row(res);
-    st->plan.dup_check = pick_dup_check(rows, n);
+    size_t n;
+    struct index_column *ix = read_indexes(res, &n);
+    st->plan.dup_check = store_pick_dup_check(ix, n);
     free(st->plan.retry_index);
-    st->plan.retry_index = pick_retry_index(rows, n);
-    st->plan.id_primary = pick_id_primary(rows, n);
-    char *order = pick_claim_order(rows, n);
-    free(rows);
+    st->plan.retry_index = store_pick_retry_index(ix, n);
+    st->plan.id_primary = store_pick_id_primary(ix, n);
+    char *order = store_pick_claim_order(ix, n);
+    free(ix);
     mysql_free_result(res);
     return order;
 }

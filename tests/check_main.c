@@ -21,6 +21,7 @@ Suite *logrepeat_suite(void);
 Suite *binlog_suite(void);
 Suite *config_dump_suite(void);
 Suite *version_suite(void);
+Suite *store_suite(void);
 
 int
 main(void)
@@ -42,6 +43,7 @@ main(void)
     srunner_add_suite(sr, binlog_suite());
     srunner_add_suite(sr, config_dump_suite());
     srunner_add_suite(sr, version_suite());
+    srunner_add_suite(sr, store_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
