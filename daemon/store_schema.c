@@ -509,13 +509,13 @@ check_privilege(struct store *st, const char *sql, const char *privilege,
     if (st->conn.db != NULL &&
         (st->conn.last_errno == ERRNO_TABLE_ACCESS_DENIED ||
          st->conn.last_errno == ERRNO_COLUMN_ACCESS_DENIED)) {
-        char why[512];
-        str_copy(why, mysql_error(st->conn.db), sizeof(why));
+        char cause[ERR_LEN]; /* the server's own words, before err is set */
+        str_copy(cause, mysql_error(st->conn.db), sizeof(cause));
         err_set(err, errlen,
                 "user %s lacks the %s privilege on %s, needed %s (see "
                 "sql/grants.sql): %s (error %u)",
                 st->ob->database->user ? st->ob->database->user : "?",
-                privilege, st->where, needed_for, why, st->conn.last_errno);
+                privilege, st->where, needed_for, cause, st->conn.last_errno);
     }
     /* The session stays open and idle after a failed check: the metadata
      * lock of an EXPLAIN that passed would hold off the operator's ALTER
