@@ -2,7 +2,7 @@
  * outboxctl: the operator's tool (docs/contract.md section 3): status, dead
  * list, dead retry and purge on the outboxes of the daemon's own config file,
  * as an aligned table for a terminal or --json for scripts.  The SQL
- * lives in admin.c and store.c, the commands that change many rows in
+ * lives in admin.c and store*.c, the commands that change many rows in
  * outboxctl_walk.c; this file parses, connects and prints.
  */
 #include <getopt.h>

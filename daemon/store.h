@@ -1,7 +1,11 @@
 /*
- * store: one MySQL/MariaDB connection serving one outbox table: claim a
- * batch under a fenced lease, finalize outcomes, nothing else.  Library
- * style: returns -1 and fills err; the caller decides what to do.
+ * store: one MySQL/MariaDB connection serving one outbox table: connect
+ * and check the table, claim a batch under a fenced lease, record its
+ * outcomes (finalize, mark sent early) and delete old SENT rows
+ * (retention).  Library style: returns -1 and fills err; the caller
+ * decides what to do.  The files: store.c (session), store_sql.c,
+ * store_schema.c (the claim plan), store_claim.c, store_ordering.c,
+ * store_finalize.c, store_purge.c, sharing store_int.h.
  */
 #ifndef OUTBOXD_STORE_H
 #define OUTBOXD_STORE_H

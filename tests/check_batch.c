@@ -80,7 +80,7 @@ START_TEST(test_arena_survives_growth)
 }
 END_TEST
 
-/* store.c keeps a row's column pointers in the arena: every piece of it
+/* store_claim.c keeps a row's column pointers in the arena: every piece of it
  * and of the bulk store, large or small, must be aligned for a pointer. */
 START_TEST(test_arena_aligned)
 {

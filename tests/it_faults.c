@@ -1159,7 +1159,7 @@ lock_claimed_rows(struct fx *f, long long *locked)
 START_TEST(test_db_lost_at_finalize)
 {
     /* One batch: a relay's first claim asks for 32 rows at most, until it
-     * has seen how large they are (store.c, claim_window). */
+     * has seen how large they are (store_claim.c, claim_window). */
     enum { N = 32 };
     struct fx f;
     fx_open(&f, "#", NULL, "lease: 2s\nbatch_size: 40\npoll_interval: 20ms",

@@ -1,0 +1,703 @@
+/*
+ * store_claim: store_claim_batch.  Candidates located without locks,
+ * then locked by id with FOR UPDATE SKIP LOCKED within batch_size and
+ * batch_bytes; one expired lease reclaimed alone; duplicates flagged;
+ * the rows marked PROCESSING under a fresh lease token; the probe that
+ * keeps an idle outbox cheap.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "store_int.h"
+
+/* The first claim's window, before any row's size is known: see
+ * claim_window. */
+#define FIRST_WINDOW 32
+/* At most this long between two looks for expired leases. */
+#define EXPIRED_LOOK_MS 1000
+
+static const enum outbox_status source_status[SRC_COUNT] = {
+    OUTBOX_PROCESSING, OUTBOX_RETRY, OUTBOX_PENDING};
+
+const char *const store_claim_cond[SRC_COUNT] = {
+    [SRC_EXPIRED] = "`status` = 'PROCESSING' AND `locked_until` <= NOW(6)",
+    [SRC_RETRY] = "`status` = 'RETRY' AND `next_retry_at` <= NOW(6)",
+    [SRC_PENDING] = "`status` = 'PENDING'",
+};
+
+/* "<relay_id>/<16 hex>": unique per claim, readable in locked_by. */
+static void
+make_token(const struct store *st, char *token, const char *relay_id)
+{
+    uint64_t rnd;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (uint64_t)wall_us() * 6364136223846793005ULL ^
+              (uint64_t)getpid() ^ (uint64_t)clock_ms();
+    size_t room = st->plan.token_chars - 17, n = 0;
+    for (const char *s = relay_id ? relay_id : ""; *s && n < room; s++)
+        token[n++] = *s >= 0x20 && *s < 0x7f ? *s : '?';
+    snprintf(token + n, 18, "/%016" PRIx64, rnd);
+}
+
+static const char *
+field_dup(struct outbox_batch *b, MYSQL_ROW r, const unsigned long *len, int i)
+{
+    return r[i] != NULL ? batch_memdup(b, r[i], len[i]) : NULL;
+}
+
+/* Payload and headers: the one copy from the client's packet buffer. */
+static const char *
+field_bulk(struct outbox_batch *b, MYSQL_ROW r, const unsigned long *len, int i)
+{
+    return r[i] != NULL ? batch_bulkdup(b, r[i], len[i]) : NULL;
+}
+
+/* "1718000000.123456" or "1718000000" to microseconds. */
+int64_t
+store_parse_us(const char *s)
+{
+    if (s == NULL)
+        return 0;
+    char *end;
+    int64_t us = (int64_t)strtoll(s, &end, 10) * 1000000;
+    int64_t frac = 0, scale = 100000;
+    if (*end == '.')
+        for (const char *p = end + 1; *p >= '0' && *p <= '9' && scale; p++) {
+            frac += (*p - '0') * scale;
+            scale /= 10;
+        }
+    return us + frac;
+}
+
+/* Copies one candidate into the batch's arena and bulk store: no malloc
+ * per row, and the payload copied once. */
+static void
+add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
+              const unsigned long *len, enum outbox_status from)
+{
+    struct outbox_row *row = batch_add(b);
+    row->id = strtoull(r[COL_ID], NULL, 10);
+    row->event_id = field_dup(b, r, len, COL_EVENT_ID);
+    row->aggregate_type = field_dup(b, r, len, COL_AGGREGATE_TYPE);
+    row->aggregate_id = field_dup(b, r, len, COL_AGGREGATE_ID);
+    row->event_type = field_dup(b, r, len, COL_EVENT_TYPE);
+    row->payload = field_bulk(b, r, len, COL_PAYLOAD);
+    row->payload_len = r[COL_PAYLOAD] ? len[COL_PAYLOAD] : 0;
+    row->created_us = store_parse_us(r[COL_CREATED]);
+    long rc = r[COL_RETRY_COUNT] ? strtol(r[COL_RETRY_COUNT], NULL, 10) : 0;
+    row->retry_count = rc > 0 ? (unsigned)rc : 0;
+    /* A lease that expired counts as an attempt. */
+    row->retry_count += from == OUTBOX_PROCESSING;
+    row->claimed_from = from;
+    const char **opt[NOPTIONAL] = {&row->headers, &row->trace_id,
+                                   &row->traceparent};
+    for (int i = 0; i < NOPTIONAL; i++)
+        if (st->plan.pos_optional[i] >= 0)
+            *opt[i] = i == OPT_HEADERS
+                          ? field_bulk(b, r, len, st->plan.pos_optional[i])
+                          : field_dup(b, r, len, st->plan.pos_optional[i]);
+    size_t nc = st->ob->ncolumns;
+    if (nc == 0)
+        return;
+    /* The pointer array comes from the arena too: copy, then repoint. */
+    const char **cols = (const char **)(void *)batch_memdup(
+        b, &r[st->plan.pos_columns], nc * sizeof(*cols));
+    for (size_t i = 0; i < nc; i++)
+        cols[i] = field_dup(b, r, len, st->plan.pos_columns + (int)i);
+    row->columns = cols;
+}
+
+/* A row whose lease expired passed ordering when it was first claimed;
+ * its reclaim does not read it again. */
+static bool
+ordering_applies(const struct store *st, enum claim_source src)
+{
+    return src != SRC_EXPIRED && st->ob->ordering == ORDERING_AGGREGATE;
+}
+
+/* The candidates' statement from FROM to LIMIT. */
+static void
+add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
+{
+    bool filter = ordering_applies(st, src);
+    strbuf_addf(&st->sql, " FROM %s `c`%s%s%s LIMIT %zu", st->table,
+                st->plan.claim_where[src], filter ? st->plan.unblocked_sql : "",
+                st->plan.claim_order[src], limit);
+}
+
+/*
+ * A result read row by row (mysql_use_result): each row is copied from
+ * the client's packet buffer into the batch and nothing else holds the
+ * batch's payloads, where mysql_store_result would keep a second copy of
+ * them all until freed.
+ */
+static MYSQL_RES *
+run_select_stream(struct store *st, const char *what, char *err, size_t errlen)
+{
+    if (store_run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
+        return NULL;
+    MYSQL_RES *res = mysql_use_result(st->conn.db);
+    if (res == NULL)
+        store_fail(st, what, err, errlen);
+    return res;
+}
+
+/* A streamed read that failed between rows: the result is freed before
+ * the session may be closed. */
+static int
+stream_fail(struct store *st, MYSQL_RES *res, const char *what, char *err,
+            size_t errlen)
+{
+    unsigned code = mysql_errno(st->conn.db);
+    err_set(err, errlen, "%s %s: %s (error %u)", what, st->where,
+            mysql_error(st->conn.db), code);
+    st->conn.last_errno = code;
+    mysql_free_result(res);
+    if (store_errno_is_connection(code))
+        store_close(st);
+    return -1;
+}
+
+/* What is left of batch_bytes, by the payloads and headers taken; a
+ * config built by hand, with no batch_bytes, has no byte bound. */
+static uint64_t
+bytes_left(const struct store *st, const struct outbox_batch *b)
+{
+    uint64_t budget = st->ob->batch_bytes;
+    if (budget == 0)
+        return UINT64_MAX;
+    return b->bulk_bytes < budget ? budget - b->bulk_bytes : 0;
+}
+
+/* A row's payload and headers: what it counts against batch_bytes. */
+static uint64_t
+row_bytes(const struct store *st, MYSQL_ROW r, const unsigned long *len)
+{
+    uint64_t n = r[COL_PAYLOAD] != NULL ? len[COL_PAYLOAD] : 0;
+    int h = st->plan.pos_optional[OPT_HEADERS];
+    if (h >= 0 && r[h] != NULL)
+        n += len[h];
+    return n;
+}
+
+/* docs/contract.md section 1.6: a row joins the batch only within
+ * batch_bytes, except as its first, so that a larger one goes alone. */
+static bool
+batch_takes(const struct store *st, const struct outbox_batch *b, uint64_t size)
+{
+    if (b->n == 0)
+        return true;
+    uint64_t left = bytes_left(st, b);
+    return left > 0 && size <= left;
+}
+
+/*
+ * Streams a locking read into the batch: at most limit rows, none of the
+ * sorted skip[0..nskip), none from the first that would pass batch_bytes
+ * on.  Rows past that cut are fetched (a streamed result must be read to
+ * its end) but not copied: locked, never marked, the claim's commit
+ * releases them unchanged, as it does the rows the ordering check drops.
+ * *nread: the rows the read returned, skipped ones included.
+ */
+static int
+add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
+                const uint64_t *skip, size_t nskip, size_t limit, size_t *nread,
+                char *err, size_t errlen)
+{
+    MYSQL_RES *res = run_select_stream(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    size_t added = 0;
+    bool cut = false;
+    for (*nread = 0; (r = mysql_fetch_row(res)) != NULL; (*nread)++) {
+        uint64_t id = strtoull(r[COL_ID], NULL, 10);
+        if (nskip > 0 &&
+            bsearch(&id, skip, nskip, sizeof(*skip), store_u64_cmp))
+            continue;
+        const unsigned long *len = mysql_fetch_lengths(res);
+        uint64_t size = row_bytes(st, r, len);
+        st->claim.seen_bytes += size;
+        st->claim.seen_rows++;
+        if (cut || added == limit)
+            continue;
+        if (!batch_takes(st, b, size)) {
+            cut = st->claim.cut_short = true;
+            continue;
+        }
+        add_candidate(st, b, r, len, source_status[src]);
+        added++;
+    }
+    if (mysql_errno(st->conn.db) != 0)
+        return stream_fail(st, res, "claim", err, errlen);
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Step one: the candidates' ids, by a read that takes no lock. */
+static int
+locate_candidates(struct store *st, enum claim_source src, size_t limit,
+                  size_t *n, char *err, size_t errlen)
+{
+    bool heads = st->plan.head_sql != NULL && ordering_applies(st, src);
+    strbuf_reset(&st->sql);
+    strbuf_addf(&st->sql, "SELECT `c`.`id`%s", heads ? st->plan.head_sql : "");
+    add_candidate_scan(st, src, limit);
+    MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    st->claim.located = store_grow(st->claim.located, &st->claim.located_cap,
+                                   limit, sizeof(uint64_t));
+    st->claim.heads = store_grow(st->claim.heads, &st->claim.heads_cap,
+                                 st->claim.nheads + limit, sizeof(uint64_t));
+    MYSQL_ROW r;
+    *n = 0;
+    while (*n < limit && (r = mysql_fetch_row(res)) != NULL) {
+        uint64_t id = strtoull(r[0], NULL, 10);
+        st->claim.located[(*n)++] = id;
+        if (heads && r[1] != NULL && r[1][0] == '1')
+            st->claim.heads[st->claim.nheads++] = id;
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Step two: those rows locked by id, if still candidates and not held. */
+static int
+lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
+             size_t n, char *err, size_t errlen)
+{
+    strbuf_reset(&st->sql);
+    strbuf_addf(&st->sql,
+                "%s FROM %s `c` FORCE INDEX (PRIMARY) WHERE `c`.`id` IN (",
+                st->plan.select_list, st->table);
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(&st->sql, st->claim.located[i], i == 0);
+    strbuf_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED",
+                store_claim_cond[src]);
+    size_t nread;
+    return add_locked_rows(st, b, src, NULL, 0, n, &nread, err, errlen);
+}
+
+/*
+ * How many candidates to ask for.  Rows past the byte cut are still read
+ * whole, so the window is a quarter more than the last claim's mean row
+ * says will fit, capped at limit: all of it for small rows, which never
+ * reach the budget.  Before any mean, FIRST_WINDOW: one extra claim at
+ * start for small rows, where limit would read batch_size large ones.
+ */
+static size_t
+claim_window(const struct store *st, const struct outbox_batch *b, size_t limit)
+{
+    if (st->ob->batch_bytes == 0)
+        return limit;
+    uint64_t want = FIRST_WINDOW;
+    if (st->claim.row_bytes_est > 0) {
+        uint64_t left = bytes_left(st, b);
+        want = (left + left / 4) / st->claim.row_bytes_est;
+    }
+    if (want < 1)
+        want = 1;
+    return want < limit ? (size_t)want : limit;
+}
+
+/* A window narrower than the limit that came back full: more rows may
+ * wait, so the claim counts as full and the next follows at once. */
+static void
+note_window(struct store *st, size_t window, size_t limit, size_t got)
+{
+    if (window < limit && got == window)
+        st->claim.cut_short = true;
+}
+
+/* The mean row of this claim's locking reads sizes the next window. */
+static void
+note_row_bytes(struct store *st)
+{
+    if (st->claim.seen_rows == 0)
+        return;
+    uint64_t mean = st->claim.seen_bytes / st->claim.seen_rows;
+    st->claim.row_bytes_est = mean > 0 ? mean : 1;
+}
+
+/*
+ * The rows of one source, at most limit and batch_bytes, locked.  They
+ * are found by a plain read, then locked by id: a locking read along the
+ * status index also goes through the lock system for every entry that
+ * the last claims left delete-marked at the head of the PENDING range,
+ * until purge removes them, and that grew with the purge lag to four
+ * fifths of the claim's read in a drain, where a plain read passes them
+ * cheaply.  The lock re-reads the condition on the latest version, so a
+ * row that another relay took in between is not taken again.  When rows
+ * were taken in between and more may wait, the locking read along the
+ * index tops the batch up, past what other relays hold; it alone claims
+ * from a table whose primary key is not led by id.  The byte budget is
+ * applied as the locked rows stream in (add_locked_rows), so the locate
+ * reads ids alone, as cheap for large rows as for small.
+ */
+static int
+fetch_candidates(struct store *st, struct outbox_batch *b,
+                 enum claim_source src, size_t limit, char *err, size_t errlen)
+{
+    size_t window = claim_window(st, b, limit);
+    size_t located = window, locked = 0, before = b->n, nread;
+    if (st->plan.id_primary) {
+        if (locate_candidates(st, src, window, &located, err, errlen) < 0)
+            return -1;
+        note_window(st, window, limit, located);
+        if (located == 0)
+            return 0;
+        if (lock_located(st, b, src, located, err, errlen) < 0)
+            return -1;
+        locked = b->n - before;
+        if (locked == located || located < window || st->claim.cut_short)
+            return 0;
+        for (size_t i = 0; i < locked; i++)
+            st->claim.located[i] = b->rows[before + i].id;
+        qsort(st->claim.located, locked, sizeof(*st->claim.located),
+              store_u64_cmp);
+    }
+    strbuf_reset(&st->sql);
+    strbuf_adds(&st->sql, st->plan.select_list);
+    add_candidate_scan(st, src, window);
+    strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
+    if (add_locked_rows(st, b, src, st->claim.located, locked, window - locked,
+                        &nread, err, errlen) < 0)
+        return -1;
+    note_window(st, window, limit, nread);
+    return 0;
+}
+
+int
+store_row_cmp_id(const void *a, const void *b)
+{
+    const struct outbox_row *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+struct outbox_row *
+store_find_row(struct outbox_batch *b, uint64_t id)
+{
+    size_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->rows[mid].id == id)
+            return &b->rows[mid];
+        if (b->rows[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* Reclaimed from an expired lease once too often: goes DEAD, not out. */
+static bool
+is_dying(const struct store *st, const struct outbox_row *row)
+{
+    return row->claimed_from == OUTBOX_PROCESSING &&
+           row->retry_count > st->ob->max_retries;
+}
+
+static int
+kill_expired(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "UPDATE %s SET `status` = 'DEAD', `next_retry_at` = NULL, "
+                "`last_error` = CONCAT("
+                "'lease expired after ', `retry_count` + 1, ' attempts without "
+                "a confirm (relay crashed or hung while publishing)'), "
+                "`retry_count` = `retry_count` + 1, `locked_by` = NULL, "
+                "`locked_until` = NULL WHERE `id` IN (",
+                st->table);
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (is_dying(st, &b->rows[i]))
+            sql_add_id(q, b->rows[i].id, n++ == 0);
+    if (n == 0)
+        return 0;
+    strbuf_adds(q, ")");
+    uint64_t affected;
+    return store_run_update(st, "claim", &affected, err, errlen);
+}
+
+/* Drops the dying and the out-of-order rows, keeping id order. */
+static void
+compact_batch(const struct store *st, struct outbox_batch *b)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (!st->claim.drop[i] && !is_dying(st, &b->rows[i]))
+            b->rows[k++] = b->rows[i];
+    b->n = k;
+}
+
+/*
+ * retry_count is assigned before status: MySQL assigns left to right
+ * with the new values, MariaDB may assign simultaneously; this order
+ * reads the old status under both.
+ */
+static int
+mark_claimed(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "UPDATE %s SET `retry_count` = `retry_count` + "
+                "(`status` = 'PROCESSING'), `status` = 'PROCESSING', "
+                "`next_retry_at` = NULL, `locked_by` = ",
+                st->table);
+    sql_add_string(st, b->token);
+    strbuf_addf(q,
+                ", `locked_until` = NOW(6) + INTERVAL %" PRIu64
+                " MICROSECOND WHERE `id` IN (",
+                st->ob->lease_ms * 1000);
+    for (size_t i = 0; i < b->n; i++)
+        sql_add_id(q, b->rows[i].id, i == 0);
+    strbuf_adds(q, ")");
+    uint64_t affected;
+    if (store_run_update(st, "claim", &affected, err, errlen) < 0)
+        return -1;
+    if (affected != b->n) {
+        /* Cannot happen while we hold the row locks; refuse if it does. */
+        err_set(err, errlen, "claim %s: marked %" PRIu64 " of %zu locked rows",
+                st->where, affected, b->n);
+        st->conn.last_errno = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Sorts the candidates by id, drops those that ordering holds back, and
+ * moves those reclaimed once too often to DEAD in this transaction.
+ */
+static int
+filter_candidates(struct store *st, struct outbox_batch *b, char *err,
+                  size_t errlen)
+{
+    if (b->n == 0)
+        return 0;
+    qsort(b->rows, b->n, sizeof(*b->rows), store_row_cmp_id);
+    st->claim.drop = store_grow(st->claim.drop, &st->claim.drop_cap, b->n, 1);
+    memset(st->claim.drop, 0, b->n);
+    if (st->ob->ordering == ORDERING_AGGREGATE &&
+        store_ordering_filter(st, b, err, errlen) < 0)
+        return -1;
+    if (kill_expired(st, b, err, errlen) < 0)
+        return -1;
+    compact_batch(st, b);
+    return 0;
+}
+
+/*
+ * Whether any lease has expired, read without locks, before the locking
+ * read: that one skips a row someone holds locked at that instant, and
+ * a look that runs once a second must not take that for "none" again
+ * and again (until the row is taken, every claim looks).
+ */
+static int
+expired_exists(struct store *st, bool *exists, char *err, size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "SELECT 1 FROM %s WHERE `status` = 'PROCESSING' AND "
+                "`locked_until` <= NOW(6) LIMIT 1",
+                st->table);
+    MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    *exists = mysql_fetch_row(res) != NULL;
+    mysql_free_result(res);
+    return 0;
+}
+
+/*
+ * A lease that expired means its relay died or hung, maybe because of
+ * one of its rows: such rows are reclaimed one per batch.  Alone, a row
+ * that crashes the relay counts attempts against itself only and ends
+ * DEAD alone, while each other row of its batch pays one attempt.
+ */
+static int
+claim_expired(struct store *st, struct outbox_batch *b, size_t cap, char *err,
+              size_t errlen)
+{
+    bool exists;
+    if (expired_exists(st, &exists, err, errlen) < 0)
+        return -1;
+    if (!exists) {
+        st->claim.expired_none_ms = clock_ms();
+        return 0;
+    }
+    if (fetch_candidates(st, b, SRC_EXPIRED, cap, err, errlen) < 0 ||
+        filter_candidates(st, b, err, errlen) < 0)
+        return -1;
+    if (b->n > 1)
+        b->n = 1; /* the lowest id: the first unfinished of its aggregate */
+    return 0;
+}
+
+/*
+ * The look for expired leases reads every PROCESSING row, the batches in
+ * flight included, to find none on most claims: it ran at every claim
+ * and cost an eighth of the database's time in a drain.  A lease is
+ * seconds long, so once a second is soon enough; after a find it looks
+ * again at once, as a dead relay leaves a batch of them.
+ */
+static bool
+expired_look_due(const struct store *st)
+{
+    uint64_t every = st->ob->lease_ms / 4 < EXPIRED_LOOK_MS
+                         ? st->ob->lease_ms / 4
+                         : EXPIRED_LOOK_MS;
+    return st->claim.expired_none_ms == 0 ||
+           clock_ms() - st->claim.expired_none_ms >= every;
+}
+
+/*
+ * Flags each claimed row whose event_id an earlier row already has: the
+ * relay sends it DEAD rather than publish a message_id that consumers
+ * deduplicate away.  A non-locking read through the event_id index.
+ */
+static int
+find_duplicates(struct store *st, struct outbox_batch *b, char *err,
+                size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "SELECT c.`id`, MIN(p.`id`) FROM %s c JOIN %s p ON "
+                "p.`event_id` = c.`event_id` AND p.`id` < c.`id` "
+                "WHERE c.`id` IN (",
+                st->table, st->table);
+    for (size_t i = 0; i < b->n; i++)
+        sql_add_id(q, b->rows[i].id, i == 0);
+    strbuf_adds(q, ") GROUP BY c.`id`");
+    MYSQL_RES *res = store_run_select(st, "claim duplicate check", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL) {
+        struct outbox_row *row = store_find_row(b, strtoull(r[0], NULL, 10));
+        if (row != NULL && r[1] != NULL)
+            row->duplicate_of = strtoull(r[1], NULL, 10);
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/*
+ * After an empty claim, the next one first asks in one read whether any
+ * row is claimable, and if none is, when the next falls due: an idle
+ * outbox then costs this statement and a commit per poll, where the
+ * claim's reads would cost three or four.  Each part is one index probe
+ * on sql/outbox.sql's table (status, id and next_retry_at).  The same
+ * read asks whether the server went read-only: an idle relay writes
+ * nothing that would be refused, and must still leave a demoted primary.
+ */
+static int
+probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
+      size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(
+        q,
+        "SELECT IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), "
+        "0, TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+        "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
+        "IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), NULL, "
+        "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
+        "FROM %s WHERE `status` = 'PROCESSING'))), @@global.read_only",
+        st->table, st->table, st->table, st->table);
+    MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r = mysql_fetch_row(res);
+    bool retry = r != NULL && r[0] != NULL, lease = r != NULL && r[1] != NULL;
+    long long retry_us = retry ? strtoll(r[0], NULL, 10) : 0;
+    long long lease_us = lease ? strtoll(r[1], NULL, 10) : 0;
+    bool ro = r != NULL && r[2] != NULL && strcmp(r[2], "0") != 0;
+    mysql_free_result(res);
+    if (ro && !st->conn.allow_read_only)
+        return store_refuse_read_only(st, err, errlen);
+    /* A lease that ran out is what the claim's look for them finds. */
+    if (lease && lease_us <= 0)
+        st->claim.expired_none_ms = 0;
+    *now = (retry && retry_us <= 0) || (lease && lease_us <= 0);
+    uint64_t due = UINT64_MAX;
+    if (retry && retry_us > 0)
+        due = (uint64_t)(retry_us + 999) / 1000;
+    if (lease && lease_us > 0 && (uint64_t)(lease_us + 999) / 1000 < due)
+        due = (uint64_t)(lease_us + 999) / 1000;
+    *due_in_ms = due;
+    return 0;
+}
+
+static int
+claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
+           char *err, size_t errlen)
+{
+    bool now = true;
+    if (st->claim.probe_first &&
+        probe(st, &now, &b->due_in_ms, err, errlen) < 0)
+        return -1;
+    if (!now)
+        return store_commit(st, "claim", err, errlen);
+    make_token(st, b->token, relay_id);
+    st->claim.nheads = 0;
+    st->claim.cut_short = false;
+    st->claim.seen_bytes = st->claim.seen_rows = 0;
+    size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
+    if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
+        return -1;
+    if (b->n > 0) {
+        b->candidates = cap; /* cut short on purpose: claim again at once */
+    } else {
+        for (int s = SRC_RETRY;
+             s < SRC_COUNT && b->n < cap && !st->claim.cut_short; s++)
+            if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
+                return -1;
+        /* Cut by bytes or by the window: claim again at once. */
+        b->candidates = st->claim.cut_short ? cap : b->n;
+        if (filter_candidates(st, b, err, errlen) < 0)
+            return -1;
+    }
+    note_row_bytes(st);
+    if (b->n > 0 && st->plan.dup_check == DUP_INDEXED &&
+        find_duplicates(st, b, err, errlen) < 0)
+        return -1;
+    if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
+        return -1;
+    /* Even an empty claim commits: it ends the read and frees the MDL. */
+    return store_commit(st, "claim", err, errlen);
+}
+
+int
+store_claim_batch(struct store *st, const char *relay_id,
+                  struct outbox_batch *b, char *err, size_t errlen)
+{
+    for (int attempt = 1;; attempt++) {
+        batch_reset(b);
+        if (store_require_ready(st, "claim", err, errlen) < 0 ||
+            (attempt == 1 && store_refresh_schema(st, err, errlen) < 0))
+            return -1;
+        st->conn.last_errno = 0;
+        if (claim_once(st, relay_id, b, err, errlen) == 0) {
+            st->claim.probe_first = b->n == 0;
+            return 0;
+        }
+        store_rollback(st);
+        batch_reset(b);
+        if (attempt == STORE_ATTEMPTS ||
+            !store_errno_is_lock(st->conn.last_errno))
+            return -1;
+    }
+}

@@ -1,0 +1,208 @@
+/*
+ * store_int: what the store's files share and nothing outside them sees:
+ * struct store, the claim plan's names, and the statement helpers.
+ */
+#ifndef OUTBOXD_STORE_INT_H
+#define OUTBOXD_STORE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <mysql.h>
+
+#include "batch.h"
+#include "config.h"
+#include "store.h"
+#include "store_plan.h"
+#include "util.h"
+
+#define STORE_ATTEMPTS 3       /* a claim or finalize retried on deadlock */
+#define STORE_ERROR_CHARS 1024 /* last_error cap, the column's size */
+#define TOKEN_MIN_CHARS 24     /* room for some relay id, '/', 16 hex */
+#define TOKEN_MAX_CHARS (sizeof(((struct outbox_batch *)0)->token) - 1)
+
+/* Error numbers shared by MySQL and MariaDB (MariaDB-only ones marked). */
+enum {
+    ERRNO_UNKNOWN_COM = 1047, /* Galera: node not primary (WSREP not ready) */
+    ERRNO_SERVER_SHUTDOWN = 1053,
+    ERRNO_BAD_FIELD = 1054,
+    ERRNO_TABLE_ACCESS_DENIED = 1142,
+    ERRNO_COLUMN_ACCESS_DENIED = 1143,
+    ERRNO_NO_SUCH_TABLE = 1146,
+    ERRNO_LOCK_WAIT_TIMEOUT = 1205,
+    ERRNO_DEADLOCK = 1213,
+    ERRNO_OPTION_PREVENTS = 1290,   /* --read-only, --super-read-only */
+    ERRNO_READ_ONLY_MODE = 1836,    /* MySQL: super_read_only */
+    ERRNO_CONNECTION_KILLED = 1927, /* MariaDB */
+    ERRNO_CLIENT_FIRST = 2000,      /* CR_*: the client library's own */
+    ERRNO_CLIENT_LAST = 2999,
+    ERRNO_INTERACTION_TIMEOUT = 4031, /* MySQL 8.0.24+ */
+};
+
+/* Where claim candidates come from, in the order they are taken. */
+enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
+
+/* What makes a row a candidate of each source (store_claim.c). */
+extern const char *const store_claim_cond[SRC_COUNT];
+
+/* Columns of the claim's select list, in order; optional ones follow. */
+enum {
+    COL_ID,
+    COL_EVENT_ID,
+    COL_AGGREGATE_TYPE,
+    COL_AGGREGATE_ID,
+    COL_EVENT_TYPE,
+    COL_PAYLOAD,
+    COL_CREATED,
+    COL_RETRY_COUNT,
+    COL_FIXED
+};
+
+enum { OPT_HEADERS, OPT_TRACE_ID, OPT_TRACEPARENT, NOPTIONAL };
+
+struct fin_item {
+    enum fin_kind kind;
+    const char *error; /* NULL for SENT and RELEASE */
+    uint64_t id;
+};
+
+/* An unfinished row of the candidates' aggregate groups[g]. */
+struct earlier {
+    size_t g;
+    uint64_t id;
+};
+
+/* The session and how its last statement failed. */
+struct store_conn {
+    MYSQL *db;            /* open, version checked, session set up */
+    bool ready;           /* table checked, claim statements built */
+    bool schema_error;    /* last failure: schema, version or privilege */
+    bool read_only;       /* last failure: the server refuses writes */
+    bool allow_read_only; /* store_allow_read_only: no read_only check */
+    unsigned last_errno;
+    uint64_t statements; /* sent since store_new */
+};
+
+/* What the schema check found and the claim statements derived from it
+ * (store_schema.c): rebuilt at every check, read by every claim. */
+struct claim_plan {
+    uint64_t schema_checked_ms;   /* when the table was last checked */
+    bool schema_stale;            /* store_recheck_schema: check it now */
+    char *count_sql;              /* ordering: unfinished earlier events,
+                                     "IN (" */
+    char *select_list;            /* claim: "SELECT" and the columns */
+    char *claim_where[SRC_COUNT]; /* candidates: index hint and WHERE */
+    char *claim_order[SRC_COUNT]; /* their ORDER BY */
+    char *unblocked_sql;          /* ordering: skip aggregates held back */
+    char *head_sql;  /* ordering: ", candidate is its aggregate's first" */
+    bool unfinished; /* ordering reads `unfinished` = 1, not status IN */
+    /* Both aggregate columns compare as bytes (a _bin collation): the
+     * server tells apart what strcmp does, but for trailing spaces. */
+    bool binary_aggregate;
+    char *retry_index; /* an index led by next_retry_at, quoted, or NULL */
+    bool id_primary;   /* the primary key is led by id: fetch_candidates */
+    int pos_optional[NOPTIONAL]; /* select list positions, -1 if absent */
+    int pos_columns;
+    enum dup_check dup_check;
+    unsigned token_chars, error_chars;
+    enum text_charset error_charset;
+};
+
+/* The claim's scratch (store_claim.c, store_ordering.c): arrays that grow
+ * to the largest batch seen, and what one claim tells the next. */
+struct claim_scratch {
+    uint64_t expired_none_ms; /* when the last look for expired leases
+                                 found none */
+    bool probe_first;         /* the last claim found nothing */
+    unsigned char *drop;      /* candidates dropped by ordering */
+    size_t drop_cap;
+    struct outbox_row **byagg; /* candidates by aggregate, id */
+    size_t byagg_cap;
+    size_t *groups; /* where each aggregate starts in byagg */
+    size_t groups_cap, ngroups;
+    struct earlier *earlier; /* unfinished rows of those aggregates */
+    size_t earlier_cap;
+    uint64_t *located; /* candidate ids, then those locked */
+    size_t located_cap;
+    /* The claim stopped short of its row limit on purpose (batch_bytes,
+     * or the window): more rows may wait. */
+    bool cut_short;
+    /* Payload and headers per locked row: the mean of the last claim
+     * that locked any (0: none yet), and this claim's sums; they size
+     * the next claim's window. */
+    uint64_t row_bytes_est, seen_bytes, seen_rows;
+    uint64_t *heads; /* located ids that lead their aggregate's
+                        unfinished events, sorted when used */
+    size_t heads_cap, nheads;
+};
+
+/* Finalize's scratch (store_finalize.c). */
+struct fin_scratch {
+    struct strbuf text;     /* sanitized error text */
+    struct fin_item *items; /* the outcomes to record, sorted */
+    size_t items_cap;
+};
+
+/* Where the retention walk stands (store_purge.c). */
+struct purge_cursor {
+    uint64_t *ids; /* the expired ids of one step */
+    size_t cap;
+    uint64_t from; /* the walk resumes after this id */
+};
+
+struct store {
+    const struct outbox_config *ob;
+    char *where;       /* "schema.table" for messages */
+    char *table;       /* quoted identifier */
+    struct strbuf sql; /* the statement being built, reused */
+    struct store_conn conn;
+    struct claim_plan plan;
+    struct claim_scratch claim;
+    struct fin_scratch fin;
+    struct purge_cursor purge;
+};
+
+/* store_sql.c: scratch arrays, building (on util's strbuf) and running
+ * statements. */
+void *store_grow(void *p, size_t *cap, size_t n, size_t size);
+int store_u64_cmp(const void *a, const void *b);
+int store_strcmp_null(const char *a, const char *b);
+void sql_add_ident(struct strbuf *q, const char *name);
+void sql_add_string(struct store *st, const char *s);
+void sql_add_id(struct strbuf *q, uint64_t id, bool first);
+bool store_errno_is_connection(unsigned code);
+bool store_errno_is_lock(unsigned code);
+void store_close(struct store *st);
+int store_fail(struct store *st, const char *what, char *err, size_t errlen);
+int store_run_query(struct store *st, const char *sql, size_t len,
+                    const char *what, char *err, size_t errlen);
+int store_run_text(struct store *st, const char *sql, const char *what,
+                   char *err, size_t errlen);
+MYSQL_RES *store_run_select(struct store *st, const char *what, char *err,
+                            size_t errlen);
+int store_run_update(struct store *st, const char *what, uint64_t *affected,
+                     char *err, size_t errlen);
+int store_commit(struct store *st, const char *what, char *err, size_t errlen);
+void store_rollback(struct store *st);
+
+/* store.c: the session. */
+int store_refuse_read_only(struct store *st, char *err, size_t errlen);
+int store_require_ready(struct store *st, const char *what, char *err,
+                        size_t errlen);
+int store_require_session(struct store *st, const char *what, char *err,
+                          size_t errlen);
+
+/* store_schema.c: the schema check and the claim plan derived from it. */
+int store_check_schema(struct store *st, char *err, size_t errlen);
+int store_refresh_schema(struct store *st, char *err, size_t errlen);
+const char *store_unfinished_cond(const struct store *st);
+
+/* store_claim.c */
+int store_row_cmp_id(const void *a, const void *b);
+struct outbox_row *store_find_row(struct outbox_batch *b, uint64_t id);
+
+/* store_ordering.c */
+int store_ordering_filter(struct store *st, struct outbox_batch *b, char *err,
+                          size_t errlen);
+
+#endif

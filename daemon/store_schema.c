@@ -1,0 +1,612 @@
+/*
+ * store_schema: the schema check (columns, their sizes and collations,
+ * privileges, indexes) and the claim plan it derives: the claim order,
+ * the duplicate check, the retry index and the claim's statements.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "store_int.h"
+
+/* How often a claim reads the table's definition again: see
+ * store_refresh_schema. */
+#define SCHEMA_RECHECK_MS 60000
+
+static const char *const required_columns[] = {
+    "id",           "event_id",     "aggregate_type",
+    "aggregate_id", "event_type",   "payload",
+    "status",       "retry_count",  "next_retry_at",
+    "locked_by",    "locked_until", "created_at",
+    "sent_at",      "last_error"};
+#define NREQUIRED (sizeof(required_columns) / sizeof(required_columns[0]))
+
+static const char *const optional_columns[NOPTIONAL] = {"headers", "trace_id",
+                                                        "traceparent"};
+
+/* The select lists of load_columns and load_claim_order, by position. */
+enum {
+    INFO_COLUMN_NAME,
+    INFO_MAX_LENGTH,
+    INFO_CHARSET,
+    INFO_GENERATION,
+    INFO_COLLATION
+};
+enum { STAT_INDEX_NAME, STAT_COLUMN_NAME, STAT_SUB_PART, STAT_NON_UNIQUE };
+
+/* The table as found by the schema check. */
+struct schema {
+    bool required[NREQUIRED];
+    bool optional[NOPTIONAL];
+    bool *extra; /* outbox_config.columns found */
+    unsigned locked_by_len, last_error_len;
+    enum text_charset last_error_charset;
+    unsigned ncolumns;
+    bool unfinished;           /* the generated column sql/outbox.sql defines */
+    unsigned binary_aggregate; /* aggregate columns with a _bin collation */
+};
+
+enum text_charset
+store_parse_charset(const char *name)
+{
+    if (name == NULL)
+        return TEXT_ASCII;
+    if (strcasecmp(name, "utf8mb4") == 0)
+        return TEXT_UTF8MB4;
+    if (strcasecmp(name, "utf8mb3") == 0 || strcasecmp(name, "utf8") == 0)
+        return TEXT_UTF8MB3;
+    return TEXT_ASCII;
+}
+
+/*
+ * sql/outbox.sql's `unfinished` is status IN ('PENDING', 'RETRY',
+ * 'PROCESSING'), generated: the ordering index holds it instead of
+ * status, so that a claim does not move the row's entry there.  Each
+ * server prints the expression its own way; a column of that name is
+ * trusted only when its expression names status and the three
+ * unfinished states and nothing else, else status is read as before.
+ */
+bool
+store_is_unfinished_expression(const char *expr)
+{
+    if (expr == NULL)
+        return false;
+    char low[256];
+    size_t n = 0;
+    for (const char *c = expr; *c != '\0' && n + 1 < sizeof(low); c++)
+        low[n++] = (char)tolower((unsigned char)*c);
+    low[n] = '\0';
+    return strstr(low, "status") && strstr(low, "'pending'") &&
+           strstr(low, "'retry'") && strstr(low, "'processing'") &&
+           strstr(low, " in ") && !strstr(low, "not") && !strstr(low, "sent") &&
+           !strstr(low, "dead") && n < 200;
+}
+
+/*
+ * utf8mb4_bin, latin1_bin, utf8mb4_nopad_bin, MySQL's utf8mb4_0900_bin:
+ * equal by collation is equal as bytes, once trailing spaces are set
+ * aside (PAD SPACE collations ignore them).
+ */
+bool
+store_is_binary_collation(const char *collation)
+{
+    size_t len = collation != NULL ? strlen(collation) : 0;
+    return len > 4 && strcmp(collation + len - 4, "_bin") == 0;
+}
+
+static void
+note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
+{
+    const char *name = r[INFO_COLUMN_NAME] ? r[INFO_COLUMN_NAME] : "";
+    const char *max = r[INFO_MAX_LENGTH];
+    unsigned len = max ? (unsigned)strtoul(max, NULL, 10) : 0;
+    sc->ncolumns++;
+    for (size_t i = 0; i < NREQUIRED; i++)
+        if (strcasecmp(name, required_columns[i]) == 0)
+            sc->required[i] = true;
+    for (size_t i = 0; i < NOPTIONAL; i++)
+        if (strcasecmp(name, optional_columns[i]) == 0)
+            sc->optional[i] = true;
+    for (size_t i = 0; i < st->ob->ncolumns; i++)
+        if (strcasecmp(name, st->ob->columns[i]) == 0)
+            sc->extra[i] = true;
+    if (strcasecmp(name, "locked_by") == 0)
+        sc->locked_by_len = len;
+    if (strcasecmp(name, "last_error") == 0) {
+        sc->last_error_len = len;
+        sc->last_error_charset = store_parse_charset(r[INFO_CHARSET]);
+    }
+    if (strcasecmp(name, "unfinished") == 0)
+        sc->unfinished = store_is_unfinished_expression(r[INFO_GENERATION]);
+    if ((strcasecmp(name, "aggregate_type") == 0 ||
+         strcasecmp(name, "aggregate_id") == 0) &&
+        store_is_binary_collation(r[INFO_COLLATION]))
+        sc->binary_aggregate++;
+}
+
+static int
+load_columns(struct store *st, struct schema *sc, char *err, size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_adds(q, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, "
+                   "CHARACTER_SET_NAME, GENERATION_EXPRESSION, COLLATION_NAME "
+                   "FROM information_schema.COLUMNS "
+                   "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
+    sql_add_string(st, st->ob->table);
+    MYSQL_RES *res = store_run_select(st, "schema check", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r;
+    while ((r = mysql_fetch_row(res)) != NULL)
+        note_column(st, sc, r);
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Names every missing column in one message. */
+static int
+report_missing(struct store *st, const struct schema *sc, char *err,
+               size_t errlen)
+{
+    struct strbuf msg = {0};
+    strbuf_reset(&msg);
+    for (size_t i = 0; i < NREQUIRED; i++)
+        if (!sc->required[i])
+            strbuf_addf(&msg, "%s%s", msg.len ? ", " : "", required_columns[i]);
+    for (size_t i = 0; i < st->ob->ncolumns; i++)
+        if (!sc->extra[i])
+            strbuf_addf(&msg, "%s%s (named in the config)", msg.len ? ", " : "",
+                        st->ob->columns[i]);
+    int rc = 0;
+    if (msg.len > 0) {
+        err_set(err, errlen, "table %s has no column %s", st->where, msg.p);
+        rc = -1;
+    } else if (sc->locked_by_len < TOKEN_MIN_CHARS) {
+        err_set(err, errlen,
+                "column locked_by of %s holds %u characters; the claim token "
+                "needs at least %d",
+                st->where, sc->locked_by_len, TOKEN_MIN_CHARS);
+        rc = -1;
+    }
+    strbuf_free(&msg);
+    return rc;
+}
+
+static bool
+ident_eq(const char *a, const char *b)
+{
+    return a != NULL && strcasecmp(a, b) == 0;
+}
+
+/* Where the index that starts at ix[i] ends. */
+static size_t
+index_end(const struct index_column *ix, size_t n, size_t i)
+{
+    size_t j = i + 1;
+    while (j < n && strcmp(ix[j].index, ix[i].index) == 0)
+        j++;
+    return j;
+}
+
+/* A whole column, not an expression or a prefix of one. */
+static bool
+whole_column(const struct index_column *c, const char *name)
+{
+    return ident_eq(c->column, name) && !c->prefix;
+}
+
+/* An index on (status) or (status, id) walks each status in id order. */
+static bool
+orders_by_id(const struct index_column *ix, size_t i, size_t j)
+{
+    return j == i + 1 || ident_eq(ix[i + 1].column, "id");
+}
+
+/* "`c1`, `c2`, `id`": the index's order after status; NULL if unusable. */
+static char *
+index_order(const struct index_column *ix, size_t i, size_t j)
+{
+    struct strbuf order = {0};
+    strbuf_reset(&order);
+    for (size_t k = i + 1; k < j && !ident_eq(ix[k].column, "id"); k++) {
+        if (ix[k].column == NULL || ix[k].prefix) {
+            strbuf_free(&order); /* an expression or a prefix: no order */
+            return NULL;
+        }
+        sql_add_ident(&order, ix[k].column);
+        strbuf_adds(&order, ", ");
+    }
+    sql_add_ident(&order, "id");
+    return order.p;
+}
+
+/*
+ * The claim must walk an index in its ORDER BY or InnoDB locks every
+ * candidate before sorting them, and LIMIT no longer bounds the locks:
+ * on the seed's (status, next_retry_at, created_at) index, ORDER BY id
+ * would lock the whole PENDING backlog.  So the order is id when an
+ * index on (status) or (status, id) exists, else that of the first
+ * index led by status.  Ordering per aggregate stays exact either way:
+ * it is checked on ids, not on claim order.
+ */
+char *
+store_pick_claim_order(const struct index_column *ix, size_t n)
+{
+    char *best = NULL;
+    for (size_t i = 0, j; i < n; i = j) {
+        j = index_end(ix, n, i);
+        if (!whole_column(&ix[i], "status"))
+            continue;
+        if (orders_by_id(ix, i, j)) {
+            free(best);
+            return xstrdup("`id`");
+        }
+        if (best == NULL)
+            best = index_order(ix, i, j);
+    }
+    return best != NULL ? best : xstrdup("`id`");
+}
+
+enum dup_check
+store_pick_dup_check(const struct index_column *ix, size_t n)
+{
+    enum dup_check check = DUP_UNINDEXED;
+    for (size_t i = 0, j; i < n; i = j) {
+        j = index_end(ix, n, i);
+        if (!whole_column(&ix[i], "event_id"))
+            continue;
+        if (j == i + 1 && ix[i].unique)
+            return DUP_IMPOSSIBLE;
+        check = DUP_INDEXED;
+    }
+    return check;
+}
+
+/* See build_claim_sql. */
+char *
+store_pick_retry_index(const struct index_column *ix, size_t n)
+{
+    for (size_t i = 0; i < n; i = index_end(ix, n, i)) {
+        if (whole_column(&ix[i], "next_retry_at")) {
+            struct strbuf q = {0};
+            strbuf_reset(&q);
+            sql_add_ident(&q, ix[i].index);
+            return q.p;
+        }
+    }
+    return NULL;
+}
+
+bool
+store_pick_id_primary(const struct index_column *ix, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ix[i].index, "PRIMARY") == 0)
+            return ident_eq(ix[i].column, "id");
+    return false;
+}
+
+/* The result's rows as the planners take them, pointing into res. */
+static struct index_column *
+read_indexes(MYSQL_RES *res, size_t *n)
+{
+    size_t rows = (size_t)mysql_num_rows(res);
+    struct index_column *ix = xcalloc(rows, sizeof(*ix));
+    MYSQL_ROW r;
+    for (*n = 0; *n < rows && (r = mysql_fetch_row(res)) != NULL; (*n)++) {
+        const char *non_unique = r[STAT_NON_UNIQUE];
+        ix[*n] = (struct index_column){
+            .index = r[STAT_INDEX_NAME] ? r[STAT_INDEX_NAME] : "",
+            .column = r[STAT_COLUMN_NAME],
+            .prefix = r[STAT_SUB_PART] != NULL,
+            .unique = non_unique != NULL && strcmp(non_unique, "0") == 0,
+        };
+    }
+    return ix;
+}
+
+static char *
+load_claim_order(struct store *st, char *err, size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_adds(q, "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART, NON_UNIQUE "
+                   "FROM information_schema.STATISTICS "
+                   "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
+    sql_add_string(st, st->ob->table);
+    strbuf_adds(q, " ORDER BY INDEX_NAME, SEQ_IN_INDEX");
+    MYSQL_RES *res = store_run_select(st, "schema check", err, errlen);
+    if (res == NULL)
+        return NULL;
+    size_t n;
+    struct index_column *ix = read_indexes(res, &n);
+    st->plan.dup_check = store_pick_dup_check(ix, n);
+    free(st->plan.retry_index);
+    st->plan.retry_index = store_pick_retry_index(ix, n);
+    st->plan.id_primary = store_pick_id_primary(ix, n);
+    char *order = store_pick_claim_order(ix, n);
+    free(ix);
+    mysql_free_result(res);
+    return order;
+}
+
+/* The claim's select list: fixed columns, optional ones present, config's. */
+static void
+add_select_list(struct store *st, const struct schema *sc, struct strbuf *q)
+{
+    strbuf_adds(q, "SELECT `id`, `event_id`, `aggregate_type`, "
+                   "`aggregate_id`, `event_type`, `payload`, "
+                   "UNIX_TIMESTAMP(`created_at`), `retry_count`");
+    int pos = COL_FIXED;
+    for (size_t i = 0; i < NOPTIONAL; i++) {
+        st->plan.pos_optional[i] = sc->optional[i] ? pos++ : -1;
+        if (sc->optional[i]) {
+            strbuf_adds(q, ", ");
+            sql_add_ident(q, optional_columns[i]);
+        }
+    }
+    st->plan.pos_columns = pos;
+    for (size_t i = 0; i < st->ob->ncolumns; i++) {
+        strbuf_adds(q, ", ");
+        sql_add_ident(q, st->ob->columns[i]);
+    }
+}
+
+/*
+ * The id of the first unfinished event of candidate `c`'s aggregate, as
+ * the server's collation sees aggregates: one entry of the unfinished
+ * column's index.
+ */
+static char *
+first_unfinished_sql(const struct store *st)
+{
+    return xasprintf(
+        "(SELECT `p`.`id` FROM %s `p` WHERE `p`.`aggregate_type` = "
+        "`c`.`aggregate_type` AND `p`.`aggregate_id` = `c`.`aggregate_id` "
+        "AND `p`.`unfinished` = 1 ORDER BY `p`.`id` LIMIT 1)",
+        st->table);
+}
+
+/*
+ * With ordering: aggregate, a candidate whose aggregate has an earlier
+ * event backing off in RETRY cannot be kept: skip it in the read itself
+ * (with the unfinished column, when that event is the aggregate's first
+ * unfinished one: a read of one index entry, where looking for any held
+ * RETRY row would scan every unfinished event of the aggregate).
+ * Otherwise a held-back aggregate with batch_size events waiting would
+ * fill every claim's LIMIT with rows the ordering check throws away, and
+ * the whole table would stall behind one poison event.  Events behind a
+ * leased one are not skipped here: that lease ends within seconds, and
+ * skipping them would turn each claim beside a batch in flight into a
+ * scan of the whole backlog.  The ordering check after the read stays
+ * the judge; this only pages past what it would drop.
+ */
+static char *
+build_unblocked_filter(const struct store *st)
+{
+    if (st->plan.unfinished) {
+        char *first = first_unfinished_sql(st);
+        char *filter = xasprintf(
+            " AND NOT EXISTS (SELECT 1 FROM %s `h` WHERE `h`.`id` = %s AND "
+            "`h`.`status` = 'RETRY' AND `h`.`id` < `c`.`id` AND "
+            "`h`.`next_retry_at` > NOW(6))",
+            st->table, first);
+        free(first);
+        return filter;
+    }
+    return xasprintf(
+        " AND NOT EXISTS (SELECT 1 FROM %s `p` WHERE "
+        "`p`.`aggregate_type` = `c`.`aggregate_type` AND "
+        "`p`.`aggregate_id` = `c`.`aggregate_id` AND `p`.`status` = 'RETRY' "
+        "AND `p`.`id` < `c`.`id` AND `p`.`next_retry_at` > NOW(6))",
+        st->table);
+}
+
+/*
+ * Whether a candidate is the first unfinished event of its aggregate:
+ * the unblocked filter's own index read, in the locate's select list.
+ * When every candidate kept is such a first, the ordering check has
+ * nothing to count.
+ */
+static char *
+build_head_sql(const struct store *st)
+{
+    if (!st->plan.unfinished)
+        return NULL;
+    char *first = first_unfinished_sql(st);
+    char *head = xasprintf(", %s = `c`.`id`", first);
+    free(first);
+    return head;
+}
+
+/* "Not yet SENT or DEAD", by the generated column where it is trusted. */
+const char *
+store_unfinished_cond(const struct store *st)
+{
+    return st->plan.unfinished
+               ? "`unfinished` = 1"
+               : "`status` IN ('PENDING', 'RETRY', 'PROCESSING')";
+}
+
+/* The exact count's statement up to its subquery's end: see
+ * load_earlier_counts_exact.  Committed state, read without locks. */
+static char *
+build_count_sql(const struct store *st)
+{
+    return xasprintf(
+        "SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
+        "WHERE p.`aggregate_type` = c.`aggregate_type` "
+        "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
+        "AND p.%s) FROM %s c WHERE c.`id` IN (",
+        st->table, store_unfinished_cond(st), st->table);
+}
+
+/*
+ * Due retries are read in next_retry_at order.  On an index led by
+ * next_retry_at (sql/outbox.sql's, which only RETRY rows fill) the
+ * optimizer would rather take (status, id) and sort, which locks every
+ * due RETRY row before LIMIT: the index is forced.
+ */
+static void
+build_claim_sql(struct store *st, const struct schema *sc, const char *order)
+{
+    struct strbuf list = {0};
+    strbuf_reset(&list);
+    add_select_list(st, sc, &list);
+    free(st->plan.select_list);
+    st->plan.select_list = list.p;
+    for (int s = 0; s < SRC_COUNT; s++) {
+        struct strbuf q = {0};
+        strbuf_reset(&q);
+        if (s == SRC_RETRY && st->plan.retry_index != NULL)
+            strbuf_addf(&q, " FORCE INDEX (%s)", st->plan.retry_index);
+        strbuf_addf(&q, " WHERE %s", store_claim_cond[s]);
+        free(st->plan.claim_where[s]);
+        st->plan.claim_where[s] = q.p;
+        free(st->plan.claim_order[s]);
+        st->plan.claim_order[s] = xasprintf(
+            " ORDER BY %s", s == SRC_RETRY ? "`next_retry_at`" : order);
+    }
+    free(st->plan.unblocked_sql);
+    st->plan.unblocked_sql = build_unblocked_filter(st);
+    free(st->plan.head_sql);
+    st->plan.head_sql = build_head_sql(st);
+    free(st->plan.count_sql);
+    st->plan.count_sql = build_count_sql(st);
+}
+
+static void
+apply_schema(struct store *st, const struct schema *sc, const char *order)
+{
+    st->plan.unfinished = sc->unfinished;
+    st->plan.binary_aggregate = sc->binary_aggregate == 2;
+    build_claim_sql(st, sc, order);
+    unsigned tok = sc->locked_by_len;
+    st->plan.token_chars =
+        tok < TOKEN_MAX_CHARS ? tok : (unsigned)TOKEN_MAX_CHARS;
+    unsigned ec = sc->last_error_len;
+    st->plan.error_chars =
+        ec > 0 && ec < STORE_ERROR_CHARS ? ec : STORE_ERROR_CHARS;
+    st->plan.error_charset = sc->last_error_charset;
+}
+
+/* One EXPLAIN: the server checks the privilege and runs nothing. */
+static int
+check_privilege(struct store *st, const char *sql, const char *privilege,
+                const char *needed_for, char *err, size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q, sql, st->table);
+    MYSQL_RES *res = store_run_select(st, "privilege check", err, errlen);
+    if (res != NULL) {
+        mysql_free_result(res);
+        return 0;
+    }
+    if (st->conn.db != NULL &&
+        (st->conn.last_errno == ERRNO_TABLE_ACCESS_DENIED ||
+         st->conn.last_errno == ERRNO_COLUMN_ACCESS_DENIED)) {
+        char cause[ERR_LEN]; /* the server's own words, before err is set */
+        str_copy(cause, mysql_error(st->conn.db), sizeof(cause));
+        err_set(err, errlen,
+                "user %s lacks the %s privilege on %s, needed %s (see "
+                "sql/grants.sql): %s (error %u)",
+                st->ob->database->user ? st->ob->database->user : "?",
+                privilege, st->where, needed_for, cause, st->conn.last_errno);
+    }
+    /* The session stays open and idle after a failed check: the metadata
+     * lock of an EXPLAIN that passed would hold off the operator's ALTER
+     * TABLE until the transaction ends. */
+    store_rollback(st);
+    return -1;
+}
+
+/*
+ * With SELECT alone the schema check passes and every claim then fails
+ * on its UPDATE: ask for each privilege the relay will use up front, so
+ * the outbox stays not-ready with the one missing named.
+ */
+static int
+check_privileges(struct store *st, char *err, size_t errlen)
+{
+    const struct outbox_config *ob = st->ob;
+    if (check_privilege(st,
+                        "EXPLAIN UPDATE %s SET `status` = `status` "
+                        "WHERE 1 = 0",
+                        "UPDATE", "to lease and mark rows", err, errlen) < 0)
+        return -1;
+    if (ob->on_sent != ON_SENT_DELETE && ob->retention_sent_ms == 0)
+        return 0;
+    return check_privilege(st, "EXPLAIN DELETE FROM %s WHERE 1 = 0", "DELETE",
+                           ob->on_sent == ON_SENT_DELETE
+                               ? "for on_sent: delete"
+                               : "for retention of SENT rows",
+                           err, errlen);
+}
+
+int
+store_check_schema(struct store *st, char *err, size_t errlen)
+{
+    struct schema sc = {0};
+    sc.extra = xcalloc(st->ob->ncolumns + 1, sizeof(bool));
+    char *order = NULL;
+    int rc = -1;
+    if (load_columns(st, &sc, err, errlen) < 0)
+        goto out;
+    if (sc.ncolumns == 0) {
+        err_set(
+            err, errlen, "table %s does not exist (or user %s may not read it)",
+            st->where, st->ob->database->user ? st->ob->database->user : "?");
+        st->conn.schema_error = true;
+        goto out;
+    }
+    if (report_missing(st, &sc, err, errlen) < 0) {
+        st->conn.schema_error = true;
+        goto out;
+    }
+    if (check_privileges(st, err, errlen) < 0)
+        goto out;
+    if ((order = load_claim_order(st, err, errlen)) == NULL)
+        goto out;
+    apply_schema(st, &sc, order);
+    /* End the transaction the information_schema reads opened. */
+    rc = store_commit(st, "schema check", err, errlen);
+    if (rc == 0) {
+        st->plan.schema_checked_ms = clock_ms();
+        st->plan.schema_stale = false;
+    }
+out:
+    free(order);
+    free(sc.extra);
+    return rc;
+}
+
+/*
+ * An ALTER TABLE does not end the session, yet the claim leans on what
+ * the last check read: the columns' collations (whether bytes alone may
+ * judge which candidates share an aggregate), the primary key, the
+ * indexes, the privileges.  So a claim checks the table again every
+ * SCHEMA_RECHECK_MS.  A failed check leaves the store not ready, as at
+ * connect: the next store_connect checks again and names what is wrong.
+ */
+int
+store_refresh_schema(struct store *st, char *err, size_t errlen)
+{
+    if (!st->plan.schema_stale &&
+        clock_ms() - st->plan.schema_checked_ms < SCHEMA_RECHECK_MS)
+        return 0;
+    if (store_check_schema(st, err, errlen) == 0)
+        return 0;
+    store_rollback(st);
+    st->conn.ready = false;
+    return -1;
+}
+
+void
+store_recheck_schema(struct store *st)
+{
+    st->plan.schema_stale = true;
+}
