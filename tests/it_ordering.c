@@ -246,14 +246,6 @@ receive_all(struct fx *f, struct tally *t, int timeout_ms)
         }
 }
 
-static long long
-count_status(struct fx *f, const char *status)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
-                     status);
-}
-
 static double
 rate(long n, uint64_t ms)
 {
@@ -264,9 +256,10 @@ rate(long n, uint64_t ms)
 static void
 assert_all_sent(struct fx *f, int n)
 {
-    if (!IT_WAIT(30000, count_status(f, "SENT") == n))
-        ck_abort_msg("%lld of %d SENT, %lld DEAD", count_status(f, "SENT"), n,
-                     count_status(f, "DEAD"));
+    if (!IT_WAIT(30000, it_db_count_status(f->sql, "SENT") == n))
+        ck_abort_msg("%lld of %d SENT, %lld DEAD",
+                     it_db_count_status(f->sql, "SENT"), n,
+                     it_db_count_status(f->sql, "DEAD"));
 }
 
 /* ---- tests ---- */
