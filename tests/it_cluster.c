@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "publisher.h"
+#include "util.h"
 
 Suite *it_cluster_suite(void);
 
@@ -83,7 +84,7 @@ START_TEST(test_reconnect_starts_at_next_url)
                                    .connect_timeout_ms = 2000,
                                    .confirm_timeout_ms = 10000};
     struct publisher *p = publisher_new(&broker, "it_cluster rotation");
-    char err[1024];
+    char err[ERR_LEN];
     /* the first connect starts at the first url */
     ck_assert_msg(publisher_connect(p, err, sizeof(err)) == 0, "%s", err);
     ck_assert_str_eq(publisher_url(p), "amqp://guest:***@127.0.0.1:5701/");

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "itest.h"
+#include "util.h"
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -519,7 +520,7 @@ struct producers {
     unsigned max_pause_us, seed;
     struct pevent ev[PEVENTS];
     pthread_mutex_t mu;
-    char error[512]; /* the first producer's SQL error */
+    char error[ERR_LEN]; /* the first producer's SQL error */
 };
 
 struct producer_arg {
