@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "binlog_parse.h"
+#include "util.h"
 
 Suite *binlog_suite(void);
 
@@ -191,7 +192,7 @@ static enum binlog_kind
 feed(struct fixture *f, struct pkt *p)
 {
     struct binlog_event ev;
-    char err[256];
+    char err[ERR_LEN];
     ck_assert_msg(binlog_parse(&f->fmt, p->b, p->n, &ev, err, sizeof(err)) == 0,
                   "%s", err);
     binlog_tracker_feed(&f->t, &ev);
@@ -384,7 +385,7 @@ START_TEST(test_malformed)
     fx_init(&f, true);
     struct pkt p;
     struct binlog_event ev;
-    char err[256];
+    char err[ERR_LEN];
     build_table_map(&p, 1, "shop", "outbox_event", true);
     for (size_t cut = 0; cut < p.n; cut++) {
         struct pkt q = p;

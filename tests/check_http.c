@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "util.h"
 
 Suite *http_suite(void);
 
@@ -60,7 +61,7 @@ START_TEST(test_port_in_use)
 {
     struct sockaddr_in a = {.sin_family = AF_INET};
     socklen_t len = sizeof(a);
-    char listen_at[64], err[256];
+    char listen_at[64], err[ERR_LEN];
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "util.h"
 
 Suite *json_suite(void);
 
@@ -144,7 +145,7 @@ static const char *const bad[] = {
 START_TEST(test_good)
 {
     struct seen s;
-    char err[200];
+    char err[ERR_LEN];
     int rc = parse(good[_i].text, &s, err, sizeof(err));
     ck_assert_msg(rc == 0, "%s: %s", good[_i].text, err);
     ck_assert_str_eq(s.buf, good[_i].expect);
@@ -154,7 +155,7 @@ END_TEST
 START_TEST(test_bad)
 {
     struct seen s;
-    char err[200];
+    char err[ERR_LEN];
     int rc = parse(bad[_i], &s, err, sizeof(err));
     ck_assert_msg(rc == -1, "accepted: %s", bad[_i]);
     ck_assert_msg(strstr(err, "at offset") != NULL, "vague error: %s", err);
@@ -164,7 +165,7 @@ END_TEST
 START_TEST(test_error_offset)
 {
     struct seen s;
-    char err[200];
+    char err[ERR_LEN];
     ck_assert_int_eq(parse("{\"a\":1,\"b\":x}", &s, err, sizeof(err)), -1);
     ck_assert_str_eq(err, "invalid number at offset 11");
     ck_assert_int_eq(parse("{\"a\":1} junk", &s, err, sizeof(err)), -1);
@@ -186,7 +187,7 @@ capture_len(void *ctx, const char *key, size_t keylen,
 START_TEST(test_embedded_nul)
 {
     const char *text = "{\"a\":\"x\\u0000y\"}";
-    char scratch[32], got[32], err[200];
+    char scratch[32], got[32], err[ERR_LEN];
     int rc = json_object_foreach(text, strlen(text), scratch, capture_len, got,
                                  err, sizeof(err));
     ck_assert_int_eq(rc, 3);
@@ -200,7 +201,7 @@ START_TEST(test_length_bounded)
     const char text[] = "{\"a\":1}GARBAGE";
     char scratch[16];
     struct seen s;
-    char err[200] = "";
+    char err[ERR_LEN] = "";
     memset(&s, 0, sizeof(s));
     ck_assert_int_eq(
         json_object_foreach(text, 7, scratch, collect, &s, err, sizeof(err)),
@@ -216,7 +217,7 @@ END_TEST
 START_TEST(test_callback_stops)
 {
     struct seen s;
-    char err[200];
+    char err[ERR_LEN];
     size_t len = strlen("{\"a\":1,\"b\":2,\"c\":3}");
     char scratch[64];
     memset(&s, 0, sizeof(s));
@@ -246,7 +247,7 @@ nested(int depth)
 START_TEST(test_depth_limit)
 {
     struct seen s;
-    char err[200];
+    char err[ERR_LEN];
     char *ok = nested(JSON_MAX_DEPTH - 1);
     ck_assert_msg(parse(ok, &s, err, sizeof(err)) == 0, "%s", err);
     free(ok);
@@ -264,7 +265,7 @@ START_TEST(test_truncations)
                       "\"o\":{\"a\":[true,false,null]},\"i\":12}";
     size_t len = strlen(doc);
     struct seen s;
-    char err[200];
+    char err[ERR_LEN];
     for (size_t cut = 0; cut < len; cut++) {
         char *t = malloc(cut ? cut : 1);
         memcpy(t, doc, cut);
@@ -285,7 +286,7 @@ START_TEST(test_random_input)
     const char *seed = "{\"a\":\"b\\n\",\"c\":[1,2.5,{\"d\":null}],\"e\":true}";
     size_t len = strlen(seed);
     struct seen s;
-    char err[200];
+    char err[ERR_LEN];
     srand(12345);
     for (int round = 0; round < 20000; round++) {
         char *t = malloc(len);

@@ -14,6 +14,7 @@
 
 #include "json.h"
 #include "log.h"
+#include "util.h"
 
 Suite *log_suite(void);
 
@@ -53,7 +54,7 @@ assert_json_line(const char *line, int members)
     size_t len = strlen(line);
     ck_assert(len > 0 && line[len - 1] == '\n');
     ck_assert_ptr_eq(memchr(line, '\n', len - 1), NULL);
-    char *scratch = malloc(len + 1), err[128];
+    char *scratch = malloc(len + 1), err[ERR_LEN];
     int n = 0;
     ck_assert_msg(json_object_foreach(line, len - 1, scratch, count_cb, &n, err,
                                       sizeof(err)) == 0,
@@ -86,7 +87,7 @@ START_TEST(test_json_long_value)
         char *line = capture(LOG_FORMAT_JSON, big + cut, "message");
         ck_assert_uint_le(strlen(line), 4096);
         size_t len = strlen(line);
-        char *scratch = malloc(len + 1), err[128];
+        char *scratch = malloc(len + 1), err[ERR_LEN];
         int n = 0;
         ck_assert_msg(json_object_foreach(line, len - 1, scratch, count_cb, &n,
                                           err, sizeof(err)) == 0,

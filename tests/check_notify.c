@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "notify.h"
+#include "util.h"
 
 Suite *notify_suite(void);
 
@@ -45,7 +46,7 @@ expect_datagram(int fd, const char *want)
 
 START_TEST(test_path_socket)
 {
-    char path[64], err[256];
+    char path[64], err[ERR_LEN];
     snprintf(path, sizeof(path), "/tmp/check_notify_%d.sock", (int)getpid());
     unlink(path);
     int fd = listen_at(path);
@@ -62,7 +63,7 @@ END_TEST
 
 START_TEST(test_abstract_socket)
 {
-    char name[64], err[256];
+    char name[64], err[ERR_LEN];
     snprintf(name, sizeof(name), "@check_notify_%d", (int)getpid());
     int fd = listen_at(name);
     setenv("NOTIFY_SOCKET", name, 1);
@@ -74,7 +75,7 @@ END_TEST
 
 START_TEST(test_no_socket)
 {
-    char err[256];
+    char err[ERR_LEN];
     unsetenv("NOTIFY_SOCKET");
     ck_assert_int_eq(notify_send("READY=1", err, sizeof(err)), 0);
     setenv("NOTIFY_SOCKET", "relative/path", 1);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "publisher.h"
+#include "util.h"
 
 Suite *publisher_suite(void);
 
@@ -83,9 +84,9 @@ START_TEST(test_encode_row)
     struct outbox_row row =
         row_make("{\"tenant\": \"acme\", \"n\": 3, \"outbox_id\": 99}");
     amqp_basic_properties_t props;
-    char why[300] = "";
+    char err[ERR_LEN] = "";
     ck_assert_int_eq(
-        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), 0);
+        publisher_encode_row(p, &row, 131072, &props, err, sizeof(err)), 0);
     ck_assert_int_eq(props.timestamp, 1700000000);
     ck_assert_int_eq(props.delivery_mode, 2);
     ck_assert_int_eq(props.headers.num_entries, 5);
@@ -103,23 +104,23 @@ START_TEST(test_encode_rejects)
 {
     struct publisher *p = publisher_new(&broker, "unit");
     amqp_basic_properties_t props;
-    char why[300];
+    char err[ERR_LEN];
     struct outbox_row row = row_make("{\"a\": ");
     ck_assert_int_eq(
-        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), -1);
-    ck_assert_msg(strstr(why, "invalid headers JSON") != NULL, "%s", why);
+        publisher_encode_row(p, &row, 131072, &props, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "invalid headers JSON") != NULL, "%s", err);
     row = row_make(NULL);
     row.event_id = NULL;
     ck_assert_int_eq(
-        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), -1);
-    ck_assert_str_eq(why, "event_id is NULL");
+        publisher_encode_row(p, &row, 131072, &props, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "event_id is NULL");
     /* 5000 bytes of header cannot fit a 4096-byte frame. */
     char *big = malloc(6000);
     snprintf(big, 6000, "{\"k\": \"%05000d\"}", 0);
     row = row_make(big);
     ck_assert_int_eq(
-        publisher_encode_row(p, &row, 4096, &props, why, sizeof(why)), -1);
-    ck_assert_msg(strstr(why, "too large") != NULL, "%s", why);
+        publisher_encode_row(p, &row, 4096, &props, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "too large") != NULL, "%s", err);
     free(big);
     publisher_free(p);
 }

@@ -174,7 +174,7 @@ static struct relay relay;
 static void
 setup(void)
 {
-    char err[128];
+    char err[ERR_LEN];
     log_init(LOG_ERROR, LOG_FORMAT_TEXT);
     memset(&ob, 0, sizeof(ob));
     ob.name = "db.outbox_event";
@@ -439,7 +439,7 @@ START_TEST(test_routing_key_override_and_too_long)
     ob.ncolumns = 1;
     ob.routing_key_column = "rk";
     template_free(&ob.routing_key);
-    char err[128];
+    char err[ERR_LEN];
     ck_assert_int_eq(
         template_compile("{aggregate_id}", &ob.routing_key, err, sizeof(err)),
         0);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "template.h"
+#include "util.h"
 
 Suite *template_suite(void);
 
@@ -41,7 +42,7 @@ static const struct {
 START_TEST(test_render)
 {
     struct template t;
-    char err[200], out[256];
+    char err[ERR_LEN], out[256];
     ck_assert_int_eq(template_compile(renders[_i].src, &t, err, sizeof(err)),
                      0);
     ck_assert_int_eq(template_render(&t, lookup, NULL, out, sizeof(out)), 0);
@@ -53,7 +54,7 @@ END_TEST
 START_TEST(test_bad)
 {
     struct template t;
-    char err[200] = "";
+    char err[ERR_LEN] = "";
     ck_assert_int_eq(template_compile(bad[_i].src, &t, err, sizeof(err)), -1);
     ck_assert_msg(strstr(err, bad[_i].why) != NULL, "error for %s: %s",
                   bad[_i].src, err);
@@ -63,7 +64,7 @@ END_TEST
 START_TEST(test_too_long)
 {
     struct template t;
-    char err[200], out[8];
+    char err[ERR_LEN], out[8];
     ck_assert_int_eq(template_compile("{event_type}", &t, err, sizeof(err)), 0);
     ck_assert_int_eq(template_render(&t, lookup, NULL, out, sizeof(out)), -1);
     template_free(&t);
@@ -73,7 +74,7 @@ END_TEST
 START_TEST(test_constant)
 {
     struct template t;
-    char err[200];
+    char err[ERR_LEN];
     ck_assert_int_eq(template_compile("orders.{{x}}", &t, err, sizeof(err)), 0);
     ck_assert(template_is_constant(&t));
     template_free(&t);

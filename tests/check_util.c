@@ -32,7 +32,7 @@ static const char *const bad_durations[] = {
 START_TEST(test_duration_good)
 {
     uint64_t ms = 12345;
-    char err[200];
+    char err[ERR_LEN];
     ck_assert_int_eq(
         duration_parse(good_durations[_i].text, &ms, err, sizeof(err)), 0);
     ck_assert_uint_eq(ms, good_durations[_i].ms);
@@ -42,7 +42,7 @@ END_TEST
 START_TEST(test_duration_bad)
 {
     uint64_t ms = 12345;
-    char err[200] = "";
+    char err[ERR_LEN] = "";
     ck_assert_int_eq(duration_parse(bad_durations[_i], &ms, err, sizeof(err)),
                      -1);
     ck_assert_uint_eq(ms, 12345);
@@ -93,7 +93,7 @@ static const char *const bad_sizes[] = {
 START_TEST(test_size_good)
 {
     uint64_t bytes = 12345;
-    char err[200];
+    char err[ERR_LEN];
     ck_assert_int_eq(size_parse(good_sizes[_i].text, &bytes, err, sizeof(err)),
                      0);
     ck_assert_uint_eq(bytes, good_sizes[_i].bytes);
@@ -103,7 +103,7 @@ END_TEST
 START_TEST(test_size_bad)
 {
     uint64_t bytes = 12345;
-    char err[200] = "";
+    char err[ERR_LEN] = "";
     ck_assert_int_eq(size_parse(bad_sizes[_i], &bytes, err, sizeof(err)), -1);
     ck_assert_uint_eq(bytes, 12345);
     ck_assert_msg(strstr(err, "size") != NULL, "unclear error: %s", err);

@@ -14,31 +14,12 @@ Suite *it_bytes_suite(void);
 
 #define MIB (1024 * 1024)
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256];
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d;
-};
-
 static void
-fx_open(struct fx *f, const char *extra_keys)
+fx_open(struct it_fx *f, const char *extra_keys)
 {
-    memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_bytes");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 9);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    it_db_create(f->db, it_src_path("sql/outbox.sql"));
-    f->sql = it_db_connect(f->db);
+    it_fx_open(f, "it_bytes", "sql/outbox.sql");
     f->consumer = it_consumer_new(f->ex, "#");
-    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex, extra_keys);
-}
-
-static void
-fx_close(struct fx *f)
-{
-    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
+    it_fx_write_config(f, extra_keys);
 }
 
 /* A JSON payload of exactly len bytes (len >= 16), different per seed. */
@@ -69,7 +50,7 @@ binary_payload(size_t len)
 
 /* One row, the payload escaped into a statement of its own. */
 static void
-insert_row(struct fx *f, const char *event_id, const char *aggregate,
+insert_row(struct it_fx *f, const char *event_id, const char *aggregate,
            const char *payload, size_t len)
 {
     size_t cap = 2 * len + 512;
@@ -100,7 +81,7 @@ event_index(const char *event_id)
  * for byte, each event once and, per aggregate, ids never going down.
  */
 static void
-expect_bodies(struct fx *f, char **want, const size_t *len, int n,
+expect_bodies(struct it_fx *f, char **want, const size_t *len, int n,
               int timeout_ms)
 {
     int *copies = calloc((size_t)n, sizeof(*copies));
@@ -134,7 +115,7 @@ expect_bodies(struct fx *f, char **want, const size_t *len, int n,
 }
 
 static void
-expect_all_sent(struct fx *f, int n)
+expect_all_sent(struct it_fx *f, int n)
 {
     ck_assert(IT_WAIT(20000, it_db_int(f->sql, "SELECT COUNT(*) FROM "
                                                "outbox_event WHERE status = "
@@ -151,7 +132,7 @@ expect_all_sent(struct fx *f, int n)
  */
 START_TEST(test_sizes_byte_for_byte)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "        poll_interval: 100ms\n");
     long long max_packet = it_db_int(f.sql, "SELECT @@max_allowed_packet");
     const size_t sizes[] = {4096, 1 * MIB, 3 * MIB + 7,
@@ -172,7 +153,7 @@ START_TEST(test_sizes_byte_for_byte)
     expect_all_sent(&f, N);
     for (int i = 0; i < N; i++)
         free(want[i]);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -180,7 +161,7 @@ END_TEST
  * a LONGBLOB column (docs/contract.md section 7: the body is the bytes). */
 START_TEST(test_binary_payload)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "        poll_interval: 100ms\n");
     it_db_exec(f.sql, "ALTER TABLE outbox_event MODIFY payload LONGBLOB "
                       "NOT NULL");
@@ -200,13 +181,13 @@ START_TEST(test_binary_payload)
     expect_all_sent(&f, N);
     for (int i = 0; i < N; i++)
         free(want[i]);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
 /* Each claim's rows, as the claim wrote them: a trigger on the mark. */
 static void
-log_claims(struct fx *f)
+log_claims(struct it_fx *f)
 {
     it_db_exec(f->sql, "CREATE TABLE claim_log (id BIGINT UNSIGNED, "
                        "token VARCHAR(128), bytes BIGINT)");
@@ -226,7 +207,7 @@ log_claims(struct fx *f)
  */
 START_TEST(test_batch_bytes_bounds_each_claim)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "        batch_bytes: 4MiB\n        poll_interval: 100ms\n");
     log_claims(&f);
     enum { N = 24, BIG = 9 };
@@ -269,7 +250,7 @@ START_TEST(test_batch_bytes_bounds_each_claim)
                   big_with - 1);
     for (int i = 0; i < N; i++)
         free(want[i]);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 

@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "publisher.h"
+#include "util.h"
 
 Suite *it_cluster_suite(void);
 
@@ -83,7 +84,7 @@ START_TEST(test_reconnect_starts_at_next_url)
                                    .connect_timeout_ms = 2000,
                                    .confirm_timeout_ms = 10000};
     struct publisher *p = publisher_new(&broker, "it_cluster rotation");
-    char err[1024];
+    char err[ERR_LEN];
     /* the first connect starts at the first url */
     ck_assert_msg(publisher_connect(p, err, sizeof(err)) == 0, "%s", err);
     ck_assert_str_eq(publisher_url(p), "amqp://guest:***@127.0.0.1:5701/");
@@ -537,13 +538,6 @@ insert_events(MYSQL *db, int first, int n, int aggregates)
     free(sql);
 }
 
-static long long
-count_sent(struct cfx *f)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE status = 'SENT'");
-}
-
 /*
  * Once part of the events up to want arrived, kills the node the relay
  * is connected to (it must be node expect), then receives the rest.
@@ -558,7 +552,7 @@ drain_through_node_death(struct cfx *f, struct tally *t, long want, int expect)
     int connects;
     connected_port_at(&f->d, -1, &connects);
     kill_node(expect);
-    long long sent = count_sent(f);
+    long long sent = it_db_count_status(f->sql, "SENT");
     fprintf(stderr, "cluster: killed node c%d with %lld of %ld events SENT\n",
             expect + 1, sent, want);
     ck_assert_msg(sent < want, "the drain ended before the node died");
@@ -566,7 +560,7 @@ drain_through_node_death(struct cfx *f, struct tally *t, long want, int expect)
     if (t->distinct != want)
         report_failover(f->queue, f->d.log_path);
     ck_assert_msg(t->distinct == want, "%ld of %ld events arrived (%lld SENT)",
-                  t->distinct, want, count_sent(f));
+                  t->distinct, want, it_db_count_status(f->sql, "SENT"));
     return connects;
 }
 
@@ -629,8 +623,9 @@ START_TEST(test_failover_to_next_node)
                              NODE_PORT(next), f.d.log_path) == 0),
                   "after c%d died the relay connected first to port %d", on + 1,
                   first);
-    if (!IT_WAIT(30000, count_sent(&f) == N1 + N2))
-        ck_abort_msg("%lld of %d SENT", count_sent(&f), N1 + N2);
+    if (!IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N1 + N2))
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"),
+                     N1 + N2);
     fprintf(stderr,
             "cluster: all %d events arrived, %ld duplicates, consumer "
             "reconnected %d times\n",

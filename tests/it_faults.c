@@ -346,14 +346,6 @@ queue_delete(const char *queue)
 
 /* ---- database ---- */
 
-static long long
-count_status(struct fx *f, const char *status)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
-                     status);
-}
-
 static char *
 row_field(struct fx *f, const char *event_id, const char *column)
 {
@@ -590,16 +582,16 @@ START_TEST(test_refusals_backoff_dead)
         /* the exchange appears once missing-1 has failed twice */
         if (late == NULL && w[2].last_count >= 2)
             late = it_consumer_new(missing, "#");
-        if (late != NULL && count_status(&f, "DEAD") == 3 &&
-            count_status(&f, "SENT") == 52)
+        if (late != NULL && it_db_count_status(f.sql, "DEAD") == 3 &&
+            it_db_count_status(f.sql, "SENT") == 52)
             break;
         it_sleep_ms(3);
     }
-    if (count_status(&f, "SENT") != 52)
+    if (it_db_count_status(f.sql, "SENT") != 52)
         dump_logs(&f);
     ck_assert_ptr_nonnull(late);
-    ck_assert_int_eq(count_status(&f, "DEAD"), 3);
-    ck_assert_int_eq(count_status(&f, "SENT"), 52);
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 3);
+    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), 52);
 
     /* unroutable: NO_ROUTE with exchange and key, five attempts, DEAD */
     char *err = row_field(&f, "noroute-1", "last_error");
@@ -728,10 +720,11 @@ START_TEST(test_chaos_drain)
             break;
         }
     }
-    if (!IT_WAIT(180000, count_status(&f, "SENT") == N)) {
+    if (!IT_WAIT(180000, it_db_count_status(f.sql, "SENT") == N)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT, %lld DEAD", count_status(&f, "SENT"), N,
-                     count_status(&f, "DEAD"));
+        ck_abort_msg("%lld of %d SENT, %lld DEAD",
+                     it_db_count_status(f.sql, "SENT"), N,
+                     it_db_count_status(f.sql, "DEAD"));
     }
     uint64_t drained = it_now_ms() - t0;
     guard_end(&g);
@@ -747,7 +740,7 @@ START_TEST(test_chaos_drain)
             "RabbitMQ and a MariaDB restart: %ld duplicates (%.1f per "
             "kill)\n",
             N, (unsigned long long)drained, kills, dups, (double)dups / kills);
-    ck_assert_int_eq(count_status(&f, "DEAD"), 0);
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 0);
     ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
                                       "WHERE locked_by IS NOT NULL OR "
                                       "sent_at IS NULL"),
@@ -885,9 +878,9 @@ START_TEST(test_fencing_stalled_relay)
     long long held = stop_holding(&f, &n);
     /* relay b takes over after the lease, a stays stopped */
     daemon_start(&f, 1);
-    if (!IT_WAIT(60000, count_status(&f, "SENT") == n)) {
+    if (!IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == n)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), n);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), n);
     }
     const char *state =
         "SELECT CONCAT(COUNT(*), '/', SUM(status = 'SENT'), '/', "
@@ -915,7 +908,7 @@ START_TEST(test_fencing_stalled_relay)
                                       "FROM held)"),
                      held);
     ck_assert_int_eq(log_sum(&f, 0, "lost the lease on "), held);
-    ck_assert_int_eq(count_status(&f, "SENT"), n);
+    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), n);
     struct tally t;
     tally_init(&t, n, n);
     receive_all(f.consumer, &t, 30000, 300);
@@ -992,10 +985,11 @@ START_TEST(test_poison_row_kills_relay)
     ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
                                       "WHERE event_id = 'poison'"),
                      4);
-    if (!IT_WAIT(30000, count_status(&f, "SENT") == N)) {
+    if (!IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N)) {
         dump_logs(&f);
         ck_abort_msg("%lld of %d good events SENT, %lld DEAD",
-                     count_status(&f, "SENT"), N, count_status(&f, "DEAD"));
+                     it_db_count_status(f.sql, "SENT"), N,
+                     it_db_count_status(f.sql, "DEAD"));
     }
     /* the good rows claimed beside it paid at most the first crash */
     ck_assert_int_le(it_db_int(f.sql, "SELECT MAX(retry_count) FROM "
@@ -1033,11 +1027,11 @@ START_TEST(test_broker_blackholed)
                 it_src_path("tests/servers.sh"));
     insert_range(f.sql, "hole", 0, 500, 50);
     daemon_start(&f, 0);
-    ck_assert(IT_WAIT(20000, count_status(&f, "SENT") == 500));
+    ck_assert(IT_WAIT(20000, it_db_count_status(f.sql, "SENT") == 500));
     ck_assert_int_eq(kill(beam, SIGSTOP), 0);
     insert_range(f.sql, "hole", 500, 500, 50);
     /* the relay publishes into the silence and waits for confirms */
-    ck_assert(IT_WAIT(10000, count_status(&f, "PROCESSING") > 0));
+    ck_assert(IT_WAIT(10000, it_db_count_status(f.sql, "PROCESSING") > 0));
     it_sleep_ms(1000);
     uint64_t took = daemon_term(&f, 0, 4500);
     fprintf(stderr,
@@ -1045,8 +1039,8 @@ START_TEST(test_broker_blackholed)
             "(shutdown_timeout 4s)\n",
             (unsigned long long)took);
     /* it recorded what it could not publish instead of leaving a lease */
-    ck_assert_int_eq(count_status(&f, "PROCESSING"), 0);
-    ck_assert_int_eq(count_status(&f, "SENT"), 500);
+    ck_assert_int_eq(it_db_count_status(f.sql, "PROCESSING"), 0);
+    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), 500);
     /* a relay started into the silence recovers by itself once it ends */
     daemon_start(&f, 0);
     insert_range(f.sql, "hole", 1000, 500, 50);
@@ -1054,9 +1048,9 @@ START_TEST(test_broker_blackholed)
     ck_assert(it_daemon_alive(&f.d[0]));
     ck_assert_int_eq(kill(beam, SIGCONT), 0);
     guard_end(&g);
-    if (!IT_WAIT(60000, count_status(&f, "SENT") == N)) {
+    if (!IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == N)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), N);
     }
     struct tally t;
     tally_init(&t, N, 50);
@@ -1086,7 +1080,7 @@ START_TEST(test_broker_blocked)
                 watermark);
     insert_range(f.sql, "blk", 0, 100, 20);
     daemon_start(&f, 0);
-    ck_assert(IT_WAIT(20000, count_status(&f, "SENT") == 100));
+    ck_assert(IT_WAIT(20000, it_db_count_status(f.sql, "SENT") == 100));
     /* a watermark of 0 raises the memory alarm at once */
     ck_assert_int_eq(it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0"), 0);
     insert_range(f.sql, "blk", 100, N - 100, 20);
@@ -1096,19 +1090,21 @@ START_TEST(test_broker_blocked)
     it_sleep_ms(5000);
     long long retries = it_db_int(f.sql, "SELECT COALESCE(SUM(retry_count), "
                                          "0) FROM outbox_event");
-    long long processing = count_status(&f, "PROCESSING");
-    long long sent = count_status(&f, "SENT");
+    long long processing = it_db_count_status(f.sql, "PROCESSING");
+    long long sent = it_db_count_status(f.sql, "SENT");
     guard_end(&g);
     if (retries != 0 || processing != 0)
         dump_logs(&f);
     ck_assert_int_eq(retries, 0);
     ck_assert_int_eq(processing, 0);
     ck_assert_int_eq(sent, 100);
-    ck_assert_int_eq(count_status(&f, "RETRY") + count_status(&f, "DEAD"), 0);
+    ck_assert_int_eq(it_db_count_status(f.sql, "RETRY") +
+                         it_db_count_status(f.sql, "DEAD"),
+                     0);
     /* the alarm cleared: everything flows */
-    if (!IT_WAIT(30000, count_status(&f, "SENT") == N)) {
+    if (!IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), N);
     }
     struct tally t;
     tally_init(&t, N, 20);
@@ -1131,7 +1127,8 @@ static char *
 lock_claimed_rows(struct fx *f, long long *locked)
 {
     uint64_t deadline = it_now_ms() + 20000;
-    while (count_status(f, "PROCESSING") == 0 && it_now_ms() < deadline)
+    while (it_db_count_status(f->sql, "PROCESSING") == 0 &&
+           it_now_ms() < deadline)
         it_sleep_ms(1);
     it_db_exec(f->sql, "START TRANSACTION");
     *locked = it_db_int(f->sql, "SELECT COUNT(*) FROM (SELECT id FROM "
@@ -1174,9 +1171,9 @@ START_TEST(test_db_lost_at_finalize)
     it_db_exec(f.sql, "KILL CONNECTION %s", session);
     free(session);
     it_db_exec(f.sql, "ROLLBACK");
-    if (!IT_WAIT(30000, count_status(&f, "SENT") == N)) {
+    if (!IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", count_status(&f, "SENT"), N);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), N);
     }
     ck_assert_int_ge(log_count(&f, 0, "could not record the outcome"), 1);
     struct tally t;
@@ -1200,9 +1197,9 @@ END_TEST
 static void
 assert_all_sent_once(struct fx *f, int n)
 {
-    if (!IT_WAIT(30000, count_status(f, "SENT") == n)) {
+    if (!IT_WAIT(30000, it_db_count_status(f->sql, "SENT") == n)) {
         dump_logs(f);
-        ck_abort_msg("%lld of %d SENT", count_status(f, "SENT"), n);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f->sql, "SENT"), n);
     }
     ck_assert_int_eq(it_db_int(f->sql, "SELECT MAX(retry_count) FROM "
                                        "outbox_event"),
@@ -1339,19 +1336,19 @@ START_TEST(test_bad_rows)
         {"after-null-id", "SENT", NULL}, {"after-too-large", "SENT", NULL},
         {"too-large", "DEAD", "65536"},
     };
-    bool done = IT_WAIT(30000, count_status(&f, "SENT") == N + 7 &&
-                                   count_status(&f, "DEAD") == 3);
+    bool done = IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N + 7 &&
+                                   it_db_count_status(f.sql, "DEAD") == 3);
     guard_end(&g);
     /* the first dup-1 is long SENT: a third one, in a later claim */
     it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
                       "aggregate_id, event_type, payload) VALUES ('dup-1', "
                       "'Bad', 'b-9', 'T', '{\"first\":false}')");
     it_db_exec(f.sql, "COMMIT");
-    done = done && IT_WAIT(10000, count_status(&f, "DEAD") == 4);
+    done = done && IT_WAIT(10000, it_db_count_status(f.sql, "DEAD") == 4);
     if (!done)
         dump_logs(&f);
-    ck_assert_int_eq(count_status(&f, "SENT"), N + 7);
-    ck_assert_int_eq(count_status(&f, "DEAD"), 4);
+    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), N + 7);
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 4);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         char *st = row_field(&f, want[i].event_id,
                              "CONCAT(status, ' ', COALESCE(last_error, ''))");

@@ -26,13 +26,6 @@ under_valgrind(void)
     return w != NULL && strstr(w, "valgrind") != NULL;
 }
 
-static long long
-count_sent(MYSQL *sql)
-{
-    return it_db_int(sql, "SELECT COUNT(*) FROM outbox_event WHERE status = "
-                          "'SENT'");
-}
-
 /* Every event once, each aggregate's ids never going down. */
 static void
 receive_all(struct it_consumer *c)
@@ -83,7 +76,7 @@ START_TEST(test_drain_then_clean_exit)
     struct it_daemon d;
     it_daemon_start(&d, conf, name);
     receive_all(c);
-    ck_assert(IT_WAIT(60000, count_sent(sql) == N));
+    ck_assert(IT_WAIT(60000, it_db_count_status(sql, "SENT") == N));
     ck_assert(IT_WAIT(60000, it_db_int(sql, "SELECT retry_count FROM "
                                             "outbox_event WHERE event_id = "
                                             "'bad-headers'") > 0));

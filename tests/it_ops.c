@@ -235,15 +235,6 @@ fx_rows(struct fx *f, const char *status)
     return fx_labeled(f, "outboxd_rows", "status", status);
 }
 
-static long long
-count_status(struct fx *f, const char *status)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE "
-                     "status = '%s'",
-                     status);
-}
-
 static bool
 log_has(struct fx *f, const char *needle)
 {
@@ -426,7 +417,7 @@ START_TEST(test_listen_in_use_is_fatal)
     ck_assert(IT_WAIT(10000, !it_daemon_alive(&f.d)));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 1);
     ck_assert(log_has(&f, "Address already in use"));
-    ck_assert_int_eq(count_status(&f, "PENDING"), 10);
+    ck_assert_int_eq(it_db_count_status(f.sql, "PENDING"), 10);
     close(fd);
     fx_close(&f);
 }
@@ -515,7 +506,7 @@ START_TEST(test_healthz_while_broker_frozen)
     fx_open(&f, "        batch_size: 1000\n");
     it_db_insert_events(f.sql, "outbox_event", "frz", N, 200, 256);
     fx_start(&f);
-    ck_assert(IT_WAIT(60000, count_status(&f, "SENT") >= 1000));
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") >= 1000));
     pid_t beam = beam_pid();
     ck_assert_int_gt(beam, 0);
     ck_assert_int_eq(kill(beam, SIGSTOP), 0);
@@ -535,7 +526,7 @@ START_TEST(test_healthz_while_broker_frozen)
     ck_assert_msg(worst < 100, "slowest answer while frozen: %llu ms",
                   (unsigned long long)worst);
     /* and the drain finishes once the broker thaws */
-    ck_assert(IT_WAIT(120000, count_status(&f, "SENT") == N));
+    ck_assert(IT_WAIT(120000, it_db_count_status(f.sql, "SENT") == N));
     fx_close(&f);
 }
 END_TEST
@@ -571,7 +562,7 @@ START_TEST(test_wait_names_the_pace)
     ck_assert_msg(br1 - br0 < 0.1, "broker wait %.3f s", br1 - br0);
 
     it_db_insert_events(f.sql, "outbox_event", "pace", N, 200, 256);
-    ck_assert(IT_WAIT(60000, count_status(&f, "SENT") >= 1000));
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") >= 1000));
     pid_t beam = beam_pid();
     ck_assert_int_gt(beam, 0);
     double db1 = fx_wait(&f, "database");
@@ -583,7 +574,7 @@ START_TEST(test_wait_names_the_pace)
     ck_assert_msg(held, "broker wait %.3f s with the broker frozen",
                   fx_wait(&f, "broker") - br1);
     ck_assert_msg(db2 - db1 < 0.5, "database wait %.3f s", db2 - db1);
-    ck_assert(IT_WAIT(120000, count_status(&f, "SENT") == N));
+    ck_assert(IT_WAIT(120000, it_db_count_status(f.sql, "SENT") == N));
     receive_exactly(&f, "pace", N, 60000);
     fx_close(&f);
 }
@@ -621,10 +612,10 @@ START_TEST(test_sighup_applies_batch_size)
 
     /* a reload in the middle of a drain loses and repeats nothing */
     it_db_insert_events(f.sql, "outbox_event", "mid", 3000, 300, 64);
-    ck_assert(IT_WAIT(30000, count_status(&f, "SENT") >= 600));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") >= 600));
     fx_write_config(&f, NULL, "        batch_size: 500\n");
     kill(f.d.pid, SIGHUP);
-    ck_assert(IT_WAIT(60000, count_status(&f, "SENT") == 3400));
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == 3400));
     ck_assert(log_has(&f, "batch_size: 10 -> 500"));
     receive_exactly(&f, "big", 200, 30000);
     receive_exactly(&f, "small", 200, 30000);
@@ -663,7 +654,7 @@ START_TEST(test_sighup_refused_and_broken)
     ck_assert(it_daemon_alive(&f.d));
     it_db_insert_events(f.sql, "outbox_event", "after", 100, 10, 64);
     receive_exactly(&f, "after", 100, 30000);
-    ck_assert(IT_WAIT(30000, count_status(&f, "SENT") == 100));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == 100));
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
     fx_close(&f);

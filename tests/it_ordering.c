@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "itest.h"
+#include "util.h"
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -246,14 +247,6 @@ receive_all(struct fx *f, struct tally *t, int timeout_ms)
         }
 }
 
-static long long
-count_status(struct fx *f, const char *status)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
-                     status);
-}
-
 static double
 rate(long n, uint64_t ms)
 {
@@ -264,9 +257,10 @@ rate(long n, uint64_t ms)
 static void
 assert_all_sent(struct fx *f, int n)
 {
-    if (!IT_WAIT(30000, count_status(f, "SENT") == n))
-        ck_abort_msg("%lld of %d SENT, %lld DEAD", count_status(f, "SENT"), n,
-                     count_status(f, "DEAD"));
+    if (!IT_WAIT(30000, it_db_count_status(f->sql, "SENT") == n))
+        ck_abort_msg("%lld of %d SENT, %lld DEAD",
+                     it_db_count_status(f->sql, "SENT"), n,
+                     it_db_count_status(f->sql, "DEAD"));
 }
 
 /* ---- tests ---- */
@@ -526,7 +520,7 @@ struct producers {
     unsigned max_pause_us, seed;
     struct pevent ev[PEVENTS];
     pthread_mutex_t mu;
-    char error[512]; /* the first producer's SQL error */
+    char error[ERR_LEN]; /* the first producer's SQL error */
 };
 
 struct producer_arg {

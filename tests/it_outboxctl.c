@@ -20,13 +20,6 @@
 
 Suite *it_outboxctl_suite(void);
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256];
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d;
-};
-
 /* outboxctl's output of one run. */
 struct ctl_run {
     int rc;
@@ -34,23 +27,10 @@ struct ctl_run {
 };
 
 static void
-fx_open(struct fx *f, const char *schema)
+fx_open(struct it_fx *f, const char *schema)
 {
-    memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_ctl");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 3);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    it_db_create(f->db, it_src_path(schema));
-    f->sql = it_db_connect(f->db);
-    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex,
-                    "        max_retries: 10\n");
-}
-
-static void
-fx_close(struct fx *f)
-{
-    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
+    it_fx_open(f, "it_ctl", schema);
+    it_fx_write_config(f, "        max_retries: 10\n");
 }
 
 static char *
@@ -102,21 +82,13 @@ ctl_free(struct ctl_run *r)
     free(r->err);
 }
 
-static long long
-count_status(struct fx *f, const char *status)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
-                     status);
-}
-
 /*
  * Every status, each row its own aggregate so that ordering holds none
  * back: PENDING 2 (the oldest 90 s old), PROCESSING 1 under a live
  * lease, SENT 5 (3 sent two hours ago), RETRY 1 due in an hour, DEAD 3.
  */
 static void
-insert_every_status(struct fx *f)
+insert_every_status(struct it_fx *f)
 {
     it_db_exec(f->sql,
                "INSERT INTO outbox_event (event_id, aggregate_type, "
@@ -178,7 +150,7 @@ parse_status_line(const char *out, const char *name, long long *v, int n,
 
 START_TEST(test_status)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     insert_every_status(&f);
     struct ctl_run r = ctl(f.conf, "status");
@@ -210,13 +182,13 @@ START_TEST(test_status)
         strtod(age_json + strlen("\"oldest_pending_age_seconds\":"), NULL);
     ck_assert_msg(secs >= 90 && secs < 150, "oldest pending %f s", secs);
     ctl_free(&r);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
 START_TEST(test_dead_list)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     insert_every_status(&f);
     struct ctl_run r = ctl(f.conf, "dead list");
@@ -253,14 +225,14 @@ START_TEST(test_dead_list)
                                     "routing key Order.OrderCreated\""),
                   "json:\n%s", r.out);
     ctl_free(&r);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
 /* Receives until every id in want arrived; fails on any id in never. */
 static void
-receive_ids(struct fx *f, const char *const *want, int nwant, const char *never,
-            int timeout_ms)
+receive_ids(struct it_fx *f, const char *const *want, int nwant,
+            const char *never, int timeout_ms)
 {
     int got = 0;
     uint64_t deadline = it_now_ms() + (uint64_t)timeout_ms;
@@ -279,7 +251,7 @@ receive_ids(struct fx *f, const char *const *want, int nwant, const char *never,
 }
 
 static void
-check_retried_row(struct fx *f, const char *event_id, const char *error)
+check_retried_row(struct it_fx *f, const char *event_id, const char *error)
 {
     char *e = it_db_str(f->sql,
                         "SELECT CONCAT_WS('|', status, retry_count, "
@@ -296,7 +268,7 @@ check_retried_row(struct fx *f, const char *event_id, const char *error)
 
 START_TEST(test_dead_retry_delivers)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     f.consumer = it_consumer_new(f.ex, "#");
     insert_every_status(&f);
@@ -315,7 +287,7 @@ START_TEST(test_dead_retry_delivers)
                                         "WHERE event_id IN ('p-1', 'p-2', "
                                         "'d-1') AND status = 'SENT' AND "
                                         "last_error IS NULL") == 3));
-    ck_assert_int_eq(count_status(&f, "DEAD"), 2);
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 2);
 
     r = ctl(f.conf, "dead retry --all");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
@@ -323,8 +295,8 @@ START_TEST(test_dead_retry_delivers)
     ctl_free(&r);
     const char *rest[] = {"d-2", "d-3"};
     receive_ids(&f, rest, 2, NULL, 30000);
-    ck_assert(IT_WAIT(10000, count_status(&f, "SENT") == 5 + 5));
-    ck_assert_int_eq(count_status(&f, "DEAD"), 0);
+    ck_assert(IT_WAIT(10000, it_db_count_status(f.sql, "SENT") == 5 + 5));
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 0);
 
     /* Nothing DEAD is left to retry: an explicit id says so, exit 1. */
     r = ctl(f.conf, "dead retry d-2 --json");
@@ -340,13 +312,13 @@ START_TEST(test_dead_retry_delivers)
     /* Exit 0, also under OUTBOXD_WRAPPER=valgrind --error-exitcode. */
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 20000));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
 /* Every row, as "event_id:status" in id order, to compare before/after. */
 static char *
-table_digest(struct fx *f)
+table_digest(struct it_fx *f)
 {
     char *s = it_db_str(f->sql, "SELECT GROUP_CONCAT(CONCAT(event_id, ':', "
                                 "status) ORDER BY id) FROM outbox_event");
@@ -357,7 +329,7 @@ table_digest(struct fx *f)
 static void
 check_purge(const char *schema)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, schema);
     insert_every_status(&f);
     struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h");
@@ -377,7 +349,7 @@ check_purge(const char *schema)
     ck_assert_str_eq(again, left);
     free(again);
     free(left);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 
 START_TEST(test_purge)
@@ -419,7 +391,7 @@ START_TEST(test_bad_usage)
         "help frobnicate",
         "help dead bury",
     };
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     insert_every_status(&f);
     char *before = table_digest(&f);
@@ -441,7 +413,7 @@ START_TEST(test_bad_usage)
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strstr(r.out, "usage: outboxctl"), "%s", r.out);
     ctl_free(&r);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -486,7 +458,7 @@ END_TEST
  */
 START_TEST(test_unreachable)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     insert_every_status(&f);
     it_write_file(f.conf,
@@ -526,8 +498,8 @@ START_TEST(test_unreachable)
         ctl_free(&r);
     }
     /* Only the reachable outbox was retried. */
-    ck_assert_int_eq(count_status(&f, "DEAD"), 0);
-    fx_close(&f);
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 0);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -568,7 +540,7 @@ END_TEST
 
 /* n rows of one status, created 3 h ago, the SENT ones sent 2 h ago. */
 static void
-insert_rows(struct fx *f, const char *prefix, int n, const char *status)
+insert_rows(struct it_fx *f, const char *prefix, int n, const char *status)
 {
     it_db_exec(f->sql,
                "INSERT INTO outbox_event (event_id, aggregate_type, "
@@ -583,18 +555,18 @@ insert_rows(struct fx *f, const char *prefix, int n, const char *status)
 
 /* The outbox of a test of its own, retention walking batch rows a step. */
 static void
-fx_open_batch(struct fx *f, unsigned batch)
+fx_open_batch(struct it_fx *f, unsigned batch)
 {
     char keys[128];
     fx_open(f, "sql/outbox.sql");
     snprintf(keys, sizeof(keys), "        retention:\n          batch: %u\n",
              batch);
-    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex, keys);
+    it_fx_write_config(f, keys);
 }
 
 START_TEST(test_dry_run)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     insert_every_status(&f);
     char *before = table_digest(&f);
@@ -623,14 +595,14 @@ START_TEST(test_dry_run)
     ck_assert_str_eq(after, before);
     free(before);
     free(after);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
 /* --limit bounds each outbox's walk, across steps too, oldest id first. */
 START_TEST(test_limit)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open_batch(&f, 3);
     insert_rows(&f, "s", 10, "SENT");
     insert_rows(&f, "d", 2500, "DEAD");
@@ -649,7 +621,7 @@ START_TEST(test_limit)
     ck_assert_msg(r.rc == 0 && strstr(r.out, ": 1500 DEAD rows back"),
                   "rc %d: %s%s", r.rc, r.out, r.err);
     ctl_free(&r);
-    ck_assert_int_eq(count_status(&f, "DEAD"), 1000);
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 1000);
     ck_assert_int_eq(it_db_int(f.sql, "SELECT MAX(id) FROM outbox_event "
                                       "WHERE status = 'PENDING'") <
                          it_db_int(f.sql, "SELECT MIN(id) FROM outbox_event "
@@ -658,8 +630,8 @@ START_TEST(test_limit)
     r = ctl(f.conf, "dead retry --all --limit 2");
     ck_assert_msg(strstr(r.out, ": 2 DEAD rows back"), "%s", r.out);
     ctl_free(&r);
-    ck_assert_int_eq(count_status(&f, "DEAD"), 998);
-    fx_close(&f);
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 998);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -706,7 +678,7 @@ number_after(const char *text, const char *key)
 
 /* The walk stops between transactions: what it says is what is gone. */
 static void
-check_interrupt(struct fx *f, const char *const *args, int sig, int rows,
+check_interrupt(struct it_fx *f, const char *const *args, int sig, int rows,
                 const char *status, const char *said)
 {
     char out[128], err[128];
@@ -714,13 +686,13 @@ check_interrupt(struct fx *f, const char *const *args, int sig, int rows,
     it_unique_name(err, sizeof(err), "/tmp/it_ctl_err");
     pid_t pid = ctl_spawn(f->conf, args, out, err);
     /* Once the first transaction has committed. */
-    ck_assert(IT_WAIT(60000, count_status(f, status) < rows));
+    ck_assert(IT_WAIT(60000, it_db_count_status(f->sql, status) < rows));
     ck_assert_int_eq(kill(pid, sig), 0);
     int rc = wait_exit(pid, 60000);
     char *o = it_file_read(out), *e = it_file_read(err);
     ck_assert_msg(rc == 128 + sig, "exit %d: %s%s", rc, o, e);
     long long done = number_after(o, said);
-    long long left = count_status(f, status);
+    long long left = it_db_count_status(f->sql, status);
     ck_assert_msg(left > 0 && done == rows - left,
                   "said %lld, %lld of %d left:\n%s", done, left, rows, o);
     ck_assert_msg(strstr(o, "(interrupted)") &&
@@ -741,7 +713,7 @@ check_interrupt(struct fx *f, const char *const *args, int sig, int rows,
 
 START_TEST(test_purge_interrupted)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open_batch(&f, 100);
     insert_rows(&f, "p", 3, "PENDING");
     insert_rows(&f, "s", 200000, "SENT");
@@ -749,21 +721,21 @@ START_TEST(test_purge_interrupted)
     const char *args[] = {"purge", "--sent-older-than", "1h", NULL};
     check_interrupt(&f, args, SIGINT, 200000, "SENT", ": deleted ");
     /* A second purge finishes the job. */
-    long long left = count_status(&f, "SENT");
+    long long left = it_db_count_status(f.sql, "SENT");
     struct ctl_run r = ctl(f.conf, "--json purge --sent-older-than 1h");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_int_eq(number_after(r.out, "\"deleted\":"), left);
     ctl_free(&r);
-    ck_assert_int_eq(count_status(&f, "SENT"), 0);
-    ck_assert_int_eq(count_status(&f, "PENDING"), 3);
-    ck_assert_int_eq(count_status(&f, "DEAD"), 3);
-    fx_close(&f);
+    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), 0);
+    ck_assert_int_eq(it_db_count_status(f.sql, "PENDING"), 3);
+    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 3);
+    it_fx_close(&f);
 }
 END_TEST
 
 START_TEST(test_retry_interrupted)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     insert_rows(&f, "d", 100000, "DEAD");
     const char *args[] = {"dead", "retry", "--all", NULL};
@@ -771,8 +743,8 @@ START_TEST(test_retry_interrupted)
     struct ctl_run r = ctl(f.conf, "dead retry --all");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ctl_free(&r);
-    ck_assert_int_eq(count_status(&f, "PENDING"), 100000);
-    fx_close(&f);
+    ck_assert_int_eq(it_db_count_status(f.sql, "PENDING"), 100000);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -808,7 +780,7 @@ ctl_on_pty(const char *conf, const char *const *args, int *rc)
 
 START_TEST(test_progress)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open_batch(&f, 100);
     insert_rows(&f, "s", 3000, "SENT");
     insert_rows(&f, "d", 2000, "DEAD");
@@ -834,7 +806,7 @@ START_TEST(test_progress)
     ck_assert_msg(r.err[0] == '\0' && !strchr(r.out, '\r'), "piped: %s%s",
                   r.out, r.err);
     ctl_free(&r);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 

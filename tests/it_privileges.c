@@ -79,14 +79,6 @@ fx_grant(struct fx *f, const char *verb, const char *privs)
                    f->user, hosts[i]);
 }
 
-static long long
-count_status(struct fx *f, const char *status)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
-                     status);
-}
-
 static void
 wait_log(struct fx *f, const char *what)
 {
@@ -108,7 +100,7 @@ assert_stays_not_ready(struct fx *f, int n)
         it_sleep_ms(500);
     }
     ck_assert(it_daemon_alive(&f->d));
-    ck_assert_int_eq(count_status(f, "PENDING"), n);
+    ck_assert_int_eq(it_db_count_status(f->sql, "PENDING"), n);
     struct it_message m;
     ck_assert_int_eq(it_consumer_next(f->consumer, &m, 200), 0);
 }
@@ -192,7 +184,7 @@ START_TEST(test_missing_update)
                      0);
     /* The grant given, it recovers on its own. */
     fx_grant(&f, "GRANT", "UPDATE");
-    ck_assert(IT_WAIT(60000, count_status(&f, "SENT") == 5));
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == 5));
     ck_assert(IT_WAIT(10000, it_http_get(f.port, "/readyz", NULL) == 200));
     fx_close(&f);
 }

@@ -30,12 +30,15 @@ Suite *it_publisher_suite(void);
 
 struct fx {
     char name[64];
+    char ex[96], q[96]; /* ex_<name>, q_<name> */
     char *urls[4];
     struct broker_config broker;
     struct publisher *p;
     struct outbox_batch b;
     struct outbox_row **rows; /* pointers into b.rows, after building */
-    char err[1024];
+    struct it_consumer *consumer;
+    bool ex_declared, q_declared; /* for fx_free to delete */
+    char err[ERR_LEN];
 };
 
 static void
@@ -43,6 +46,8 @@ fx_init_urls(struct fx *f, const char *const *urls, size_t n)
 {
     memset(f, 0, sizeof(*f));
     it_unique_name(f->name, sizeof(f->name), "it_publisher");
+    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
+    snprintf(f->q, sizeof(f->q), "q_%s", f->name);
     for (size_t i = 0; i < n; i++)
         f->urls[i] = (char *)urls[i];
     f->broker.name = "main";
@@ -65,9 +70,38 @@ fx_init(struct fx *f)
     ck_assert(publisher_is_connected(f->p));
 }
 
+static void raw_queue_delete(const char *queue);
+
+/* The test's topic exchange f->ex with the durable queue f->q bound to
+ * it by "#", which outlives the connection; fx_free deletes both. */
+static void
+fx_declare_queue(struct fx *f)
+{
+    it_exchange_declare(f->ex, "topic");
+    f->ex_declared = true;
+    it_queue_declare(f->q, f->ex, "#");
+    f->q_declared = true;
+}
+
+/* The exchange f->ex with a consumer on a fresh queue bound to it by
+ * binding_key; fx_free frees the consumer and deletes the exchange. */
+static struct it_consumer *
+fx_consume(struct fx *f, const char *binding_key)
+{
+    f->ex_declared = true;
+    f->consumer = it_consumer_new(f->ex, binding_key);
+    return f->consumer;
+}
+
 static void
 fx_free(struct fx *f)
 {
+    if (f->consumer != NULL)
+        it_consumer_free(f->consumer);
+    if (f->q_declared)
+        raw_queue_delete(f->q);
+    if (f->ex_declared)
+        it_exchange_delete(f->ex);
     publisher_free(f->p);
     batch_free(&f->b);
     free(f->rows);
@@ -421,10 +455,8 @@ START_TEST(test_wave_properties_in_order)
     enum { N = 1000 };
     struct fx f;
     fx_init(&f);
-    char ex[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    struct it_consumer *c = it_consumer_new(ex, "order.#");
-    add_rows(&f, 1, N, ex, "order.created");
+    struct it_consumer *c = fx_consume(&f, "order.#");
+    add_rows(&f, 1, N, f.ex, "order.created");
     static const char binary[] = "not json \x00\x01\xff\xfe end";
     f.b.rows[0].payload = batch_memdup(&f.b, binary, sizeof(binary) - 1);
     f.b.rows[0].payload_len = sizeof(binary) - 1;
@@ -443,14 +475,12 @@ START_TEST(test_wave_properties_in_order)
     size_t got = it_consumer_drain(c, &msgs, N + 1, 2000, 30000);
     ck_assert_uint_eq(got, N);
     for (size_t i = 0; i < N; i++) {
-        check_message(&msgs[i], &f.b.rows[i], ex);
+        check_message(&msgs[i], &f.b.rows[i], f.ex);
         it_message_free(&msgs[i]);
     }
     free(msgs);
     fprintf(stderr, "it_publisher: wave of %d confirmed in %llu ms\n", N,
             (unsigned long long)ms);
-    it_consumer_free(c);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST
@@ -461,12 +491,8 @@ START_TEST(test_headers_column)
 {
     struct fx f;
     fx_init(&f);
-    char ex[96], q[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    snprintf(q, sizeof(q), "q_%s", f.name);
-    it_exchange_declare(ex, "topic");
-    it_queue_declare(q, ex, "#");
-    struct outbox_row *r = add_row(&f, 42, ex, "k");
+    fx_declare_queue(&f);
+    struct outbox_row *r = add_row(&f, 42, f.ex, "k");
     r->headers = "{\"tenant\":\"acme \\u00e9\",\"count\":-12,\"ratio\":0.25,"
                  "\"ok\":true,\"no\":false,\"gone\":null,"
                  "\"obj\":{\"a\":[1,2]},\"list\":[\"x\"],"
@@ -476,7 +502,7 @@ START_TEST(test_headers_column)
     assert_all_state(&f, ROW_ACKED);
     amqp_connection_state_t conn = raw_open();
     amqp_message_t msg;
-    ck_assert(IT_WAIT(5000, raw_get(q, conn, &msg) == 1));
+    ck_assert(IT_WAIT(5000, raw_get(f.q, conn, &msg) == 1));
     assert_header_str(&msg, "tenant", "acme \xc3\xa9");
     const amqp_field_value_t *v = header(&msg, "count");
     ck_assert(v && v->kind == AMQP_FIELD_KIND_I64 && v->value.i64 == -12);
@@ -499,8 +525,6 @@ START_TEST(test_headers_column)
     ck_assert_int_eq(msg.properties.headers.num_entries, 12);
     amqp_destroy_message(&msg);
     raw_close(conn);
-    raw_queue_delete(q);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST
@@ -510,10 +534,8 @@ START_TEST(test_large_body)
 {
     struct fx f;
     fx_init(&f);
-    char ex[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    struct it_consumer *c = it_consumer_new(ex, "#");
-    struct outbox_row *r = add_row(&f, 1, ex, "big");
+    struct it_consumer *c = fx_consume(&f, "#");
+    struct outbox_row *r = add_row(&f, 1, f.ex, "big");
     size_t len = 5 * 1024 * 1024;
     char *body = xmalloc(len);
     for (size_t i = 0; i < len; i++)
@@ -528,8 +550,6 @@ START_TEST(test_large_body)
     ck_assert(memcmp(m.body, body, len) == 0);
     it_message_free(&m);
     free(body);
-    it_consumer_free(c);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST
@@ -540,15 +560,13 @@ START_TEST(test_unroutable_mandatory)
 {
     struct fx f;
     fx_init(&f);
-    char ex[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    struct it_consumer *c = it_consumer_new(ex, "routable.#");
+    struct it_consumer *c = fx_consume(&f, "routable.#");
     for (uint64_t i = 1; i <= 10; i++)
-        add_row(&f, i, ex, i == 4 || i == 8 ? "nowhere.x" : "routable.x");
+        add_row(&f, i, f.ex, i == 4 || i == 8 ? "nowhere.x" : "routable.x");
     ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
     char want[256];
     snprintf(want, sizeof(want),
-             "NO_ROUTE: exchange \"%s\" routing key \"nowhere.x\"", ex);
+             "NO_ROUTE: exchange \"%s\" routing key \"nowhere.x\"", f.ex);
     for (size_t i = 0; i < f.b.n; i++) {
         struct outbox_row *r = &f.b.rows[i];
         if (r->id == 4 || r->id == 8) {
@@ -566,11 +584,9 @@ START_TEST(test_unroutable_mandatory)
     free(msgs);
     /* without mandatory the broker drops it and confirms: ACKED */
     batch_reset(&f.b);
-    add_row(&f, 11, ex, "nowhere.y");
+    add_row(&f, 11, f.ex, "nowhere.y");
     ck_assert_msg(fx_wave(&f, false, 10000) == 0, "wave: %s", f.err);
     assert_all_state(&f, ROW_ACKED);
-    it_consumer_free(c);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST
@@ -581,10 +597,9 @@ START_TEST(test_exchange_missing)
 {
     struct fx f;
     fx_init(&f);
-    char ex[96], missing[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
+    char missing[96];
     snprintf(missing, sizeof(missing), "missing_%s", f.name);
-    struct it_consumer *c = it_consumer_new(ex, "#");
+    struct it_consumer *c = fx_consume(&f, "#");
     add_rows(&f, 1, 50, missing, "k");
     ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
     char want[256];
@@ -597,7 +612,7 @@ START_TEST(test_exchange_missing)
     ck_assert(publisher_is_connected(f.p));
     /* the channel was reopened: the next wave goes through */
     batch_reset(&f.b);
-    add_rows(&f, 100, 20, ex, "k");
+    add_rows(&f, 100, 20, f.ex, "k");
     ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
     assert_all_state(&f, ROW_ACKED);
     /*
@@ -608,7 +623,7 @@ START_TEST(test_exchange_missing)
      */
     batch_reset(&f.b);
     for (uint64_t i = 200; i < 600; i++)
-        add_row(&f, i, i % 100 == 50 ? missing : ex, "k");
+        add_row(&f, i, i % 100 == 50 ? missing : f.ex, "k");
     ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
     for (size_t i = 0; i < f.b.n; i++) {
         struct outbox_row *r = &f.b.rows[i];
@@ -636,8 +651,6 @@ START_TEST(test_exchange_missing)
             ck_assert_int_eq(seen[f.b.rows[i].id], 1);
     fprintf(stderr, "it_publisher: mixed wave: %zu of %zu acked\n", acked,
             f.b.n);
-    it_consumer_free(c);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST
@@ -675,12 +688,8 @@ START_TEST(test_cut_mid_wave)
     fx_init_urls(&f, urls, 1);
     ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
                   f.err);
-    char ex[96], q[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    snprintf(q, sizeof(q), "q_%s", f.name);
-    it_exchange_declare(ex, "topic");
-    it_queue_declare(q, ex, "#");
-    add_rows(&f, 1, N, ex, "k");
+    fx_declare_queue(&f);
+    add_rows(&f, 1, N, f.ex, "k");
     for (size_t i = 0; i < N; i++) /* about 300 bytes per message */
         f.b.rows[i].payload =
             batch_sprintf(&f.b, "{\"seq\":%zu,\"pad\":\"%0200d\"}", i, 0);
@@ -696,7 +705,7 @@ START_TEST(test_cut_mid_wave)
     ck_assert(!publisher_is_connected(f.p));
     size_t claimed = batch_count_state(&f.b, ROW_CLAIMED);
     size_t acked = batch_count_state(&f.b, ROW_ACKED);
-    size_t failed = assert_acked_queued(&f, q, N);
+    size_t failed = assert_acked_queued(&f, f.q, N);
     ck_assert_uint_eq(claimed + acked + failed, N);
     ck_assert_uint_gt(failed, 0);
     for (size_t i = 0; i < f.b.n; i++)
@@ -709,11 +718,9 @@ START_TEST(test_cut_mid_wave)
     ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
                   f.err);
     batch_reset(&f.b);
-    add_rows(&f, 1, 10, ex, "k");
+    add_rows(&f, 1, 10, f.ex, "k");
     ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
     assert_all_state(&f, ROW_ACKED);
-    raw_queue_delete(q);
-    it_exchange_delete(ex);
     fx_free(&f);
     proxy_stop(&px);
 }
@@ -782,15 +789,11 @@ broker_close_test(const char *action, int delay_ms, const char *want_err)
 {
     struct fx f;
     fx_init(&f);
-    char ex[96], q[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    snprintf(q, sizeof(q), "q_%s", f.name);
-    it_exchange_declare(ex, "topic");
-    it_queue_declare(q, ex, "#");
+    fx_declare_queue(&f);
     struct closer cl = {.delay_ms = delay_ms, .action = action};
     snprintf(cl.name, sizeof(cl.name), "%s", f.name);
     pthread_create(&cl.thread, NULL, closer_main, &cl);
-    int rc = waves_until_failure(&f, ex, 60000);
+    int rc = waves_until_failure(&f, f.ex, 60000);
     pthread_join(cl.thread, NULL);
     bool stopped = strcmp(action, "stop_app") == 0;
     if (stopped) /* bring the broker back before any assertion can fail */
@@ -800,18 +803,16 @@ broker_close_test(const char *action, int delay_ms, const char *want_err)
     ck_assert_int_eq(rc, -1);
     ck_assert_msg(err_matches(f.err, want_err), "%s", f.err);
     ck_assert(!publisher_is_connected(f.p));
-    size_t failed = assert_acked_queued(&f, q, f.b.n + 1);
+    size_t failed = assert_acked_queued(&f, f.q, f.b.n + 1);
     ck_assert_uint_gt(failed, 0);
     fprintf(stderr, "it_publisher: %s: %zu acked, %zu failed: %s\n", action,
             batch_count_state(&f.b, ROW_ACKED), failed, f.err);
     ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
                   f.err);
     batch_reset(&f.b);
-    add_rows(&f, 1, 10, ex, "k");
+    add_rows(&f, 1, 10, f.ex, "k");
     ck_assert_msg(fx_wave(&f, true, 10000) == 0, "wave: %s", f.err);
     assert_all_state(&f, ROW_ACKED);
-    raw_queue_delete(q);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 
@@ -857,18 +858,14 @@ START_TEST(test_broker_blocked)
 {
     struct fx f;
     fx_init(&f);
-    char ex[96], q[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    snprintf(q, sizeof(q), "q_%s", f.name);
-    it_exchange_declare(ex, "topic");
-    it_queue_declare(q, ex, "#");
-    add_rows(&f, 1, 1, ex, "k");
+    fx_declare_queue(&f);
+    add_rows(&f, 1, 1, f.ex, "k");
     ck_assert_msg(fx_wave(&f, true, 5000) == 0, "%s", f.err);
     /* record everything, restore the broker, then assert */
     it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0.00001 >/dev/null");
     bool alarmed = IT_WAIT(20000, memory_alarm());
     batch_reset(&f.b);
-    add_rows(&f, 10, 50, ex, "k");
+    add_rows(&f, 10, 50, f.ex, "k");
     int rc1 = fx_wave(&f, true, 3000);
     bool blocked1 = publisher_is_blocked(f.p);
     bool connected1 = publisher_is_connected(f.p);
@@ -881,12 +878,12 @@ START_TEST(test_broker_blocked)
             snprintf(error1, sizeof(error1), "%s", f.b.rows[i].error);
     struct outbox_batch first = f.b;
     batch_init(&f.b);
-    add_rows(&f, 100, 10, ex, "k");
+    add_rows(&f, 100, 10, f.ex, "k");
     uint64_t t0 = clock_ms();
     int rc2 = fx_wave(&f, true, 1000);
     uint64_t took2 = clock_ms() - t0;
     size_t claimed2 = batch_count_state(&f.b, ROW_CLAIMED);
-    char err2[1024];
+    char err2[ERR_LEN];
     snprintf(err2, sizeof(err2), "%s", f.err);
     it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0.4 >/dev/null");
     ck_assert(IT_WAIT(20000, !memory_alarm()));
@@ -905,15 +902,13 @@ START_TEST(test_broker_blocked)
     /* the alarm is gone: the same connection publishes again */
     ck_assert_msg(IT_WAIT(10000, poll_unblocked(&f)), "%s", f.err);
     batch_reset(&f.b);
-    add_rows(&f, 200, 10, ex, "k");
+    add_rows(&f, 200, 10, f.ex, "k");
     ck_assert_msg(fx_wave(&f, true, 10000) == 0, "%s", f.err);
     assert_all_state(&f, ROW_ACKED);
     fprintf(stderr,
             "it_publisher: blocked: %zu acked, %zu released, %zu unsent\n",
             acked1, released1, claimed1);
     batch_free(&first);
-    raw_queue_delete(q);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST
@@ -926,17 +921,13 @@ START_TEST(test_deadline_large_wave)
     enum { N = 20000 };
     struct fx f;
     fx_init(&f);
-    char ex[96], q[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    snprintf(q, sizeof(q), "q_%s", f.name);
-    it_exchange_declare(ex, "topic");
-    it_queue_declare(q, ex, "#");
-    add_rows(&f, 1, N, ex, "k");
+    fx_declare_queue(&f);
+    add_rows(&f, 1, N, f.ex, "k");
     ck_assert_int_eq(fx_wave(&f, true, 100), -1);
     ck_assert_msg(strstr(f.err, "no confirm within 10s") != NULL, "%s", f.err);
     ck_assert(!publisher_is_connected(f.p));
     size_t claimed = batch_count_state(&f.b, ROW_CLAIMED);
-    size_t failed = assert_acked_queued(&f, q, N);
+    size_t failed = assert_acked_queued(&f, f.q, N);
     ck_assert_uint_gt(failed, 0);
     fprintf(stderr,
             "it_publisher: 100 ms deadline: %zu acked, %zu failed, "
@@ -945,8 +936,6 @@ START_TEST(test_deadline_large_wave)
     for (size_t i = 0; i < f.b.n; i++)
         if (f.b.rows[i].state == ROW_FAILED)
             ck_assert_str_eq(f.b.rows[i].error, "no confirm within 10s");
-    raw_queue_delete(q);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST
@@ -1173,10 +1162,8 @@ START_TEST(test_bad_rows_rejected)
 {
     struct fx f;
     fx_init(&f);
-    char ex[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    struct it_consumer *c = it_consumer_new(ex, "#");
-    add_rows(&f, 1, 10, ex, "k");
+    struct it_consumer *c = fx_consume(&f, "#");
+    add_rows(&f, 1, 10, f.ex, "k");
     f.b.rows[2].headers = "{\"a\":";
     f.b.rows[5].headers = "[1,2]";
     f.b.rows[6].event_id = NULL;
@@ -1208,8 +1195,6 @@ START_TEST(test_bad_rows_rejected)
     for (size_t i = 0; i < got; i++)
         it_message_free(&msgs[i]);
     free(msgs);
-    it_consumer_free(c);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST
@@ -1221,12 +1206,8 @@ START_TEST(test_throughput_20k)
     enum { N = 20000 };
     struct fx f;
     fx_init(&f);
-    char ex[96], q[96];
-    snprintf(ex, sizeof(ex), "ex_%s", f.name);
-    snprintf(q, sizeof(q), "q_%s", f.name);
-    it_exchange_declare(ex, "topic");
-    it_queue_declare(q, ex, "#");
-    add_rows(&f, 1, N, ex, "k");
+    fx_declare_queue(&f);
+    add_rows(&f, 1, N, f.ex, "k");
     char pad[257];
     memset(pad, 'x', 256);
     pad[256] = '\0';
@@ -1242,8 +1223,6 @@ START_TEST(test_throughput_20k)
             "it_publisher: 20000 persistent 256-byte messages confirmed in "
             "%llu ms: %.0f msg/s\n",
             (unsigned long long)ms, N * 1000.0 / (double)(ms ? ms : 1));
-    raw_queue_delete(q);
-    it_exchange_delete(ex);
     fx_free(&f);
 }
 END_TEST

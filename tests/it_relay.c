@@ -15,47 +15,13 @@
 
 Suite *it_relay_suite(void);
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256];
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d;
-};
-
 static void
-fx_open(struct fx *f, const char *schema, const char *binding,
+fx_open(struct it_fx *f, const char *schema, const char *binding,
         const char *extra_keys)
 {
-    memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_relay");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 9);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    it_db_create(f->db, it_src_path(schema));
-    f->sql = it_db_connect(f->db);
+    it_fx_open(f, "it_relay", schema);
     f->consumer = it_consumer_new(f->ex, binding);
-    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex, extra_keys);
-}
-
-static void
-fx_start(struct fx *f)
-{
-    it_daemon_start(&f->d, f->conf, f->name);
-}
-
-static void
-fx_close(struct fx *f)
-{
-    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
-}
-
-static long long
-count_status(struct fx *f, const char *status)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE "
-                     "status = '%s'",
-                     status);
+    it_fx_write_config(f, extra_keys);
 }
 
 /* Index of "<prefix>-<i>"; -1 if the id is not one of ours. */
@@ -72,8 +38,8 @@ event_index(const char *event_id)
  * outbox ids never go down.  Returns the number of new events seen.
  */
 static long
-receive_new_events(struct fx *f, int n, int aggregates, int *copies, long want,
-                   int timeout_ms)
+receive_new_events(struct it_fx *f, int n, int aggregates, int *copies,
+                   long want, int timeout_ms)
 {
     long long *last = calloc((size_t)aggregates, sizeof(*last));
     long distinct = 0;
@@ -100,14 +66,15 @@ receive_new_events(struct fx *f, int n, int aggregates, int *copies, long want,
 }
 
 static long
-receive_events(struct fx *f, int n, int aggregates, int *copies, int timeout_ms)
+receive_events(struct it_fx *f, int n, int aggregates, int *copies,
+               int timeout_ms)
 {
     return receive_new_events(f, n, aggregates, copies, n, timeout_ms);
 }
 
 /* docs/contract.md section 7: every property and header of one message. */
 static void
-check_message_properties(struct fx *f)
+check_message_properties(struct it_fx *f)
 {
     struct it_message m;
     it_db_exec(f->sql,
@@ -148,14 +115,14 @@ check_message_properties(struct fx *f)
 START_TEST(test_drain_exactly_once_in_order)
 {
     enum { N = 10000, AGGS = 100 };
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql", "#", NULL);
     it_db_insert_events(f.sql, "outbox_event", "ev", N, AGGS, 256);
     int *copies = calloc(N, sizeof(*copies));
     uint64_t t0 = it_now_ms();
-    fx_start(&f);
+    it_fx_start(&f);
     ck_assert_int_eq(receive_events(&f, N, AGGS, copies, 120000), N);
-    ck_assert(IT_WAIT(30000, count_status(&f, "SENT") == N));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N));
     uint64_t ms = it_now_ms() - t0;
     fprintf(stderr, "drain: %d events in %llu ms = %.0f events/s\n", N,
             (unsigned long long)ms, N * 1000.0 / (double)(ms ? ms : 1));
@@ -174,7 +141,7 @@ START_TEST(test_drain_exactly_once_in_order)
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
     free(copies);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -182,18 +149,18 @@ END_TEST
 START_TEST(test_seed_ddl)
 {
     enum { N = 500, AGGS = 20 };
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "tests/data/seed_outbox.sql", "#", NULL);
     it_db_insert_events(f.sql, "outbox_event", "seed", N, AGGS, 100);
     int *copies = calloc(N, sizeof(*copies));
-    fx_start(&f);
+    it_fx_start(&f);
     ck_assert_int_eq(receive_events(&f, N, AGGS, copies, 60000), N);
-    ck_assert(IT_WAIT(30000, count_status(&f, "SENT") == N));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N));
     ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
                                       "WHERE sent_at IS NULL"),
                      0);
     free(copies);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -201,7 +168,7 @@ END_TEST
  * never SENT, while other events flow. */
 START_TEST(test_unroutable_dead)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql", "Order.#",
             "        max_retries: 2\n"
             "        backoff: { initial: 100ms, max: 200ms }\n");
@@ -210,10 +177,10 @@ START_TEST(test_unroutable_dead)
                       "('ghost-1', 'Ghost', 'g-1', 'Boo', '{}')");
     it_db_insert_events(f.sql, "outbox_event", "ok", 100, 10, 64);
     it_db_exec(f.sql, "COMMIT");
-    fx_start(&f);
+    it_fx_start(&f);
     int copies[100] = {0};
     ck_assert_int_eq(receive_events(&f, 100, 10, copies, 30000), 100);
-    ck_assert(IT_WAIT(30000, count_status(&f, "DEAD") == 1));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "DEAD") == 1));
     char *err = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
                                  "event_id = 'ghost-1'");
     ck_assert_msg(err && strstr(err, "NO_ROUTE") && strstr(err, f.ex) &&
@@ -227,8 +194,8 @@ START_TEST(test_unroutable_dead)
                                       "WHERE event_id = 'ghost-1' AND "
                                       "sent_at IS NOT NULL"),
                      0);
-    ck_assert_int_eq(count_status(&f, "SENT"), 100);
-    fx_close(&f);
+    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), 100);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -240,7 +207,7 @@ rabbit_up(void)
 
 /* Event ids currently SENT, as a 0/1 map. */
 static long
-snapshot_sent(struct fx *f, char *sent, int n)
+snapshot_sent(struct it_fx *f, char *sent, int n)
 {
     mysql_query(f->sql, "SELECT event_id FROM outbox_event WHERE status = "
                         "'SENT'");
@@ -264,20 +231,20 @@ snapshot_sent(struct fx *f, char *sent, int n)
 START_TEST(test_broker_cut_mid_batch)
 {
     enum { N = 20000, AGGS = 500 };
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql", "#", "        batch_size: 2000\n");
     char queue[128];
     snprintf(queue, sizeof(queue), "%s", it_consumer_queue(f.consumer));
     it_db_insert_events(f.sql, "outbox_event", "cut", N, AGGS, 256);
-    fx_start(&f);
-    ck_assert(IT_WAIT(60000, count_status(&f, "SENT") >= 1000));
+    it_fx_start(&f);
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") >= 1000));
     ck_assert_int_eq(it_sh("rabbitmqctl -q stop_app"), 0);
     /* let the relay record what was confirmed before the cut */
-    long long before = -1, now = count_status(&f, "SENT");
+    long long before = -1, now = it_db_count_status(f.sql, "SENT");
     while (now != before) {
         it_sleep_ms(1500);
         before = now;
-        now = count_status(&f, "SENT");
+        now = it_db_count_status(f.sql, "SENT");
     }
     ck_assert_msg(now < N, "the cut came too late to test anything");
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 15000));
@@ -296,16 +263,16 @@ START_TEST(test_broker_cut_mid_batch)
                       "event %d is SENT but was never delivered", i);
     fprintf(stderr, "broker cut: %ld of %d SENT before the cut\n", nsent, N);
     /* and after the relay comes back, every event arrives */
-    fx_start(&f);
+    it_fx_start(&f);
     long distinct = 0;
     for (int i = 0; i < N; i++)
         distinct += copies[i] > 0;
     distinct += receive_new_events(&f, N, AGGS, copies, N - distinct, 120000);
     ck_assert_int_eq(distinct, N);
-    ck_assert(IT_WAIT(30000, count_status(&f, "SENT") == N));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N));
     free(copies);
     free(sent);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
@@ -314,11 +281,11 @@ END_TEST
 START_TEST(test_sigterm_during_drain)
 {
     enum { N = 20000, AGGS = 1000 };
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "sql/outbox.sql", "#", NULL);
     it_db_insert_events(f.sql, "outbox_event", "term", N, AGGS, 256);
-    fx_start(&f);
-    ck_assert(IT_WAIT(60000, count_status(&f, "SENT") >= 2000));
+    it_fx_start(&f);
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") >= 2000));
     uint64_t t0 = it_now_ms();
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
     uint64_t took = it_now_ms() - t0;
@@ -326,7 +293,7 @@ START_TEST(test_sigterm_during_drain)
     ck_assert_int_eq(WEXITSTATUS(f.d.status), 0);
     fprintf(stderr, "SIGTERM: exited 0 after %llu ms\n",
             (unsigned long long)took);
-    ck_assert_int_eq(count_status(&f, "PROCESSING"), 0);
+    ck_assert_int_eq(it_db_count_status(f.sql, "PROCESSING"), 0);
     char *sent = malloc(N);
     long nsent = snapshot_sent(&f, sent, N);
     ck_assert_msg(nsent < N, "the drain finished before SIGTERM");
@@ -338,7 +305,7 @@ START_TEST(test_sigterm_during_drain)
     ck_assert_int_eq(got, nsent);
     free(copies);
     free(sent);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 

@@ -15,33 +15,14 @@
 
 Suite *it_retention_suite(void);
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256];
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d;
-};
-
 static void
-fx_open(struct fx *f, const char *retention)
+fx_open(struct it_fx *f, const char *retention)
 {
     char keys[256];
-    memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_ret");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 3);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    it_db_create(f->db, it_src_path("sql/outbox.sql"));
-    f->sql = it_db_connect(f->db);
+    it_fx_open(f, "it_ret", "sql/outbox.sql");
     f->consumer = it_consumer_new(f->ex, "#");
     snprintf(keys, sizeof(keys), "        retention: %s\n", retention);
-    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex, keys);
-}
-
-static void
-fx_close(struct fx *f)
-{
-    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
+    it_fx_write_config(f, keys);
 }
 
 /* Rows of one INSERT, each its own aggregate. */
@@ -68,7 +49,7 @@ add_row(struct rows *r, const char *id, const char *status, const char *created,
  * 50 SENT five minutes ago, 20 PENDING and 5 DEAD, all recent.
  */
 static void
-insert_rows(struct fx *f)
+insert_rows(struct it_fx *f)
 {
     struct rows r = {.cap = 400000};
     char id[32];
@@ -107,7 +88,7 @@ insert_rows(struct fx *f)
 }
 
 static long long
-count_like(struct fx *f, const char *pattern, const char *status)
+count_like(struct it_fx *f, const char *pattern, const char *status)
 {
     long long n = it_db_int(f->sql,
                             "SELECT COUNT(*) FROM outbox_event WHERE "
@@ -142,7 +123,7 @@ sum_log(const struct it_daemon *d, long long *deleted, long long *batches)
 
 START_TEST(test_retention_deletes_old_sent_only)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "{ sent: 1h, interval: 1s, batch: 100 }");
     insert_rows(&f);
     ck_assert_int_eq(count_like(&f, "old-%", "SENT"), 1000);
@@ -173,13 +154,13 @@ START_TEST(test_retention_deletes_old_sent_only)
     /* Exit 0, also under OUTBOXD_WRAPPER=valgrind --error-exitcode. */
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 20000));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
 START_TEST(test_retention_zero_keeps_everything)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "{ sent: 0s, interval: 1s, batch: 100 }");
     insert_rows(&f);
     it_daemon_start(&f.d, f.conf, f.name);
@@ -190,7 +171,7 @@ START_TEST(test_retention_zero_keeps_everything)
                      1105);
     long long deleted, batches;
     ck_assert_int_eq(sum_log(&f.d, &deleted, &batches), 0);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 

@@ -169,13 +169,6 @@ assert_tools_clean(const struct fx *f)
     assert_file_clean(f, f->out);
 }
 
-static long long
-count_sent(struct fx *f)
-{
-    return it_db_int(f->sql, "SELECT COUNT(*) FROM outbox_event WHERE "
-                             "status = 'SENT'");
-}
-
 START_TEST(test_secrets_right)
 {
     struct fx f;
@@ -184,7 +177,7 @@ START_TEST(test_secrets_right)
     struct it_consumer *c = it_consumer_new(f.ex, "#");
     it_db_insert_events(f.sql, "outbox_event", "sec", 20, 4, 64);
     it_daemon_start(&f.d, f.conf, f.name);
-    ck_assert(IT_WAIT(30000, count_sent(&f) == 20));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == 20));
     ck_assert(it_file_has(f.d.log_path, "broker connected: amqp://"));
     ck_assert(it_file_has(f.d.log_path, ":***@127.0.0.1"));
     assert_http_clean(&f);

@@ -14,6 +14,7 @@
 
 #include "itest.h"
 #include "store.h"
+#include "util.h"
 
 Suite *it_store_suite(void);
 
@@ -27,18 +28,33 @@ static const char *const schema_files[] = {"sql/outbox.sql",
 /* The runner's pid, in every database name, so cleanup is this run's. */
 static pid_t runner_pid;
 
+/* What a test works on: its database, the outbox config over it, and
+ * what fx_teardown closes after the test. */
+#define FX_STORES 4
 struct fx {
     char db[64];
     struct database_config dbc;
     struct outbox_config ob;
     MYSQL *sql;
     bool seed;
+    struct store *stores[FX_STORES]; /* store_open's */
+    size_t nstores;
+    struct outbox_batch b;
 };
 
-/* schema: index into schema_files, or -1 for a database with no table. */
-static void
-fx_init(struct fx *fx, int schema)
+/* One per test process: Check's fixtures take no arguments, so the test
+ * calls fx_setup with its schema, and fx_teardown finds it here. */
+static struct fx fixture;
+
+/*
+ * The start of every test: a fresh database with the table of
+ * schema_files[schema] (-1: no table), the outbox config of one relay
+ * over it and an empty batch.
+ */
+static struct fx *
+fx_setup(int schema)
 {
+    struct fx *fx = &fixture;
     char prefix[32];
     memset(fx, 0, sizeof(*fx));
     snprintf(prefix, sizeof(prefix), "it_store_%d", (int)runner_pid);
@@ -64,21 +80,35 @@ fx_init(struct fx *fx, int schema)
     fx->ob.backoff_initial_ms = 20000;
     fx->ob.backoff_max_ms = 300000;
     fx->ob.on_sent = ON_SENT_MARK;
+    batch_init(&fx->b);
+    return fx;
 }
 
+/* The checked teardown of every test; after a failed check in a forked
+ * test it does not run, and runner_teardown drops the database. */
 static void
-fx_fini(struct fx *fx)
+fx_teardown(void)
 {
-    mysql_close(fx->sql);
-    it_db_drop(fx->db);
+    struct fx *fx = &fixture;
+    for (size_t i = 0; i < fx->nstores; i++)
+        store_free(fx->stores[i]);
+    batch_free(&fx->b);
+    if (fx->sql != NULL)
+        mysql_close(fx->sql);
+    if (fx->db[0] != '\0')
+        it_db_drop(fx->db);
+    memset(fx, 0, sizeof(*fx));
 }
 
+/* A store connected to the test's database; fx_teardown frees it. */
 static struct store *
 store_open(struct fx *fx)
 {
-    char err[512] = "";
+    char err[ERR_LEN] = "";
+    ck_assert_uint_lt(fx->nstores, FX_STORES);
     struct store *st = store_new(&fx->ob);
     ck_assert_ptr_nonnull(st);
+    fx->stores[fx->nstores++] = st;
     ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "connect: %s", err);
     ck_assert(store_is_connected(st));
     return st;
@@ -87,7 +117,7 @@ store_open(struct fx *fx)
 static void
 claim_ok(struct store *st, struct outbox_batch *b)
 {
-    char err[512] = "";
+    char err[ERR_LEN] = "";
     int rc = store_claim_batch(st, RELAY, b, err, sizeof(err));
     ck_assert_msg(rc == 0, "claim: %s", err);
 }
@@ -95,7 +125,7 @@ claim_ok(struct store *st, struct outbox_batch *b)
 static size_t
 finalize_ok(struct store *st, struct outbox_batch *b)
 {
-    char err[512] = "";
+    char err[ERR_LEN] = "";
     size_t lost = 99;
     int rc = store_finalize_batch(st, b, &lost, err, sizeof(err));
     ck_assert_msg(rc == 0, "finalize: %s", err);
@@ -173,93 +203,82 @@ release_all(struct store *st, struct outbox_batch *b)
 /* 1. PENDING up to batch_size -> PROCESSING under a lease -> SENT. */
 START_TEST(test_claim_and_ack)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "ca", 25, 25, 100);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "ca", 25, 25, 100);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
 
     uint64_t s0 = store_statement_count(st);
-    claim_ok(st, &b);
+    claim_ok(st, b);
     uint64_t claim_cost = store_statement_count(st) - s0;
-    ck_assert_uint_eq(b.n, 10);
-    assert_sorted_claimed(&b);
-    ck_assert_msg(strncmp(b.token, RELAY "/", strlen(RELAY) + 1) == 0,
-                  "token %s", b.token);
-    for (size_t i = 0; i < b.n; i++) {
-        ck_assert_int_eq(b.rows[i].claimed_from, OUTBOX_PENDING);
-        ck_assert_uint_eq(b.rows[i].retry_count, 0);
-        ck_assert_uint_eq(b.rows[i].id, i + 1); /* the oldest first */
+    ck_assert_uint_eq(b->n, 10);
+    assert_sorted_claimed(b);
+    ck_assert_msg(strncmp(b->token, RELAY "/", strlen(RELAY) + 1) == 0,
+                  "token %s", b->token);
+    for (size_t i = 0; i < b->n; i++) {
+        ck_assert_int_eq(b->rows[i].claimed_from, OUTBOX_PENDING);
+        ck_assert_uint_eq(b->rows[i].retry_count, 0);
+        ck_assert_uint_eq(b->rows[i].id, i + 1); /* the oldest first */
     }
-    ck_assert_int_eq(count_where(&fx, "status = 'PROCESSING'"), 10);
+    ck_assert_int_eq(count_where(fx, "status = 'PROCESSING'"), 10);
     char *cond = NULL;
     ck_assert_int_ge(asprintf(&cond,
                               "status = 'PROCESSING' AND locked_by = '%s' AND "
                               "locked_until > NOW() + INTERVAL 25 SECOND AND "
                               "locked_until <= NOW() + INTERVAL 31 SECOND",
-                              b.token),
+                              b->token),
                      0);
-    ck_assert_int_eq(count_where(&fx, cond), 10);
+    ck_assert_int_eq(count_where(fx, cond), 10);
     free(cond);
 
-    ack_all(&b);
+    ack_all(b);
     s0 = store_statement_count(st);
-    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
     ck_assert_uint_eq(store_statement_count(st) - s0, 2);
     /* The look for expired leases, the due retries' read, the backlog's
      * read and its lock by id, the ordering check, the update, commit. */
     ck_assert_uint_le(claim_cost, 7);
-    ck_assert_int_eq(count_where(&fx, "status = 'SENT' AND sent_at IS NOT "
-                                      "NULL AND locked_by IS NULL AND "
-                                      "locked_until IS NULL"),
+    ck_assert_int_eq(count_where(fx, "status = 'SENT' AND sent_at IS NOT "
+                                     "NULL AND locked_by IS NULL AND "
+                                     "locked_until IS NULL"),
                      10);
 
     /* The next claim takes the next ten. */
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 10);
-    ck_assert_uint_eq(b.rows[0].id, 11);
-    release_all(st, &b);
-    ck_assert_int_eq(count_where(&fx, "status = 'PENDING' AND locked_by IS "
-                                      "NULL AND retry_count = 0"),
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 10);
+    ck_assert_uint_eq(b->rows[0].id, 11);
+    release_all(st, b);
+    ck_assert_int_eq(count_where(fx, "status = 'PENDING' AND locked_by IS "
+                                     "NULL AND retry_count = 0"),
                      15);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
 }
 END_TEST
 
 /* 1b. on_sent: delete removes acked rows, and only those. */
 START_TEST(test_ack_deletes)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    fx.ob.on_sent = ON_SENT_DELETE;
-    it_db_insert_events(fx.sql, "outbox_event", "del", 15, 15, 50);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 10);
+    struct fx *fx = fx_setup(_i);
+    fx->ob.on_sent = ON_SENT_DELETE;
+    it_db_insert_events(fx->sql, "outbox_event", "del", 15, 15, 50);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 10);
     for (size_t i = 0; i < 8; i++)
-        set_outcome(&b, &b.rows[i], ROW_ACKED, NULL);
-    set_outcome(&b, &b.rows[8], ROW_RELEASED, NULL);
-    ck_assert_uint_eq(finalize_ok(st, &b), 0);
-    ck_assert_int_eq(count_where(&fx, "1"), 7);
-    ck_assert_int_eq(count_where(&fx, "status = 'PENDING'"), 7);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+        set_outcome(b, &b->rows[i], ROW_ACKED, NULL);
+    set_outcome(b, &b->rows[8], ROW_RELEASED, NULL);
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    ck_assert_int_eq(count_where(fx, "1"), 7);
+    ck_assert_int_eq(count_where(fx, "status = 'PENDING'"), 7);
 }
 END_TEST
 
 /* 2. Two relays never get the same row. */
 START_TEST(test_two_stores_disjoint)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "two", 45, 45, 50);
-    struct store *a = store_open(&fx), *bs = store_open(&fx);
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "two", 45, 45, 50);
+    struct store *a = store_open(fx), *bs = store_open(fx);
     struct outbox_batch ba, bb;
     batch_init(&ba);
     batch_init(&bb);
@@ -287,9 +306,6 @@ START_TEST(test_two_stores_disjoint)
         ck_assert_int_eq(seen[id], 1);
     batch_free(&ba);
     batch_free(&bb);
-    store_free(a);
-    store_free(bs);
-    fx_fini(&fx);
 }
 END_TEST
 
@@ -314,35 +330,30 @@ hold_rows(struct fx *fx, const char *where)
  */
 START_TEST(test_skip_locked_rows)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "sk", 30, 30, 50);
-    MYSQL *other = hold_rows(&fx, "id <= 10");
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "sk", 30, 30, 50);
+    MYSQL *other = hold_rows(fx, "id <= 10");
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
     uint64_t t0 = it_now_ms();
-    claim_ok(st, &b);
+    claim_ok(st, b);
     ck_assert_uint_lt(it_now_ms() - t0, 3000);
-    ck_assert_uint_eq(b.n, 10);
-    ck_assert_uint_eq(b.rows[0].id, 11);
-    ck_assert_uint_eq(b.rows[9].id, 20);
-    release_all(st, &b);
+    ck_assert_uint_eq(b->n, 10);
+    ck_assert_uint_eq(b->rows[0].id, 11);
+    ck_assert_uint_eq(b->rows[9].id, 20);
+    release_all(st, b);
     it_db_exec(other, "ROLLBACK");
     mysql_close(other);
 
-    other = hold_rows(&fx, "id BETWEEN 3 AND 5");
-    claim_ok(st, &b);
+    other = hold_rows(fx, "id BETWEEN 3 AND 5");
+    claim_ok(st, b);
     static const uint64_t want[] = {1, 2, 6, 7, 8, 9, 10, 11, 12, 13};
-    ck_assert_uint_eq(b.n, sizeof(want) / sizeof(want[0]));
-    for (size_t i = 0; i < b.n; i++)
-        ck_assert_uint_eq(b.rows[i].id, want[i]);
-    release_all(st, &b);
+    ck_assert_uint_eq(b->n, sizeof(want) / sizeof(want[0]));
+    for (size_t i = 0; i < b->n; i++)
+        ck_assert_uint_eq(b->rows[i].id, want[i]);
+    release_all(st, b);
     it_db_exec(other, "ROLLBACK");
     mysql_close(other);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
 }
 END_TEST
 
@@ -358,7 +369,7 @@ struct drain {
     size_t nlog;
     _Atomic size_t done;
     _Atomic int failures;
-    char error[512];
+    char error[ERR_LEN];
 };
 
 struct drain_relay {
@@ -389,7 +400,7 @@ drain_log(struct drain *d, const struct outbox_batch *b)
 static void
 drain_loop(struct drain *d, struct store *st, const char *relay_id)
 {
-    char err[512];
+    char err[ERR_LEN];
     struct outbox_batch b;
     batch_init(&b);
     uint64_t deadline = it_now_ms() + 40000;
@@ -422,7 +433,7 @@ static void *
 drain_thread(void *arg)
 {
     struct drain_relay *r = arg;
-    char err[512];
+    char err[ERR_LEN];
     struct store *st = store_new(r->d->ob);
     if (store_connect(st, err, sizeof(err)) < 0)
         drain_fail(r->d, err);
@@ -457,13 +468,12 @@ check_drain_log(struct fx *fx, const struct drain *d)
 
 START_TEST(test_concurrent_relays)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    fx.ob.batch_size = 100;
-    it_db_insert_events(fx.sql, "outbox_event", "dr", DRAIN_EVENTS,
+    struct fx *fx = fx_setup(_i);
+    fx->ob.batch_size = 100;
+    it_db_insert_events(fx->sql, "outbox_event", "dr", DRAIN_EVENTS,
                         DRAIN_AGGREGATES, 64);
     struct drain *d = calloc(1, sizeof(*d));
-    d->ob = &fx.ob;
+    d->ob = &fx->ob;
     pthread_mutex_init(&d->mu, NULL);
     struct drain_relay relays[DRAIN_RELAYS];
     pthread_t th[DRAIN_RELAYS];
@@ -475,21 +485,19 @@ START_TEST(test_concurrent_relays)
     for (int i = 0; i < DRAIN_RELAYS; i++)
         pthread_join(th[i], NULL);
     ck_assert_msg(d->failures == 0, "relay failed: %s", d->error);
-    check_drain_log(&fx, d);
-    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), DRAIN_EVENTS);
+    check_drain_log(fx, d);
+    ck_assert_int_eq(count_where(fx, "status = 'SENT'"), DRAIN_EVENTS);
     pthread_mutex_destroy(&d->mu);
     free(d);
-    fx_fini(&fx);
 }
 END_TEST
 
 /* 3. An expired lease is reclaimed; the old holder's marks are fenced. */
 START_TEST(test_fencing)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "fe", 5, 5, 50);
-    struct store *a = store_open(&fx), *bs = store_open(&fx);
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "fe", 5, 5, 50);
+    struct store *a = store_open(fx), *bs = store_open(fx);
     struct outbox_batch ba, bb[5];
     batch_init(&ba);
     for (int i = 0; i < 5; i++)
@@ -498,8 +506,8 @@ START_TEST(test_fencing)
     ck_assert_uint_eq(ba.n, 5);
     claim_ok(bs, &bb[0]);
     ck_assert_uint_eq(bb[0].n, 0); /* lease still valid */
-    it_db_exec(fx.sql, "UPDATE outbox_event SET locked_until = NOW() - "
-                       "INTERVAL 1 SECOND");
+    it_db_exec(fx->sql, "UPDATE outbox_event SET locked_until = NOW() - "
+                        "INTERVAL 1 SECOND");
     /* Expired rows come back one per claim, in id order: the first
      * within a second (leases are looked for once a second), the
      * others at once. */
@@ -519,23 +527,20 @@ START_TEST(test_fencing)
                               "AND retry_count = 1",
                               ba.token),
                      0);
-    ck_assert_int_eq(count_where(&fx, cond), 5);
+    ck_assert_int_eq(count_where(fx, cond), 5);
 
     ack_all(&ba);
     ck_assert_uint_eq(finalize_ok(a, &ba), 5); /* all lost to B */
-    ck_assert_int_eq(count_where(&fx, cond), 5);
-    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), 0);
+    ck_assert_int_eq(count_where(fx, cond), 5);
+    ck_assert_int_eq(count_where(fx, "status = 'SENT'"), 0);
     free(cond);
     for (int i = 0; i < 5; i++) {
         ack_all(&bb[i]);
         ck_assert_uint_eq(finalize_ok(bs, &bb[i]), 0);
         batch_free(&bb[i]);
     }
-    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), 5);
+    ck_assert_int_eq(count_where(fx, "status = 'SENT'"), 5);
     batch_free(&ba);
-    store_free(a);
-    store_free(bs);
-    fx_fini(&fx);
 }
 END_TEST
 
@@ -574,82 +579,67 @@ lease_elsewhere(struct fx *fx, uint64_t id)
 /* 4. Ordering: a prefix of each aggregate, and nothing past a gap. */
 START_TEST(test_ordering_prefix)
 {
-    struct fx fx;
     uint64_t id[6];
-    fx_init(&fx, _i);
-    insert_xy(&fx, id);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    assert_batch_is(&b, id, "12345");
+    struct fx *fx = fx_setup(_i);
+    insert_xy(fx, id);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    assert_batch_is(b, id, "12345");
     for (unsigned i = 0; i < 3; i++)
-        ck_assert_uint_eq(b.rows[i].earlier_unfinished, i);
-    release_all(st, &b);
-    ck_assert_int_eq(count_where(&fx, "status = 'PENDING' AND retry_count = 0 "
-                                      "AND locked_by IS NULL"),
+        ck_assert_uint_eq(b->rows[i].earlier_unfinished, i);
+    release_all(st, b);
+    ck_assert_int_eq(count_where(fx, "status = 'PENDING' AND retry_count = 0 "
+                                     "AND locked_by IS NULL"),
                      5);
-    fx.ob.batch_size = 2;
-    claim_ok(st, &b);
-    assert_batch_is(&b, id, "12");
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    fx->ob.batch_size = 2;
+    claim_ok(st, b);
+    assert_batch_is(b, id, "12");
+    release_all(st, b);
 }
 END_TEST
 
 START_TEST(test_ordering_waits_for_retry)
 {
-    struct fx fx;
     uint64_t id[6];
-    fx_init(&fx, _i);
-    insert_xy(&fx, id);
-    it_db_exec(fx.sql,
+    struct fx *fx = fx_setup(_i);
+    insert_xy(fx, id);
+    it_db_exec(fx->sql,
                "UPDATE outbox_event SET status = 'RETRY', retry_count = 1, "
                "next_retry_at = NOW() + INTERVAL 1 HOUR WHERE id = %llu",
                (unsigned long long)id[1]);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    assert_batch_is(&b, id, "45");
-    release_all(st, &b);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    assert_batch_is(b, id, "45");
+    release_all(st, b);
     /* Due now: the retry leads its aggregate again. */
-    it_db_exec(fx.sql,
+    it_db_exec(fx->sql,
                "UPDATE outbox_event SET next_retry_at = NOW() - INTERVAL 1 "
                "SECOND WHERE id = %llu",
                (unsigned long long)id[1]);
-    claim_ok(st, &b);
-    assert_batch_is(&b, id, "12345");
-    ck_assert_int_eq(b.rows[0].claimed_from, OUTBOX_RETRY);
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    claim_ok(st, b);
+    assert_batch_is(b, id, "12345");
+    ck_assert_int_eq(b->rows[0].claimed_from, OUTBOX_RETRY);
+    release_all(st, b);
 }
 END_TEST
 
 START_TEST(test_ordering_waits_for_other_relay)
 {
-    struct fx fx;
     uint64_t id[6];
-    fx_init(&fx, _i);
-    insert_xy(&fx, id);
-    lease_elsewhere(&fx, id[1]);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    assert_batch_is(&b, id, "45");
-    release_all(st, &b);
-    fx.ob.ordering = ORDERING_NONE;
-    claim_ok(st, &b);
-    assert_batch_is(&b, id, "2345");
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    struct fx *fx = fx_setup(_i);
+    insert_xy(fx, id);
+    lease_elsewhere(fx, id[1]);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    assert_batch_is(b, id, "45");
+    release_all(st, b);
+    fx->ob.ordering = ORDERING_NONE;
+    claim_ok(st, b);
+    assert_batch_is(b, id, "2345");
+    release_all(st, b);
 }
 END_TEST
 
@@ -657,25 +647,20 @@ END_TEST
  * still PENDING) must hold its aggregate back, not be skipped past. */
 START_TEST(test_ordering_sees_claim_in_flight)
 {
-    struct fx fx;
     uint64_t id[6];
-    fx_init(&fx, _i);
-    insert_xy(&fx, id);
-    MYSQL *other = it_db_connect(fx.db);
+    struct fx *fx = fx_setup(_i);
+    insert_xy(fx, id);
+    MYSQL *other = it_db_connect(fx->db);
     it_db_exec(other, "START TRANSACTION");
     it_db_exec(other, "SELECT id FROM outbox_event WHERE id = %llu FOR UPDATE",
                (unsigned long long)id[1]);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    assert_batch_is(&b, id, "45");
-    release_all(st, &b);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    assert_batch_is(b, id, "45");
+    release_all(st, b);
     it_db_exec(other, "ROLLBACK");
     mysql_close(other);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
 }
 END_TEST
 
@@ -706,9 +691,7 @@ assert_first_spelling_goes_in(struct fx *fx, struct store *st)
 static void
 assert_first_spelling_goes(struct fx *fx)
 {
-    struct store *st = store_open(fx);
-    assert_first_spelling_goes_in(fx, st);
-    store_free(st);
+    assert_first_spelling_goes_in(fx, store_open(fx));
 }
 
 static void
@@ -728,15 +711,13 @@ set_aggregate_collation(struct fx *fx, const char *collation)
  */
 START_TEST(test_ordering_collation_aliases)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    set_aggregate_collation(&fx, "utf8mb4_general_ci");
-    insert_event(&fx, "first", "ab");
-    insert_event(&fx, "upper", "AB");
-    insert_event(&fx, "spaced", "ab ");
-    insert_event(&fx, "other", "cd");
-    assert_first_spelling_goes(&fx);
-    fx_fini(&fx);
+    struct fx *fx = fx_setup(_i);
+    set_aggregate_collation(fx, "utf8mb4_general_ci");
+    insert_event(fx, "first", "ab");
+    insert_event(fx, "upper", "AB");
+    insert_event(fx, "spaced", "ab ");
+    insert_event(fx, "other", "cd");
+    assert_first_spelling_goes(fx);
 }
 END_TEST
 
@@ -747,18 +728,15 @@ END_TEST
  */
 START_TEST(test_ordering_follows_collation_change)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    set_aggregate_collation(&fx, "utf8mb4_bin");
-    struct store *st = store_open(&fx);
-    set_aggregate_collation(&fx, "utf8mb4_general_ci");
-    insert_event(&fx, "first", "ab");
-    insert_event(&fx, "upper", "AB");
-    insert_event(&fx, "other", "cd");
+    struct fx *fx = fx_setup(_i);
+    set_aggregate_collation(fx, "utf8mb4_bin");
+    struct store *st = store_open(fx);
+    set_aggregate_collation(fx, "utf8mb4_general_ci");
+    insert_event(fx, "first", "ab");
+    insert_event(fx, "upper", "AB");
+    insert_event(fx, "other", "cd");
     store_recheck_schema(st);
-    assert_first_spelling_goes_in(&fx, st);
-    store_free(st);
-    fx_fini(&fx);
+    assert_first_spelling_goes_in(fx, st);
 }
 END_TEST
 
@@ -770,13 +748,11 @@ END_TEST
  */
 START_TEST(test_ordering_binary_trailing_space)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    insert_event(&fx, "first", "ab");
-    insert_event(&fx, "spaced", "ab ");
-    insert_event(&fx, "other", "cd");
-    assert_first_spelling_goes(&fx);
-    fx_fini(&fx);
+    struct fx *fx = fx_setup(_i);
+    insert_event(fx, "first", "ab");
+    insert_event(fx, "spaced", "ab ");
+    insert_event(fx, "other", "cd");
+    assert_first_spelling_goes(fx);
 }
 END_TEST
 
@@ -787,23 +763,18 @@ END_TEST
  */
 START_TEST(test_ordering_distrusts_other_unfinished)
 {
-    struct fx fx;
     uint64_t id[6];
-    fx_init(&fx, 0);
-    it_db_exec(fx.sql, "ALTER TABLE outbox_event MODIFY unfinished TINYINT "
-                       "GENERATED ALWAYS AS (status IN ('PENDING', "
-                       "'RETRY')) VIRTUAL");
-    insert_xy(&fx, id);
-    lease_elsewhere(&fx, id[1]);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    assert_batch_is(&b, id, "45");
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    struct fx *fx = fx_setup(0);
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event MODIFY unfinished TINYINT "
+                        "GENERATED ALWAYS AS (status IN ('PENDING', "
+                        "'RETRY')) VIRTUAL");
+    insert_xy(fx, id);
+    lease_elsewhere(fx, id[1]);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    assert_batch_is(b, id, "45");
+    release_all(st, b);
 }
 END_TEST
 
@@ -838,7 +809,6 @@ assert_cheap_claim(struct fx *fx, const char *what)
         fprintf(stderr, "claim of 500 %s: %lld reads\n", what, reads);
     release_all(st, &b);
     batch_free(&b);
-    store_free(st);
 }
 
 /*
@@ -849,15 +819,13 @@ assert_cheap_claim(struct fx *fx, const char *what)
  */
 START_TEST(test_ordering_ignores_history)
 {
-    struct fx fx;
-    fx_init(&fx, 0);
-    fx.ob.batch_size = 500;
-    it_db_insert_events(fx.sql, "outbox_event", "old", 30000, 10, 16);
-    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'SENT'");
-    it_db_insert_events(fx.sql, "outbox_event", "new", 1000, 10, 16);
-    it_db_exec(fx.sql, "ANALYZE TABLE outbox_event");
-    assert_cheap_claim(&fx, "beside 30000 SENT");
-    fx_fini(&fx);
+    struct fx *fx = fx_setup(0);
+    fx->ob.batch_size = 500;
+    it_db_insert_events(fx->sql, "outbox_event", "old", 30000, 10, 16);
+    it_db_exec(fx->sql, "UPDATE outbox_event SET status = 'SENT'");
+    it_db_insert_events(fx->sql, "outbox_event", "new", 1000, 10, 16);
+    it_db_exec(fx->sql, "ANALYZE TABLE outbox_event");
+    assert_cheap_claim(fx, "beside 30000 SENT");
 }
 END_TEST
 
@@ -870,18 +838,16 @@ END_TEST
  */
 START_TEST(test_ordering_ignores_backlog_depth)
 {
-    struct fx fx;
-    fx_init(&fx, 0);
-    fx.ob.batch_size = 500;
+    struct fx *fx = fx_setup(0);
+    fx->ob.batch_size = 500;
     /* Retries backing off elsewhere give the optimizer other roads. */
-    it_db_insert_events(fx.sql, "outbox_event", "held", 5000, 50, 16);
-    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'RETRY', "
-                       "aggregate_type = 'Held', retry_count = 1, "
-                       "next_retry_at = NOW() + INTERVAL 1 HOUR");
-    it_db_insert_events(fx.sql, "outbox_event", "deep", 30000, 10, 16);
-    it_db_exec(fx.sql, "ANALYZE TABLE outbox_event");
-    assert_cheap_claim(&fx, "from a 30000 backlog in 10 aggregates");
-    fx_fini(&fx);
+    it_db_insert_events(fx->sql, "outbox_event", "held", 5000, 50, 16);
+    it_db_exec(fx->sql, "UPDATE outbox_event SET status = 'RETRY', "
+                        "aggregate_type = 'Held', retry_count = 1, "
+                        "next_retry_at = NOW() + INTERVAL 1 HOUR");
+    it_db_insert_events(fx->sql, "outbox_event", "deep", 30000, 10, 16);
+    it_db_exec(fx->sql, "ANALYZE TABLE outbox_event");
+    assert_cheap_claim(fx, "from a 30000 backlog in 10 aggregates");
 }
 END_TEST
 
@@ -917,171 +883,146 @@ assert_row(struct fx *fx, uint64_t id, const char *status, int retry_count,
 /* 5. Outcomes: RETRY with backoff, DEAD, released, unconfirmed. */
 START_TEST(test_outcomes)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "oc", 5, 5, 50);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 5);
-    set_outcome(&b, &b.rows[0], ROW_FAILED, "nack: boom");
-    set_outcome(&b, &b.rows[1], ROW_REJECTED, "nack: boom");
-    set_outcome(&b, &b.rows[2], ROW_FAILED, "NO_ROUTE");
-    b.rows[2].dead = true;
-    set_outcome(&b, &b.rows[3], ROW_RELEASED, NULL);
-    set_outcome(&b, &b.rows[4], ROW_PUBLISHED, NULL);
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "oc", 5, 5, 50);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 5);
+    set_outcome(b, &b->rows[0], ROW_FAILED, "nack: boom");
+    set_outcome(b, &b->rows[1], ROW_REJECTED, "nack: boom");
+    set_outcome(b, &b->rows[2], ROW_FAILED, "NO_ROUTE");
+    b->rows[2].dead = true;
+    set_outcome(b, &b->rows[3], ROW_RELEASED, NULL);
+    set_outcome(b, &b->rows[4], ROW_PUBLISHED, NULL);
     uint64_t s0 = store_statement_count(st);
-    ck_assert_uint_eq(finalize_ok(st, &b), 0);
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
     /* retry x2 + unconfirmed (two errors), dead, release, commit */
     ck_assert_uint_eq(store_statement_count(st) - s0, 5);
     for (int i = 0; i < 2; i++) {
-        assert_row(&fx, b.rows[i].id, "RETRY", 1, "nack: boom");
-        double d = retry_delay_s(&fx, b.rows[i].id);
+        assert_row(fx, b->rows[i].id, "RETRY", 1, "nack: boom");
+        double d = retry_delay_s(fx, b->rows[i].id);
         ck_assert_msg(d >= 10 - 1.1 && d <= 20 + 0.1, "delay %.3f s", d);
     }
-    assert_row(&fx, b.rows[2].id, "DEAD", 1, "NO_ROUTE");
-    assert_row(&fx, b.rows[3].id, "PENDING", 0, NULL);
-    assert_row(&fx, b.rows[4].id, "RETRY", 1, "no publisher confirm received");
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    assert_row(fx, b->rows[2].id, "DEAD", 1, "NO_ROUTE");
+    assert_row(fx, b->rows[3].id, "PENDING", 0, NULL);
+    assert_row(fx, b->rows[4].id, "RETRY", 1, "no publisher confirm received");
 }
 END_TEST
 
 /* 5b. A due RETRY row comes back; the backoff doubles per attempt. */
 START_TEST(test_retry_backoff_doubles)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "rb", 1, 1, 50);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    set_outcome(&b, &b.rows[0], ROW_FAILED, "timeout");
-    ck_assert_uint_eq(finalize_ok(st, &b), 0);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 0); /* not due yet */
-    it_db_exec(fx.sql, "UPDATE outbox_event SET next_retry_at = NOW() - "
-                       "INTERVAL 1 SECOND");
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 1);
-    ck_assert_int_eq(b.rows[0].claimed_from, OUTBOX_RETRY);
-    ck_assert_uint_eq(b.rows[0].retry_count, 1);
-    set_outcome(&b, &b.rows[0], ROW_FAILED, "timeout");
-    ck_assert_uint_eq(finalize_ok(st, &b), 0);
-    assert_row(&fx, 1, "RETRY", 2, "timeout");
-    double d = retry_delay_s(&fx, 1);
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "rb", 1, 1, 50);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    set_outcome(b, &b->rows[0], ROW_FAILED, "timeout");
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 0); /* not due yet */
+    it_db_exec(fx->sql, "UPDATE outbox_event SET next_retry_at = NOW() - "
+                        "INTERVAL 1 SECOND");
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 1);
+    ck_assert_int_eq(b->rows[0].claimed_from, OUTBOX_RETRY);
+    ck_assert_uint_eq(b->rows[0].retry_count, 1);
+    set_outcome(b, &b->rows[0], ROW_FAILED, "timeout");
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    assert_row(fx, 1, "RETRY", 2, "timeout");
+    double d = retry_delay_s(fx, 1);
     ck_assert_msg(d >= 20 - 1.1 && d <= 40 + 0.1, "delay %.3f s", d);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
 }
 END_TEST
 
 /* 5c. A reclaimed row given back unattempted is RETRY and due at once. */
 START_TEST(test_release_after_reclaim)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "rr", 1, 1, 50);
-    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'PROCESSING', "
-                       "locked_by = 'gone/1', locked_until = NOW() - "
-                       "INTERVAL 1 SECOND");
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 1);
-    ck_assert_uint_eq(b.rows[0].retry_count, 1);
-    release_all(st, &b);
-    assert_row(&fx, 1, "RETRY", 1, NULL);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 1);
-    ck_assert_int_eq(b.rows[0].claimed_from, OUTBOX_RETRY);
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "rr", 1, 1, 50);
+    it_db_exec(fx->sql, "UPDATE outbox_event SET status = 'PROCESSING', "
+                        "locked_by = 'gone/1', locked_until = NOW() - "
+                        "INTERVAL 1 SECOND");
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 1);
+    ck_assert_uint_eq(b->rows[0].retry_count, 1);
+    release_all(st, b);
+    assert_row(fx, 1, "RETRY", 1, NULL);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 1);
+    ck_assert_int_eq(b->rows[0].claimed_from, OUTBOX_RETRY);
+    release_all(st, b);
 }
 END_TEST
 
 /* 5d. Error text is cut to the column and made storable, never refused. */
 START_TEST(test_error_text_sanitized)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "et", 2, 2, 50);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "et", 2, 2, 50);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
     size_t n = 3000;
     char *e = malloc(2 * n + 8);
     strcpy(e, "\xff\xfe'\\");
     for (size_t i = 0; i < n; i++)
         memcpy(e + 4 + 2 * i, "\xc3\xa9", 2); /* é */
     e[4 + 2 * n] = '\0';
-    set_outcome(&b, &b.rows[0], ROW_FAILED, e);
-    set_outcome(&b, &b.rows[1], ROW_FAILED, "emoji \xf0\x9f\x98\x80 ok");
-    ck_assert_uint_eq(finalize_ok(st, &b), 0);
-    ck_assert_int_eq(it_db_int(fx.sql, "SELECT CHAR_LENGTH(last_error) FROM "
-                                       "outbox_event WHERE id = 1"),
+    set_outcome(b, &b->rows[0], ROW_FAILED, e);
+    set_outcome(b, &b->rows[1], ROW_FAILED, "emoji \xf0\x9f\x98\x80 ok");
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    ck_assert_int_eq(it_db_int(fx->sql, "SELECT CHAR_LENGTH(last_error) FROM "
+                                        "outbox_event WHERE id = 1"),
                      1024);
-    char *s = it_db_str(fx.sql, "SELECT LEFT(last_error, 5) FROM "
-                                "outbox_event WHERE id = 1");
+    char *s = it_db_str(fx->sql, "SELECT LEFT(last_error, 5) FROM "
+                                 "outbox_event WHERE id = 1");
     ck_assert_str_eq(s, "?"
                         "?'\\\xc3\xa9"); /* split: no trigraph */
     free(s);
-    s = it_db_str(fx.sql, "SELECT last_error FROM outbox_event WHERE id = 2");
+    s = it_db_str(fx->sql, "SELECT last_error FROM outbox_event WHERE id = 2");
     ck_assert_str_eq(s, "emoji \xf0\x9f\x98\x80 ok");
     free(s);
     free(e);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
 }
 END_TEST
 
 /* 6. A lease that expired once too often ends DEAD during the claim. */
 START_TEST(test_lease_expiry_dead)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    fx.ob.max_retries = 2;
-    insert_event(&fx, "ld1", "A");
-    insert_event(&fx, "ld2", "A");
-    insert_event(&fx, "ld3", "A");
-    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'PROCESSING', "
-                       "locked_by = 'gone/1', locked_until = NOW() - "
-                       "INTERVAL 1 SECOND, retry_count = 3 - id WHERE id < 3");
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
+    struct fx *fx = fx_setup(_i);
+    fx->ob.max_retries = 2;
+    insert_event(fx, "ld1", "A");
+    insert_event(fx, "ld2", "A");
+    insert_event(fx, "ld3", "A");
+    it_db_exec(fx->sql, "UPDATE outbox_event SET status = 'PROCESSING', "
+                        "locked_by = 'gone/1', locked_until = NOW() - "
+                        "INTERVAL 1 SECOND, retry_count = 3 - id WHERE id < 3");
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
     /* 1 goes DEAD; 2 (one more attempt left) is reclaimed, alone. */
-    ck_assert_uint_eq(b.n, 1);
-    ck_assert_uint_eq(b.rows[0].id, 2);
-    ck_assert_uint_eq(b.rows[0].retry_count, 2);
-    ck_assert_int_eq(b.rows[0].claimed_from, OUTBOX_PROCESSING);
-    ck_assert_int_eq(count_where(&fx, "id = 1 AND status = 'DEAD' AND "
-                                      "retry_count = 3 AND locked_by IS NULL "
-                                      "AND last_error LIKE 'lease expired%'"),
+    ck_assert_uint_eq(b->n, 1);
+    ck_assert_uint_eq(b->rows[0].id, 2);
+    ck_assert_uint_eq(b->rows[0].retry_count, 2);
+    ck_assert_int_eq(b->rows[0].claimed_from, OUTBOX_PROCESSING);
+    ck_assert_int_eq(count_where(fx, "id = 1 AND status = 'DEAD' AND "
+                                     "retry_count = 3 AND locked_by IS NULL "
+                                     "AND last_error LIKE 'lease expired%'"),
                      1);
-    ck_assert_int_eq(count_where(&fx, "id = 2 AND retry_count = 2 AND "
-                                      "status = 'PROCESSING'"),
+    ck_assert_int_eq(count_where(fx, "id = 2 AND retry_count = 2 AND "
+                                     "status = 'PROCESSING'"),
                      1);
-    release_all(st, &b);
+    release_all(st, b);
     /* given back unattempted, 2 is due at once, and 3 follows in order */
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 2);
-    ck_assert_uint_eq(b.rows[0].id, 2);
-    ck_assert_uint_eq(b.rows[1].id, 3);
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 2);
+    ck_assert_uint_eq(b->rows[0].id, 2);
+    ck_assert_uint_eq(b->rows[1].id, 3);
+    release_all(st, b);
 }
 END_TEST
 
@@ -1101,15 +1042,14 @@ connect_fails(struct store *st, char *err, size_t errlen,
 /* 7. Missing table or columns: named, schema error, session kept. */
 START_TEST(test_missing_table)
 {
-    struct fx fx;
-    fx_init(&fx, -1);
-    struct store *st = store_new(&fx.ob);
-    char where[128], err[512];
-    snprintf(where, sizeof(where), "%s.outbox_event", fx.db);
+    struct fx *fx = fx_setup(-1);
+    struct store *st = store_new(&fx->ob);
+    char where[128], err[ERR_LEN];
+    snprintf(where, sizeof(where), "%s.outbox_event", fx->db);
     connect_fails(st, err, sizeof(err),
                   (const char *[]){where, "does not exist", NULL});
     ck_assert_int_eq(it_sh("mariadb -h127.0.0.1 -u%s -p%s %s < '%s'",
-                           IT_DB_USER, IT_DB_PASSWORD, fx.db,
+                           IT_DB_USER, IT_DB_PASSWORD, fx->db,
                            it_src_path(schema_files[0])),
                      0);
     /* The idle session is reused: only the table is checked again
@@ -1119,63 +1059,58 @@ START_TEST(test_missing_table)
     ck_assert_uint_eq(store_statement_count(st) - s0, 4);
     ck_assert(!store_last_error_is_schema(st));
     store_free(st);
-    fx_fini(&fx);
 }
 END_TEST
 
 START_TEST(test_missing_columns)
 {
-    struct fx fx;
-    fx_init(&fx, 1);
-    it_db_exec(fx.sql, "ALTER TABLE outbox_event DROP COLUMN locked_by, "
-                       "DROP COLUMN last_error");
-    struct store *st = store_new(&fx.ob);
-    char err[512];
+    struct fx *fx = fx_setup(1);
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP COLUMN locked_by, "
+                        "DROP COLUMN last_error");
+    struct store *st = store_new(&fx->ob);
+    char err[ERR_LEN];
     connect_fails(st, err, sizeof(err),
                   (const char *[]){"locked_by", "last_error", NULL});
     store_free(st);
 
     char *cols[] = {"event_type", "region"};
-    fx.ob.columns = cols;
-    fx.ob.ncolumns = 2;
-    it_db_exec(fx.sql, "ALTER TABLE outbox_event ADD COLUMN locked_by "
-                       "VARCHAR(128) NULL, ADD COLUMN last_error "
-                       "VARCHAR(1024) NULL");
-    st = store_new(&fx.ob);
+    fx->ob.columns = cols;
+    fx->ob.ncolumns = 2;
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event ADD COLUMN locked_by "
+                        "VARCHAR(128) NULL, ADD COLUMN last_error "
+                        "VARCHAR(1024) NULL");
+    st = store_new(&fx->ob);
     connect_fails(st, err, sizeof(err), (const char *[]){"region", NULL});
     ck_assert_msg(strstr(err, "event_type") == NULL, "%s", err);
     store_free(st);
-    fx_fini(&fx);
 }
 END_TEST
 
 /* Row contents: bytes unchanged, optional and config columns, time. */
 START_TEST(test_row_fields)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
+    struct fx *fx = fx_setup(_i);
     char *cols[] = {"event_type", "aggregate_id"};
-    fx.ob.columns = cols;
-    fx.ob.ncolumns = 2;
+    fx->ob.columns = cols;
+    fx->ob.ncolumns = 2;
     const char *payload = "{\"name\": \"Zo\xc3\xab \xe2\x9c\x93 "
                           "\xf0\x9d\x84\x9e\", \"n\":  1}";
-    it_db_exec(fx.sql,
+    it_db_exec(fx->sql,
                "INSERT INTO outbox_event (event_id, aggregate_type, "
                "aggregate_id, event_type, payload, status) VALUES "
                "('rf1', 'Order', 'o-\xc3\xa9', 'OrderPaid', '%s', 'PENDING')",
                payload);
-    if (!fx.seed)
-        it_db_exec(fx.sql, "UPDATE outbox_event SET headers = '{\"k\": "
-                           "\"v\"}', trace_id = 't1', traceparent = "
-                           "'00-0af7651916cd43dd8448eb211c80319c-"
-                           "b7ad6b7169203331-01'");
-    long long now = it_db_int(fx.sql, "SELECT UNIX_TIMESTAMP()");
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 1);
-    const struct outbox_row *r = &b.rows[0];
+    if (!fx->seed)
+        it_db_exec(fx->sql, "UPDATE outbox_event SET headers = '{\"k\": "
+                            "\"v\"}', trace_id = 't1', traceparent = "
+                            "'00-0af7651916cd43dd8448eb211c80319c-"
+                            "b7ad6b7169203331-01'");
+    long long now = it_db_int(fx->sql, "SELECT UNIX_TIMESTAMP()");
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 1);
+    const struct outbox_row *r = &b->rows[0];
     ck_assert_str_eq(r->event_id, "rf1");
     ck_assert_str_eq(r->aggregate_type, "Order");
     ck_assert_str_eq(r->aggregate_id, "o-\xc3\xa9");
@@ -1185,7 +1120,7 @@ START_TEST(test_row_fields)
     ck_assert_str_eq(r->columns[0], "OrderPaid");
     ck_assert_str_eq(r->columns[1], "o-\xc3\xa9");
     ck_assert_int_le(llabs(r->created_us / 1000000 - now), 5);
-    if (fx.seed) {
+    if (fx->seed) {
         ck_assert_ptr_null(r->headers);
         ck_assert_ptr_null(r->trace_id);
     } else {
@@ -1193,10 +1128,7 @@ START_TEST(test_row_fields)
         ck_assert_str_eq(r->trace_id, "t1");
         ck_assert_uint_eq(strlen(r->traceparent), 55);
     }
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    release_all(st, b);
 }
 END_TEST
 
@@ -1255,17 +1187,16 @@ assert_plan_key(struct fx *fx, const char *sql, const char *key)
  */
 START_TEST(test_claim_uses_index)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_insert_events(fx.sql, "outbox_event", "ix", 6000, 600, 64);
-    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'SENT' WHERE "
-                       "id %% 4 <> 0");
-    it_db_exec(fx.sql, "UPDATE outbox_event SET status = 'RETRY', "
-                       "next_retry_at = NOW() - INTERVAL id SECOND "
-                       "WHERE id %% 40 = 0");
-    it_db_exec(fx.sql, "ANALYZE TABLE outbox_event");
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "ix", 6000, 600, 64);
+    it_db_exec(fx->sql, "UPDATE outbox_event SET status = 'SENT' WHERE "
+                        "id %% 4 <> 0");
+    it_db_exec(fx->sql, "UPDATE outbox_event SET status = 'RETRY', "
+                        "next_retry_at = NOW() - INTERVAL id SECOND "
+                        "WHERE id %% 40 = 0");
+    it_db_exec(fx->sql, "ANALYZE TABLE outbox_event");
     const char *order =
-        fx.seed ? "`next_retry_at`, `created_at`, `id`" : "`id`";
+        fx->seed ? "`next_retry_at`, `created_at`, `id`" : "`id`";
     const char *cols = "SELECT `id`, `event_id`, `aggregate_type`, "
                        "`aggregate_id`, `event_type`, `payload`, "
                        "UNIX_TIMESTAMP(`created_at`), `retry_count` "
@@ -1275,23 +1206,23 @@ START_TEST(test_claim_uses_index)
              "%s`status` = 'PENDING' ORDER BY %s LIMIT 500 FOR UPDATE "
              "SKIP LOCKED",
              cols, order);
-    assert_no_filesort(&fx, sql);
+    assert_no_filesort(fx, sql);
     /* As the store reads due retries: forcing an index led by
      * next_retry_at where the table has one (see build_claim_sql). */
     char retry_cols[512];
     snprintf(retry_cols, sizeof(retry_cols), "%.*s%s WHERE ",
              (int)(strlen(cols) - strlen(" WHERE ")), cols,
-             fx.seed ? "" : " FORCE INDEX (`idx_outbox_due`)");
+             fx->seed ? "" : " FORCE INDEX (`idx_outbox_due`)");
     snprintf(sql, sizeof(sql),
              "%s`status` = 'RETRY' AND `next_retry_at` <= NOW(6) ORDER BY "
              "`next_retry_at` LIMIT 500 FOR UPDATE SKIP LOCKED",
              retry_cols);
-    assert_no_filesort(&fx, sql);
+    assert_no_filesort(fx, sql);
     snprintf(sql, sizeof(sql),
              "%s`status` = 'PROCESSING' AND `locked_until` <= NOW(6) ORDER "
              "BY %s LIMIT 500 FOR UPDATE SKIP LOCKED",
              cols, order);
-    assert_no_filesort(&fx, sql);
+    assert_no_filesort(fx, sql);
     /* The store finds candidates with a plain read along the same index,
      * then locks them by id: by the primary key, whatever the plan's
      * estimates, so that no lock falls outside the located rows. */
@@ -1299,23 +1230,19 @@ START_TEST(test_claim_uses_index)
              "SELECT `c`.`id` FROM `outbox_event` `c` WHERE `status` = "
              "'PENDING' ORDER BY %s LIMIT 500",
              order);
-    assert_no_filesort(&fx, sql);
-    assert_plan_key(&fx,
+    assert_no_filesort(fx, sql);
+    assert_plan_key(fx,
                     "SELECT `id` FROM `outbox_event` `c` FORCE INDEX "
                     "(PRIMARY) WHERE `c`.`id` IN (4, 8, 12, 2000) AND "
                     "`status` = 'PENDING' FOR UPDATE SKIP LOCKED",
                     "PRIMARY");
     /* And the store claims a full batch over that table. */
-    fx.ob.batch_size = 500;
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 500);
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    fx->ob.batch_size = 500;
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 500);
+    release_all(st, b);
 }
 END_TEST
 
@@ -1327,26 +1254,21 @@ END_TEST
  */
 START_TEST(test_claim_without_id_primary)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    it_db_exec(fx.sql, "ALTER TABLE outbox_event DROP PRIMARY KEY, ADD "
-                       "UNIQUE KEY uk_id (id)");
-    it_db_insert_events(fx.sql, "outbox_event", "np", 25, 25, 50);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
+    struct fx *fx = fx_setup(_i);
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP PRIMARY KEY, ADD "
+                        "UNIQUE KEY uk_id (id)");
+    it_db_insert_events(fx->sql, "outbox_event", "np", 25, 25, 50);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
     for (uint64_t first = 1; first <= 21; first += 10) {
-        claim_ok(st, &b);
-        ck_assert_uint_eq(b.n, first == 21 ? 5 : 10);
-        assert_sorted_claimed(&b);
-        ck_assert_uint_eq(b.rows[0].id, first);
-        ack_all(&b);
-        ck_assert_uint_eq(finalize_ok(st, &b), 0);
+        claim_ok(st, b);
+        ck_assert_uint_eq(b->n, first == 21 ? 5 : 10);
+        assert_sorted_claimed(b);
+        ck_assert_uint_eq(b->rows[0].id, first);
+        ack_all(b);
+        ck_assert_uint_eq(finalize_ok(st, b), 0);
     }
-    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), 25);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    ck_assert_int_eq(count_where(fx, "status = 'SENT'"), 25);
 }
 END_TEST
 
@@ -1395,40 +1317,34 @@ claim_all_within(struct store *st, struct outbox_batch *b, size_t budget)
  */
 START_TEST(test_claim_cut_by_bytes)
 {
-    struct fx fx;
-    fx_init(&fx, _i % NSCHEMAS);
+    struct fx *fx = fx_setup(_i % NSCHEMAS);
     if (_i >= NSCHEMAS)
-        it_db_exec(fx.sql, "ALTER TABLE outbox_event DROP PRIMARY KEY, ADD "
-                           "UNIQUE KEY uk_id (id)");
-    fx.ob.batch_bytes = 65536;
+        it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP PRIMARY KEY, ADD "
+                            "UNIQUE KEY uk_id (id)");
+    fx->ob.batch_bytes = 65536;
     static const size_t sizes[] = {20000, 20000, 20000, 100000, 20000, 20000};
     for (int i = 0; i < 6; i++)
-        insert_sized(&fx, i, sizes[i]);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 3);
-    ck_assert_uint_eq(b.candidates, fx.ob.batch_size);
-    ck_assert_int_eq(count_where(&fx, "status = 'PROCESSING'"), 3);
-    ck_assert_int_eq(count_where(&fx, "status = 'PENDING' AND locked_by IS "
-                                      "NULL AND locked_until IS NULL AND "
-                                      "retry_count = 0"),
+        insert_sized(fx, i, sizes[i]);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 3);
+    ck_assert_uint_eq(b->candidates, fx->ob.batch_size);
+    ck_assert_int_eq(count_where(fx, "status = 'PROCESSING'"), 3);
+    ck_assert_int_eq(count_where(fx, "status = 'PENDING' AND locked_by IS "
+                                     "NULL AND locked_until IS NULL AND "
+                                     "retry_count = 0"),
                      3);
-    ack_all(&b);
-    ck_assert_uint_eq(finalize_ok(st, &b), 0);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 1);
-    ck_assert_uint_eq(b.rows[0].payload_len, 100000);
-    ck_assert_uint_eq(b.candidates, fx.ob.batch_size);
-    ack_all(&b);
-    ck_assert_uint_eq(finalize_ok(st, &b), 0);
-    ck_assert_uint_eq(claim_all_within(st, &b, 65536), 2);
-    ck_assert_int_eq(count_where(&fx, "status = 'SENT' AND retry_count = 0"),
-                     6);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    ack_all(b);
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 1);
+    ck_assert_uint_eq(b->rows[0].payload_len, 100000);
+    ck_assert_uint_eq(b->candidates, fx->ob.batch_size);
+    ack_all(b);
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    ck_assert_uint_eq(claim_all_within(st, b, 65536), 2);
+    ck_assert_int_eq(count_where(fx, "status = 'SENT' AND retry_count = 0"), 6);
 }
 END_TEST
 
@@ -1439,24 +1355,19 @@ END_TEST
  */
 START_TEST(test_claim_order_follows_index)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    fx.ob.batch_size = 2;
-    fx.ob.ordering = ORDERING_NONE;
-    it_db_insert_events(fx.sql, "outbox_event", "co", 4, 4, 50);
-    it_db_exec(fx.sql, "UPDATE outbox_event SET created_at = NOW() - "
-                       "INTERVAL id HOUR");
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 2);
-    ck_assert_uint_eq(b.rows[0].id, (fx.seed ? 3 : 1));
-    ck_assert_uint_eq(b.rows[1].id, (fx.seed ? 4 : 2));
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    struct fx *fx = fx_setup(_i);
+    fx->ob.batch_size = 2;
+    fx->ob.ordering = ORDERING_NONE;
+    it_db_insert_events(fx->sql, "outbox_event", "co", 4, 4, 50);
+    it_db_exec(fx->sql, "UPDATE outbox_event SET created_at = NOW() - "
+                        "INTERVAL id HOUR");
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 2);
+    ck_assert_uint_eq(b->rows[0].id, (fx->seed ? 3 : 1));
+    ck_assert_uint_eq(b->rows[1].id, (fx->seed ? 4 : 2));
+    release_all(st, b);
 }
 END_TEST
 
@@ -1473,60 +1384,53 @@ store_connection_id(struct fx *fx)
 /* 9. Server gone: the claim fails, the store says so, reconnects. */
 START_TEST(test_server_gone)
 {
-    struct fx fx;
-    fx_init(&fx, 0);
-    it_db_insert_events(fx.sql, "outbox_event", "sg", 4, 4, 50);
-    fx.ob.batch_size = 2;
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 2);
-    it_db_exec(fx.sql, "KILL %lu", store_connection_id(&fx));
+    struct fx *fx = fx_setup(0);
+    it_db_insert_events(fx->sql, "outbox_event", "sg", 4, 4, 50);
+    fx->ob.batch_size = 2;
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 2);
+    it_db_exec(fx->sql, "KILL %lu", store_connection_id(fx));
     /* The finalize fails with the session; the lease keeps the rows. */
-    char err[512] = "";
+    char err[ERR_LEN] = "";
     size_t lost = 0;
-    ack_all(&b);
-    ck_assert_int_eq(store_finalize_batch(st, &b, &lost, err, sizeof(err)), -1);
+    ack_all(b);
+    ck_assert_int_eq(store_finalize_batch(st, b, &lost, err, sizeof(err)), -1);
     ck_assert(!store_is_connected(st));
     ck_assert(!store_last_error_is_schema(st));
-    ck_assert_msg(strstr(err, fx.db) != NULL, "%s", err);
-    ck_assert_int_eq(count_where(&fx, "status = 'PROCESSING'"), 2);
+    ck_assert_msg(strstr(err, fx->db) != NULL, "%s", err);
+    ck_assert_int_eq(count_where(fx, "status = 'PROCESSING'"), 2);
     ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "%s", err);
-    ck_assert_uint_eq(finalize_ok(st, &b), 0); /* same token, still ours */
-    ck_assert_int_eq(count_where(&fx, "status = 'SENT'"), 2);
+    ck_assert_uint_eq(finalize_ok(st, b), 0); /* same token, still ours */
+    ck_assert_int_eq(count_where(fx, "status = 'SENT'"), 2);
 
-    it_db_exec(fx.sql, "KILL %lu", store_connection_id(&fx));
-    ck_assert_int_eq(store_claim_batch(st, RELAY, &b, err, sizeof(err)), -1);
+    it_db_exec(fx->sql, "KILL %lu", store_connection_id(fx));
+    ck_assert_int_eq(store_claim_batch(st, RELAY, b, err, sizeof(err)), -1);
     ck_assert(!store_is_connected(st));
-    ck_assert_int_eq(store_claim_batch(st, RELAY, &b, err, sizeof(err)), -1);
+    ck_assert_int_eq(store_claim_batch(st, RELAY, b, err, sizeof(err)), -1);
     ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "%s", err);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 2);
-    release_all(st, &b);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 2);
+    release_all(st, b);
 }
 END_TEST
 
 /* The issue's budget: under 20 statements per 1000 events at 500. */
 START_TEST(test_statement_budget)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    fx.ob.batch_size = 500;
-    it_db_insert_events(fx.sql, "outbox_event", "sb", 1000, 100, 256);
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
+    struct fx *fx = fx_setup(_i);
+    fx->ob.batch_size = 500;
+    it_db_insert_events(fx->sql, "outbox_event", "sb", 1000, 100, 256);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
     uint64_t s0 = store_statement_count(st), t0 = it_now_ms();
     size_t sent = 0;
     for (int i = 0; i < 2; i++) {
-        claim_ok(st, &b);
-        sent += b.n;
-        ack_all(&b);
-        ck_assert_uint_eq(finalize_ok(st, &b), 0);
+        claim_ok(st, b);
+        sent += b->n;
+        ack_all(b);
+        ck_assert_uint_eq(finalize_ok(st, b), 0);
     }
     uint64_t used = store_statement_count(st) - s0;
     ck_assert_uint_eq(sent, 1000);
@@ -1539,18 +1443,15 @@ START_TEST(test_statement_budget)
     /* An empty claim; the next ones of an idle outbox are one probe and
      * a commit each. */
     s0 = store_statement_count(st);
-    claim_ok(st, &b);
-    ck_assert_uint_eq(b.n, 0);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 0);
     ck_assert_uint_le(store_statement_count(st) - s0, 4);
     for (int i = 0; i < 3; i++) {
         s0 = store_statement_count(st);
-        claim_ok(st, &b);
-        ck_assert_uint_eq(b.n, 0);
+        claim_ok(st, b);
+        ck_assert_uint_eq(b->n, 0);
         ck_assert_uint_eq(store_statement_count(st) - s0, 2);
     }
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
 }
 END_TEST
 
@@ -1579,30 +1480,25 @@ claim_statements(struct fx *fx, struct store *st, struct outbox_batch *b,
  */
 START_TEST(test_leaders_skip_ordering_check)
 {
-    struct fx fx;
-    fx_init(&fx, _i);
-    fx.ob.batch_size = 500;
-    struct store *st = store_open(&fx);
-    struct outbox_batch b;
-    batch_init(&b);
+    struct fx *fx = fx_setup(_i);
+    fx->ob.batch_size = 500;
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
     uint64_t leaders = 0, mixed = 0, took = UINT64_MAX;
     for (int attempt = 0; attempt < 5 && took >= 500; attempt++) {
-        claim_ok(st, &b); /* looks for expired leases, if due */
+        claim_ok(st, b); /* looks for expired leases, if due */
         uint64_t t0 = it_now_ms();
-        leaders = claim_statements(&fx, st, &b, "ld", 100);
-        mixed = claim_statements(&fx, st, &b, "nl", 99);
+        leaders = claim_statements(fx, st, b, "ld", 100);
+        mixed = claim_statements(fx, st, b, "nl", 99);
         took = it_now_ms() - t0;
-        it_db_exec(fx.sql, "DELETE FROM outbox_event");
+        it_db_exec(fx->sql, "DELETE FROM outbox_event");
     }
     ck_assert_msg(took < 500, "two claims took %llu ms",
                   (unsigned long long)took);
     /* nl-99 is the second event of aggregate nl-0. */
-    ck_assert_uint_eq(leaders, (fx.seed ? mixed : mixed - 1));
-    for (size_t i = 0; i < b.n; i++)
-        ck_assert_uint_eq(b.rows[i].earlier_unfinished, i == 99 ? 1 : 0);
-    batch_free(&b);
-    store_free(st);
-    fx_fini(&fx);
+    ck_assert_uint_eq(leaders, (fx->seed ? mixed : mixed - 1));
+    for (size_t i = 0; i < b->n; i++)
+        ck_assert_uint_eq(b->rows[i].earlier_unfinished, i == 99 ? 1 : 0);
 }
 END_TEST
 
@@ -1612,7 +1508,7 @@ runner_setup(void)
     runner_pid = getpid();
 }
 
-/* A failed check ends its test before fx_fini: drop what it left. */
+/* A failed check ends its test before fx_teardown: drop what it left. */
 static void
 runner_teardown(void)
 {
@@ -1636,6 +1532,7 @@ it_store_suite(void)
     TCase *tc = tcase_create("store");
     tcase_set_timeout(tc, 60);
     tcase_add_unchecked_fixture(tc, runner_setup, runner_teardown);
+    tcase_add_checked_fixture(tc, NULL, fx_teardown);
     tcase_add_loop_test(tc, test_claim_and_ack, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_ack_deletes, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_two_stores_disjoint, 0, NSCHEMAS);

@@ -350,6 +350,13 @@ it_db_insert_events(MYSQL *db, const char *table, const char *prefix, int n,
     free(sql);
 }
 
+long long
+it_db_count_status(MYSQL *db, const char *status)
+{
+    return it_db_int(
+        db, "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'", status);
+}
+
 /* ---- RabbitMQ ---- */
 
 struct it_consumer {
@@ -795,6 +802,40 @@ it_teardown_port(unsigned port, struct it_daemon *d, struct it_consumer *c,
     mysql_close(sql);
     it_db_drop_port(port, db);
     unlink(conf);
+}
+
+/* ---- the fixture of one relay over one outbox ---- */
+
+void
+it_fx_open(struct it_fx *f, const char *prefix, const char *sql_file)
+{
+    memset(f, 0, sizeof(*f));
+    it_unique_name(f->name, sizeof(f->name), prefix);
+    const char *bare = strncmp(f->name, "it_", 3) == 0 ? f->name + 3 : f->name;
+    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", bare);
+    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
+    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
+    it_db_create(f->db, it_src_path(sql_file));
+    f->sql = it_db_connect(f->db);
+}
+
+void
+it_fx_write_config(struct it_fx *f, const char *extra_outbox_keys)
+{
+    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex,
+                    extra_outbox_keys);
+}
+
+void
+it_fx_start(struct it_fx *f)
+{
+    it_daemon_start(&f->d, f->conf, f->name);
+}
+
+void
+it_fx_close(struct it_fx *f)
+{
+    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
 }
 
 void

@@ -82,6 +82,8 @@ char *it_db_str(MYSQL *db, const char *fmt, ...)
  */
 void it_db_insert_events(MYSQL *db, const char *table, const char *prefix,
                          int n, int aggregates, int payload_bytes);
+/* Rows of outbox_event in status ("SENT", say). */
+long long it_db_count_status(MYSQL *db, const char *status);
 
 /* RabbitMQ consumer on its own connection. */
 struct it_message {
@@ -168,6 +170,29 @@ int it_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool it_file_has(const char *path, const char *needle);
 /* The whole file, malloc'd ("" when it cannot be read). */
 char *it_file_read(const char *path);
+
+/*
+ * What a test of one relay over one outbox works on, as most daemon
+ * suites set it up: a name unique to the test, the database
+ * outboxd_test_<name without "it_"> with an admin session on it, the
+ * exchange ex_<name>, the config path /tmp/<name>.yaml, the consumer the
+ * test makes (or NULL) and the daemon.
+ */
+struct it_fx {
+    char name[64], db[96], ex[96], conf[256];
+    MYSQL *sql;
+    struct it_consumer *consumer;
+    struct it_daemon d;
+};
+/* Names the fixture after prefix ("it_relay") and creates its database
+ * with the statements of sql_file (a path in the source tree). */
+void it_fx_open(struct it_fx *f, const char *prefix, const char *sql_file);
+/* it_write_config for its outbox_event on its exchange. */
+void it_fx_write_config(struct it_fx *f, const char *extra_outbox_keys);
+/* Starts the daemon on its config, logging under its name. */
+void it_fx_start(struct it_fx *f);
+/* it_teardown of all of it. */
+void it_fx_close(struct it_fx *f);
 
 /* A loopback port nobody listens on right now, for relay.listen. */
 unsigned it_free_port(void);
