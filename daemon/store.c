@@ -61,6 +61,7 @@ check_version(struct store *st, char *err, size_t errlen)
     unsigned long v = mysql_get_server_version(st->conn.db);
     if (mariadb && strncmp(info, "5.5.5-", 6) == 0)
         v = store_parse_version(info + 6);
+    st->conn.mariadb = mariadb;
     unsigned long min = mariadb ? STORE_MIN_MARIADB : STORE_MIN_MYSQL;
     if (v >= min)
         return 0;
@@ -181,6 +182,7 @@ static int
 open_session(struct store *st, char *err, size_t errlen)
 {
     st->conn.read_only = false;
+    st->conn.checks_off = false; /* a new session evaluates them */
     if (db_open(st, err, errlen) < 0)
         return -1;
     if (check_version(st, err, errlen) < 0 ||

@@ -4,8 +4,11 @@
  */
 #include "store_checks.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "util.h"
 
 const char *const store_written_columns[] = {
     "status",       "retry_count", "next_retry_at", "locked_by",
@@ -50,4 +53,54 @@ check_clause_may_read(const char *clause, const char *const *columns, size_t n)
             return true;
     }
     return false;
+}
+
+/* The length of the line at s, without its newline. */
+static size_t
+line_len(const char *s)
+{
+    const char *nl = strchr(s, '\n');
+    return nl ? (size_t)(nl - s) : strlen(s);
+}
+
+/* Whether the n bytes at s hold word (case-insensitive, whole). */
+static bool
+has_word(const char *s, size_t n, const char *word)
+{
+    char *line = xstrndup(s, n);
+    const char *const words[] = {word};
+    bool found = check_clause_may_read(line, words, 1);
+    free(line);
+    return found;
+}
+
+static bool
+line_may_read(const char *s, size_t n, const char *const *generated,
+              size_t ngenerated)
+{
+    char *line = xstrndup(s, n);
+    bool may = check_clause_may_read(line, store_written_columns,
+                                     store_nwritten_columns) ||
+               check_clause_may_read(line, generated, ngenerated);
+    free(line);
+    return may;
+}
+
+enum store_checks
+store_checks_judge(const char *create_table, const char *const *generated,
+                   size_t ngenerated)
+{
+    if (create_table == NULL)
+        return CHECKS_NEEDED;
+    enum store_checks verdict = CHECKS_NONE;
+    for (const char *s = create_table; *s != '\0';) {
+        size_t n = line_len(s);
+        if (has_word(s, n, "CHECK")) {
+            if (line_may_read(s, n, generated, ngenerated))
+                return CHECKS_NEEDED;
+            verdict = CHECKS_SKIPPABLE;
+        }
+        s += n + (s[n] == '\n');
+    }
+    return verdict;
 }

@@ -26,4 +26,22 @@ extern const size_t store_nwritten_columns;
 bool check_clause_may_read(const char *clause, const char *const *columns,
                            size_t n);
 
+/* What a table's CHECK constraints allow, read from SHOW CREATE TABLE. */
+enum store_checks {
+    CHECKS_NONE,      /* the table has none */
+    CHECKS_SKIPPABLE, /* none reads a written or generated column */
+    CHECKS_NEEDED,    /* one may: keep evaluating them */
+};
+
+/*
+ * Judges each line of create_table (one column or constraint per line,
+ * as the server prints it) that holds the word CHECK: a column-level
+ * constraint stands on its column's line, a table-level one on its own.
+ * generated: the table's generated columns, whose values follow the
+ * written ones.
+ */
+enum store_checks store_checks_judge(const char *create_table,
+                                     const char *const *generated,
+                                     size_t ngenerated);
+
 #endif

@@ -79,6 +79,8 @@ struct store_conn {
     bool schema_error;    /* last failure: schema, version or privilege */
     bool read_only;       /* last failure: the server refuses writes */
     bool allow_read_only; /* store_allow_read_only: no read_only check */
+    bool mariadb;         /* the server is MariaDB, not MySQL */
+    bool checks_off;      /* session: check_constraint_checks = 0 */
     unsigned last_errno;
     uint64_t statements; /* sent since store_new */
 };

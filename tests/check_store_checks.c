@@ -1,5 +1,6 @@
 /* check_store_checks: which CHECK constraints a status update may skip. */
 #include <check.h>
+#include <stdio.h>
 
 #include "store_checks.h"
 
@@ -55,6 +56,51 @@ START_TEST(test_other_columns)
 }
 END_TEST
 
+/* sql/outbox.sql's table as MariaDB 10.11 prints it (abridged). */
+static const char outbox_sql[] =
+    "CREATE TABLE `outbox_event` (\n"
+    "  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,\n"
+    "  `payload` longtext NOT NULL CHECK (json_valid(`payload`)),\n"
+    "  `headers` longtext DEFAULT NULL CHECK (json_valid(`headers`)),\n"
+    "  `status` varchar(16) NOT NULL DEFAULT 'PENDING',\n"
+    "  `unfinished` tinyint(4) GENERATED ALWAYS AS (`status` in "
+    "('PENDING','RETRY','PROCESSING')) VIRTUAL,\n"
+    "  PRIMARY KEY (`id`),\n"
+    "  KEY `idx_outbox_status` (`status`,`id`)\n"
+    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+
+static const char *const generated[] = {"unfinished"};
+
+static enum store_checks
+judge_with(const char *line)
+{
+    char sql[2048];
+    snprintf(sql, sizeof(sql),
+             "CREATE TABLE `t` (\n  `id` int,\n%s\n) ENGINE=InnoDB", line);
+    return store_checks_judge(sql, generated, 1);
+}
+
+START_TEST(test_judge_tables)
+{
+    ck_assert_int_eq(store_checks_judge(outbox_sql, generated, 1),
+                     CHECKS_SKIPPABLE);
+    ck_assert_int_eq(judge_with("  `payload` blob NOT NULL"), CHECKS_NONE);
+    ck_assert_int_eq(
+        judge_with("  `status` varchar(16) CHECK (`status` <> 'X'),"),
+        CHECKS_NEEDED);
+    ck_assert_int_eq(
+        judge_with("  CONSTRAINT `c1` CHECK (`retry_count` < 100)"),
+        CHECKS_NEEDED);
+    ck_assert_int_eq(
+        judge_with("  CONSTRAINT `c2` CHECK (`unfinished` in (0,1))"),
+        CHECKS_NEEDED); /* follows status */
+    ck_assert_int_eq(
+        judge_with("  CONSTRAINT `c3` CHECK (octet_length(`event_id`) > 0)"),
+        CHECKS_SKIPPABLE);
+    ck_assert_int_eq(store_checks_judge(NULL, generated, 1), CHECKS_NEEDED);
+}
+END_TEST
+
 Suite *
 store_checks_suite(void)
 {
@@ -64,6 +110,7 @@ store_checks_suite(void)
     tcase_add_test(tc, test_written_columns_are_found);
     tcase_add_test(tc, test_only_whole_words);
     tcase_add_test(tc, test_other_columns);
+    tcase_add_test(tc, test_judge_tables);
     suite_add_tcase(s, tc);
     return s;
 }

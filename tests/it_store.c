@@ -1053,10 +1053,12 @@ START_TEST(test_missing_table)
                            it_src_path(schema_files[0])),
                      0);
     /* The idle session is reused: only the table is checked again
-     * (columns, indexes, the UPDATE privilege's EXPLAIN, commit). */
+     * (columns, the UPDATE privilege's EXPLAIN, the CHECK constraints,
+     * UPDATE triggers, the session's check_constraint_checks, indexes,
+     * commit). */
     uint64_t s0 = store_statement_count(st);
     ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "%s", err);
-    ck_assert_uint_eq(store_statement_count(st) - s0, 4);
+    ck_assert_uint_eq(store_statement_count(st) - s0, 7);
     ck_assert(!store_last_error_is_schema(st));
     store_free(st);
 }
@@ -1455,6 +1457,63 @@ START_TEST(test_statement_budget)
 }
 END_TEST
 
+/* The store session's check_constraint_checks, read on that session. */
+static int
+session_checks(struct store *st)
+{
+    MYSQL *db = store_session(st);
+    ck_assert_ptr_nonnull(db);
+    ck_assert_int_eq(
+        mysql_query(db, "SELECT @@session.check_constraint_checks"), 0);
+    MYSQL_RES *res = mysql_store_result(db);
+    MYSQL_ROW r = mysql_fetch_row(res);
+    int v = atoi(r[0]);
+    mysql_free_result(res);
+    mysql_commit(db);
+    return v;
+}
+
+/*
+ * The JSON payload's CHECK (json_valid) cannot change under a status
+ * update, so the store's session leaves it unevaluated; a constraint
+ * that names a column the store writes, or an UPDATE trigger, keeps
+ * them all evaluated, and still refuses what it refused before.
+ */
+START_TEST(test_check_constraints_skipped_only_when_unchangeable)
+{
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "cc", 3, 3, 64);
+    struct store *st = store_open(fx);
+    ck_assert_int_eq(session_checks(st), 0); /* both schemas' JSON payload */
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event ADD CONSTRAINT "
+                        "few_tries CHECK (retry_count < 1)");
+    store_recheck_schema(st);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_int_eq(session_checks(st), 1);
+    ck_assert_uint_eq(b->n, 3);
+    /* A retry counts an attempt: the constraint refuses it, as it would
+     * without outboxd, and nothing is recorded. */
+    for (size_t i = 0; i < b->n; i++)
+        set_outcome(b, &b->rows[i], ROW_FAILED, "broker said no");
+    char err[ERR_LEN] = "";
+    size_t lost = 0;
+    ck_assert_int_eq(store_finalize_batch(st, b, &lost, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "few_tries") != NULL, "%s", err);
+    ck_assert_int_eq(it_db_count_status(fx->sql, "PROCESSING"), 3);
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP CONSTRAINT few_tries");
+    it_db_exec(fx->sql, "CREATE TRIGGER cc_audit BEFORE UPDATE ON outbox_event "
+                        "FOR EACH ROW SET @cc_audit = 1");
+    struct store *st2 = store_open(fx);
+    ck_assert_int_eq(session_checks(st2), 1);
+    it_db_exec(fx->sql, "DROP TRIGGER cc_audit");
+    store_recheck_schema(st2);
+    batch_reset(b);
+    claim_ok(st2, b);
+    ck_assert_int_eq(session_checks(st2), 0);
+}
+END_TEST
+
 /* Statements one claim of 100 fresh events over `aggregates` takes. */
 static uint64_t
 claim_statements(struct fx *fx, struct store *st, struct outbox_batch *b,
@@ -1564,6 +1623,8 @@ it_store_suite(void)
     tcase_add_loop_test(tc, test_claim_order_follows_index, 0, NSCHEMAS);
     tcase_add_test(tc, test_server_gone);
     tcase_add_loop_test(tc, test_statement_budget, 0, NSCHEMAS);
+    tcase_add_loop_test(
+        tc, test_check_constraints_skipped_only_when_unchangeable, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_leaders_skip_ordering_check, 0, NSCHEMAS);
     suite_add_tcase(s, tc);
     return s;
