@@ -1276,14 +1276,23 @@ measure_sized_drain(const struct settings *s, size_t size, long rows)
     db_exec(m, "ANALYZE TABLE outbox_event");
     write_config(conf, &no_binlog, "aggregate", NULL);
     pid_t server = server_pid(&no_binlog);
-    double cpu0 = cpu_ms(server), t0 = now_s();
+    double cpu0 = cpu_ms(server), start = now_s();
     pid_t pid = start_daemon(s, conf);
+    /* From the first claim, as the ceiling counts from its first publish:
+     * the daemon's start is not the drain's. */
+    while (db_int(m, "SELECT COUNT(*) FROM (SELECT 1 FROM outbox_event "
+                     "WHERE status <> 'PENDING' LIMIT 1) x") == 0) {
+        if (now_s() - start > 60)
+            die("no row claimed within a minute");
+        sleep_s(0.002);
+    }
+    double t0 = now_s();
     while (db_int(m, "SELECT COUNT(*) FROM (SELECT 1 FROM outbox_event "
                      "WHERE status IN ('PENDING','PROCESSING','RETRY') "
                      "LIMIT 1) x") > 0) {
         if (now_s() - t0 > 600)
             die("the drain took more than 10 minutes");
-        sleep_s(0.05);
+        sleep_s(0.01);
     }
     res.seconds = now_s() - t0;
     res.rate = (double)rows / res.seconds;
