@@ -494,13 +494,10 @@ sample_rows(struct fx *f, struct watched *w, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         char *q;
-        ck_assert_int_ge(
-            asprintf(&q,
-                     "SELECT retry_count, status, TIMESTAMPDIFF(MICROSECOND, "
-                     "NOW(6), next_retry_at), last_error FROM outbox_event "
-                     "WHERE event_id = '%s'",
-                     w[i].event_id),
-            0);
+        q = xasprintf("SELECT retry_count, status, TIMESTAMPDIFF(MICROSECOND, "
+                      "NOW(6), next_retry_at), last_error FROM outbox_event "
+                      "WHERE event_id = '%s'",
+                      w[i].event_id);
         ck_assert_int_eq(mysql_query(f->sql, q), 0);
         free(q);
         MYSQL_RES *res = mysql_store_result(f->sql);

@@ -61,7 +61,7 @@ ctl(const char *conf, const char *fmt, ...)
     char *args, out[128], err[128];
     va_list ap;
     va_start(ap, fmt);
-    ck_assert_int_ge(vasprintf(&args, fmt, ap), 0);
+    args = xvasprintf(fmt, ap);
     va_end(ap);
     it_unique_name(out, sizeof(out), "/tmp/it_ctl_out");
     it_unique_name(err, sizeof(err), "/tmp/it_ctl_err");

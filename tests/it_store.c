@@ -3,7 +3,6 @@
  * (sql/outbox.sql) and on the seed's exact DDL: claims, fencing, ordering
  * per aggregate, outcomes, schema errors, index use and a lost server.
  */
-#define _GNU_SOURCE /* asprintf */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -222,12 +221,10 @@ START_TEST(test_claim_and_ack)
     }
     ck_assert_int_eq(count_where(fx, "status = 'PROCESSING'"), 10);
     char *cond = NULL;
-    ck_assert_int_ge(asprintf(&cond,
-                              "status = 'PROCESSING' AND locked_by = '%s' AND "
-                              "locked_until > NOW() + INTERVAL 25 SECOND AND "
-                              "locked_until <= NOW() + INTERVAL 31 SECOND",
-                              b->token),
-                     0);
+    cond = xasprintf("status = 'PROCESSING' AND locked_by = '%s' AND "
+                     "locked_until > NOW() + INTERVAL 25 SECOND AND "
+                     "locked_until <= NOW() + INTERVAL 31 SECOND",
+                     b->token);
     ck_assert_int_eq(count_where(fx, cond), 10);
     free(cond);
 
@@ -522,11 +519,9 @@ START_TEST(test_fencing)
         ck_assert_uint_eq(bb[i].rows[0].retry_count, 1);
     }
     char *cond = NULL;
-    ck_assert_int_ge(asprintf(&cond,
-                              "status = 'PROCESSING' AND locked_by <> '%s' "
-                              "AND retry_count = 1",
-                              ba.token),
-                     0);
+    cond = xasprintf("status = 'PROCESSING' AND locked_by <> '%s' "
+                     "AND retry_count = 1",
+                     ba.token);
     ck_assert_int_eq(count_where(fx, cond), 5);
 
     ack_all(&ba);
@@ -1141,7 +1136,7 @@ explain(struct fx *fx, const char *sql, const char *name, int *col)
     it_db_exec(fx->sql, "SET SESSION TRANSACTION ISOLATION LEVEL READ "
                         "COMMITTED");
     char *q = NULL;
-    ck_assert_int_ge(asprintf(&q, "EXPLAIN %s", sql), 0);
+    q = xasprintf("EXPLAIN %s", sql);
     ck_assert_int_eq(mysql_query(fx->sql, q), 0);
     free(q);
     MYSQL_RES *res = mysql_store_result(fx->sql);

@@ -212,7 +212,7 @@ binlog_end(struct fx *f)
     MYSQL_ROW row = res ? mysql_fetch_row(res) : NULL;
     char *at = NULL;
     ck_assert_msg(row && row[0] && row[1], "SHOW MASTER STATUS: no binlog");
-    ck_assert_int_ge(asprintf(&at, "%s:%s", row[0], row[1]), 0);
+    at = xasprintf("%s:%s", row[0], row[1]);
     mysql_free_result(res);
     return at;
 }

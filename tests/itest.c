@@ -87,9 +87,7 @@ it_db_connect_port(unsigned port, const char *database)
 static void
 vexec(MYSQL *db, const char *fmt, va_list ap)
 {
-    char *sql;
-    if (vasprintf(&sql, fmt, ap) < 0)
-        ck_abort_msg("out of memory");
+    char *sql = xvasprintf(fmt, ap);
     if (mysql_query(db, sql) != 0)
         ck_abort_msg("SQL failed: %s: %.300s", mysql_error(db), sql);
     free(sql);
@@ -748,9 +746,7 @@ it_daemon_start(struct it_daemon *d, const char *config_path,
          * signals reach the daemon through the wrapper. */
         const char *wrapper = getenv("OUTBOXD_WRAPPER");
         if (wrapper != NULL && wrapper[0] != '\0') {
-            char *cmd;
-            if (asprintf(&cmd, "exec %s \"$0\" -c \"$1\"", wrapper) < 0)
-                _exit(127);
+            char *cmd = xasprintf("exec %s \"$0\" -c \"$1\"", wrapper);
             execl("/bin/sh", "sh", "-c", cmd, bin, config_path, (char *)NULL);
         } else {
             execl(bin, bin, "-c", config_path, (char *)NULL);
@@ -847,11 +843,9 @@ it_daemon_dump_log(const struct it_daemon *d)
 int
 it_sh(const char *fmt, ...)
 {
-    char *cmd;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&cmd, fmt, ap) < 0)
-        ck_abort_msg("out of memory");
+    char *cmd = xvasprintf(fmt, ap);
     va_end(ap);
     int rc = system(cmd);
     free(cmd);

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "util.h" /* xasprintf, ERR_LEN: the tests use them too */
+
 /* Credentials that tests/servers.sh creates. */
 #define IT_DB_USER "outboxd"
 #define IT_DB_PASSWORD "outboxd"
