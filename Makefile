@@ -121,10 +121,18 @@ check-man: man
 			{ echo "check-man: $$p renders no NAME section"; exit 1; }; \
 	done
 
-check-integration: all $(BUILD)/check_integration
+check-integration: all $(BUILD)/check_integration cloudevents-deps
 	OUTBOXD_BIN=$(CURDIR)/$(BUILD)/outboxd \
 	OUTBOXCTL_BIN=$(CURDIR)/$(BUILD)/outboxctl \
 	OUTBOXD_SRC=$(CURDIR) $(BUILD)/check_integration
+
+# tests/it_cloudevents.c's consumer: the CloudEvents SDK and amqplib from
+# the npm registry, at the versions of its package-lock.json.
+.PHONY: cloudevents-deps
+cloudevents-deps: tests/cloudevents/node_modules/.package-lock.json
+tests/cloudevents/node_modules/.package-lock.json: \
+		tests/cloudevents/package-lock.json
+	cd tests/cloudevents && npm ci --no-audit --no-fund
 
 $(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o $(BUILD)/daemon/util.o
 	$(LINK) -o $@ $^ $(LIBS)

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -60,12 +61,14 @@ static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const orderings[] = {"aggregate", "none", NULL};
 static const char *const on_sents[] = {"mark", "delete", NULL};
 static const char *const wakes[] = {"auto", "binlog", "poll", NULL};
+static const char *const envelopes[] = {"outboxd", "cloudevents", NULL};
 
 /* The enums are stored through memcpy of an int. */
 _Static_assert(sizeof(enum log_level) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum log_format) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum ordering) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum on_sent) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum envelope) == sizeof(int), "enum size");
 
 /* One line per key in the tables below. */
 // clang-format off
@@ -181,6 +184,9 @@ static const struct opt outbox_opts[] = {
     K_MAP("backoff", 0, 0, &backoff_table),
     K_ENUM("on_sent", "mark", OPT_RELOAD, on_sents, NULL, OUTBOX(on_sent)),
     K_MAP("retention", 0, 0, &retention_table),
+    /* What a message looks like: consumers depend on it, so a restart. */
+    K_ENUM("envelope", "outboxd", 0, envelopes, NULL, OUTBOX(envelope)),
+    K_STR("cloudevents_source", NULL, 0, OUTBOX(cloudevents_source)),
 };
 static const struct table outbox_table =
     TABLE("outboxes", outbox_opts, outbox_finish);
@@ -1095,6 +1101,100 @@ outbox_broker(struct loader *ld, struct section *s)
                  ob->name ? ob->name : s->path, name);
 }
 
+/* RFC 3986 section 2: the characters a URI may hold unescaped. */
+static bool
+uri_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') ||
+           (c != '\0' && strchr("-._~!$&'()*+,;=:@/?#[]", c) != NULL);
+}
+
+static bool
+hex_digit(char c)
+{
+    return c != '\0' && strchr("0123456789abcdefABCDEF", c) != NULL;
+}
+
+/* Each character allowed, each '%' a full escape, at most one '#'. */
+static const char *
+uri_chars_problem(const char *s, char *why, size_t size)
+{
+    for (size_t i = 0; s[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '%' && !(hex_digit(s[i + 1]) && hex_digit(s[i + 2]))) {
+            snprintf(why, size,
+                     "'%%' at byte %zu is not followed by two hex digits",
+                     i + 1);
+            return why;
+        }
+        if (c != '%' && !uri_char(c)) {
+            snprintf(why, size,
+                     "byte %zu (0x%02x) is not allowed: percent-encode it",
+                     i + 1, c);
+            return why;
+        }
+    }
+    const char *hash = strchr(s, '#');
+    if (hash != NULL && strchr(hash + 1, '#') != NULL)
+        return "more than one '#'";
+    return NULL;
+}
+
+/*
+ * RFC 3986 section 4.1: a URI-reference is a URI (scheme ":" ...) or a
+ * relative reference, whose first segment holds no ':'; '[' and ']' are
+ * only for an IP literal in the authority.  NULL when s is one.
+ */
+static const char *
+uri_reference_problem(const char *s, char *why, size_t size)
+{
+    if (s[0] == '\0')
+        return "it is empty";
+    const char *problem = uri_chars_problem(s, why, size);
+    if (problem != NULL)
+        return problem;
+    size_t end = strcspn(s, ":/?#"), hier = 0;
+    if (s[end] == ':') {
+        if (end == 0 || !isalpha((unsigned char)s[0]) ||
+            strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                      "0123456789+-.") < end)
+            return "the part before the first ':' is not a scheme (a "
+                   "relative reference cannot have ':' in its first segment)";
+        hier = end + 1;
+    }
+    size_t auth = 0, auth_end = 0;
+    if (strncmp(s + hier, "//", 2) == 0) {
+        auth = hier + 2;
+        auth_end = auth + strcspn(s + auth, "/?#");
+    }
+    for (size_t i = 0; s[i] != '\0'; i++)
+        if ((s[i] == '[' || s[i] == ']') && (i < auth || i >= auth_end))
+            return "'[' and ']' are only allowed around an IP literal host";
+    return NULL;
+}
+
+/* docs/contract.md section 7: the CloudEvents source of every message.
+ * The default names the outbox, the same from every relay. */
+static void
+outbox_source(struct loader *ld, struct section *s)
+{
+    struct outbox_config *ob = s->base;
+    char why[128];
+    if (ob->cloudevents_source == NULL) {
+        if (ob->table != NULL)
+            ob->cloudevents_source =
+                xasprintf("outboxd://%s/%s", ob->database->name, ob->table);
+        return;
+    }
+    const char *problem =
+        uri_reference_problem(ob->cloudevents_source, why, sizeof(why));
+    if (problem != NULL)
+        ld_error(ld, sec_mark(s, "cloudevents_source"),
+                 "%s.cloudevents_source: \"%s\" is not a URI-reference: %s",
+                 s->path, ob->cloudevents_source, problem);
+}
+
 static void
 outbox_poll_check(struct loader *ld, struct section *s)
 {
@@ -1128,6 +1228,7 @@ outbox_finish(struct loader *ld, struct section *s)
         ident_check(ld, s, "routing_key_column", "column",
                     ob->routing_key_column))
         outbox_add_column(ob, ob->routing_key_column);
+    outbox_source(ld, s);
 }
 
 static void
@@ -1456,6 +1557,7 @@ outbox_free(struct outbox_config *ob)
     template_free(&ob->routing_key);
     free(ob->exchange_column);
     free(ob->routing_key_column);
+    free(ob->cloudevents_source);
     for (size_t i = 0; i < ob->ncolumns; i++)
         free(ob->columns[i]);
     free(ob->columns);

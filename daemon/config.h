@@ -22,6 +22,10 @@ enum on_sent { ON_SENT_MARK, ON_SENT_DELETE };
 /* What wakes an idle outbox: its server's binlog where it can (auto),
  * only that (binlog: not ready without it), or the poll alone. */
 enum wake_mode { WAKE_AUTO, WAKE_BINLOG, WAKE_POLL };
+/* What a message carries besides the body: outboxd's own properties and
+ * headers, or those and the CloudEvents attributes (docs/contract.md
+ * section 7). */
+enum envelope { ENVELOPE_OUTBOXD, ENVELOPE_CLOUDEVENTS };
 
 struct tls_config {
     bool enabled; /* amqps:// or a tls: block */
@@ -72,6 +76,9 @@ struct outbox_config {
     uint64_t backoff_initial_ms;    /* 1s */
     uint64_t backoff_max_ms;        /* 300s */
     enum on_sent on_sent;           /* mark */
+    enum envelope envelope;         /* outboxd */
+    /* CloudEvents source, a URI-reference; default outboxd://<db>/<table> */
+    char *cloudevents_source;
     uint64_t retention_sent_ms;     /* 7d */
     uint64_t retention_interval_ms; /* 1m */
     unsigned retention_batch;       /* 5000 */

@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -41,6 +43,9 @@
 /* Waits are cut in slices this long, so that a stop request from another
  * thread (shutdown) is seen in time. */
 #define STOP_CHECK_MS 100
+/* The CloudEvents AMQP binding's application property prefix, with the
+ * '_' separator it prefers (JMS selectors refuse ':'). */
+#define CE_PREFIX "cloudEvents_"
 
 struct inflight {
     struct outbox_row *row;
@@ -88,6 +93,10 @@ struct publisher {
     /* The first nack since the last ack on this connection; 0 when the
      * last confirm was an ack. */
     uint64_t nacking_since_ms;
+    /* The outbox's envelope; its CloudEvents source is the caller's. */
+    enum envelope envelope;
+    const char *ce_source;
+    char ce_time[40]; /* the row's created_at in RFC 3339 */
 };
 
 /* One call of publisher_publish_wave (or publisher_poll, with n == 0). */
@@ -254,6 +263,14 @@ bool
 publisher_is_blocked(const struct publisher *p)
 {
     return p->blocked;
+}
+
+void
+publisher_set_envelope(struct publisher *p, enum envelope envelope,
+                       const char *source)
+{
+    p->envelope = envelope;
+    p->ce_source = source;
 }
 
 void
@@ -976,9 +993,24 @@ struct header_ctx {
     struct publisher *p;
     size_t n;     /* entries filled */
     size_t fixed; /* the first ones are built-in */
+    bool forged;  /* stopped at a CloudEvents attribute, not bad JSON */
     char *err;
     size_t errlen;
 };
+
+/*
+ * A row header that a CloudEvents consumer would read as an attribute,
+ * under either separator of the binding and in any case (some consumers
+ * match the prefix so): it could forge or contradict the event's own.
+ */
+static bool
+ce_forged(const struct publisher *p, const char *key, size_t keylen)
+{
+    size_t n = strlen(CE_PREFIX);
+    return p->envelope == ENVELOPE_CLOUDEVENTS && keylen >= n &&
+           strncasecmp(key, "cloudEvents", n - 1) == 0 &&
+           (key[n - 1] == '_' || key[n - 1] == ':');
+}
 
 /* Later duplicates win, as in most JSON readers; built-ins always win. */
 static int
@@ -989,6 +1021,14 @@ add_header_cb(void *arg, const char *key, size_t keylen,
     if (keylen > SHORTSTR_MAX) {
         err_set(c->err, c->errlen, "key \"%.40s...\" longer than %d bytes", key,
                 SHORTSTR_MAX);
+        return -1;
+    }
+    if (ce_forged(c->p, key, keylen)) {
+        err_set(c->err, c->errlen,
+                "key \"%.*s\" would set a CloudEvents attribute (envelope "
+                "cloudevents: outboxd sets those)",
+                (int)(keylen > 60 ? 60 : keylen), key);
+        c->forged = true;
         return -1;
     }
     if (v->type == JSON_NULL)
@@ -1041,6 +1081,40 @@ fixed_header(struct publisher *p, size_t i, const char *key, const char *val)
     e->value.value.bytes = amqp_cstring_bytes(val ? val : "");
 }
 
+/* created_at in RFC 3339, UTC, to the microsecond as the column keeps it. */
+static const char *
+ce_time(struct publisher *p, int64_t created_us)
+{
+    time_t secs = (time_t)(created_us / 1000000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n =
+        strftime(p->ce_time, sizeof(p->ce_time), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(p->ce_time + n, sizeof(p->ce_time) - n, ".%06dZ",
+             (int)(created_us % 1000000));
+    return p->ce_time;
+}
+
+/*
+ * docs/contract.md section 7: the CloudEvents 1.0 attributes in binary
+ * content mode, as application properties named by the AMQP binding;
+ * datacontenttype is the content_type property.  Optional ones are left
+ * out when the row has nothing to say (the spec forbids empty ones).
+ */
+static size_t
+ce_headers(struct publisher *p, const struct outbox_row *row, size_t n)
+{
+    fixed_header(p, n++, CE_PREFIX "specversion", "1.0");
+    fixed_header(p, n++, CE_PREFIX "id", row->event_id);
+    fixed_header(p, n++, CE_PREFIX "source", p->ce_source);
+    fixed_header(p, n++, CE_PREFIX "type", row->event_type);
+    if (row->aggregate_id != NULL && row->aggregate_id[0] != '\0')
+        fixed_header(p, n++, CE_PREFIX "subject", row->aggregate_id);
+    if (row->created_us > 0)
+        fixed_header(p, n++, CE_PREFIX "time", ce_time(p, row->created_us));
+    return n;
+}
+
 /* Fills p->headers for row; -1 with the reason when its JSON is bad. */
 static int
 build_headers(struct publisher *p, const struct outbox_row *row, size_t *count,
@@ -1055,6 +1129,8 @@ build_headers(struct publisher *p, const struct outbox_row *row, size_t *count,
     size_t n = 3;
     if (row->traceparent != NULL)
         fixed_header(p, n++, "traceparent", row->traceparent);
+    if (p->envelope == ENVELOPE_CLOUDEVENTS)
+        n = ce_headers(p, row, n);
     *count = n;
     if (row->headers == NULL)
         return 0;
@@ -1064,10 +1140,11 @@ build_headers(struct publisher *p, const struct outbox_row *row, size_t *count,
         p->scratch = xrealloc(p->scratch, p->scratch_cap);
     }
     char jerr[200] = "";
-    struct header_ctx c = {p, n, n, jerr, sizeof(jerr)};
+    struct header_ctx c = {p, n, n, false, jerr, sizeof(jerr)};
     if (json_object_foreach(row->headers, len, p->scratch, add_header_cb, &c,
                             jerr, sizeof(jerr)) != 0) {
-        err_set(err, errlen, "invalid headers JSON: %s", jerr);
+        err_set(err, errlen, "%s: %s",
+                c.forged ? "headers refused" : "invalid headers JSON", jerr);
         return -1;
     }
     *count = c.n;
@@ -1189,9 +1266,20 @@ too_long(const char *s)
     return s != NULL && strlen(s) > SHORTSTR_MAX;
 }
 
+/* A CloudEvent must have a non-empty id and type (its spec, section 3.1). */
+static const char *
+ce_problem(const struct outbox_row *row)
+{
+    if (row->event_id[0] == '\0')
+        return "event_id is empty: a CloudEvent needs an id";
+    if (row->event_type == NULL || row->event_type[0] == '\0')
+        return "event_type is empty: a CloudEvent needs a type";
+    return NULL;
+}
+
 /* Rows the broker could not take as they are; NULL when fine. */
 static const char *
-row_problem(const struct outbox_row *row)
+row_problem(const struct publisher *p, const struct outbox_row *row)
 {
     if (row->event_id == NULL)
         return "event_id is NULL";
@@ -1205,7 +1293,7 @@ row_problem(const struct outbox_row *row)
         return "exchange longer than 255 bytes";
     if (too_long(row->routing_key))
         return "routing key longer than 255 bytes";
-    return NULL;
+    return p->envelope == ENVELOPE_CLOUDEVENTS ? ce_problem(row) : NULL;
 }
 
 static void
@@ -1234,7 +1322,7 @@ publisher_encode_row(struct publisher *p, const struct outbox_row *row,
                      char *err, size_t errlen)
 {
     size_t nheaders;
-    const char *problem = row_problem(row);
+    const char *problem = row_problem(p, row);
     if (problem != NULL) {
         err_set(err, errlen, "%s", problem);
         return -1;

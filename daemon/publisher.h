@@ -45,6 +45,13 @@ int publisher_wait_unblocked(struct publisher *p, uint64_t deadline_ms,
  */
 void publisher_set_stop_deadline(struct publisher *p,
                                  const _Atomic uint64_t *stop_deadline_ms);
+/*
+ * What each message carries besides outboxd's own properties and headers
+ * (docs/contract.md section 7); source is the CloudEvents source, kept by
+ * the caller.  ENVELOPE_OUTBOXD until set.
+ */
+void publisher_set_envelope(struct publisher *p, enum envelope envelope,
+                            const char *source);
 /* The url of the live connection, with any password masked. */
 const char *publisher_url(const struct publisher *p);
 /* url with its password masked, malloc'd: what logs and errors show. */
@@ -54,7 +61,9 @@ char *publisher_mask_url(const char *url);
  * The properties and headers a publish of row carries, checked against a
  * frame of frame_max bytes; they point into row and p's buffers until the
  * next call.  -1 with the reason when the row cannot be sent as it is (bad
- * headers JSON, a field over 255 bytes, too large for a frame).
+ * headers JSON, a field over 255 bytes, too large for a frame; under
+ * the cloudevents envelope, an empty id or type or a row header that
+ * would set a CloudEvents attribute).
  */
 int publisher_encode_row(struct publisher *p, const struct outbox_row *row,
                          size_t frame_max, amqp_basic_properties_t *props,

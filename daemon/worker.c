@@ -186,6 +186,7 @@ worker_new(const struct outbox_config *ob, const char *relay_id)
     char *name = xasprintf("outboxd %s %s", relay_id, ob->name);
     w->pub = publisher_new(w->ob->broker, name);
     free(name);
+    publisher_set_envelope(w->pub, w->ob->envelope, w->ob->cloudevents_source);
     struct relay_backend backend = {
         .store = w->store,
         .publisher = w->pub,

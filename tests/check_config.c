@@ -35,7 +35,7 @@ static const char *const bad_inputs[] = {
     "bad_backoff",        "bad_broker_ambiguous",
     "bad_relay",          "bad_tls",
     "bad_many",           "bad_poll",
-    "bad_size",
+    "bad_size",           "bad_cloudevents",
 };
 
 static char *
@@ -285,6 +285,9 @@ check_default_outbox(const struct config *cfg, const struct outbox_config *ob)
     ck_assert_uint_eq(ob->retention_sent_ms, 7 * 86400000ULL);
     ck_assert_uint_eq(ob->retention_interval_ms, 60000);
     ck_assert_uint_eq(ob->retention_batch, 5000);
+    ck_assert_int_eq(ob->envelope, ENVELOPE_OUTBOXD);
+    /* <database>/<table>: the same from every relay of the outbox. */
+    ck_assert_str_eq(ob->cloudevents_source, "outboxd://orders/outbox_event");
     ck_assert_uint_eq(ob->ncolumns, 2);
     ck_assert_str_eq(ob->columns[0], "aggregate_type");
     ck_assert_str_eq(ob->columns[1], "event_type");
@@ -430,6 +433,86 @@ START_TEST(test_inline_password_warning)
 }
 END_TEST
 
+/* One outbox with extra keys, loaded from memory. */
+static struct config *
+load_outbox(const char *keys, struct config_errors *errs)
+{
+    char text[1024];
+    snprintf(text, sizeof(text),
+             "brokers: { main: { url: amqp://h/ } }\n"
+             "databases:\n"
+             "  shop-eu:\n"
+             "    user: relay\n"
+             "    database: shop\n"
+             "    outboxes:\n"
+             "      - table: outbox$1\n"
+             "%s",
+             keys);
+    return config_load_buffer("/nonexistent/ce.yaml", text, strlen(text), errs);
+}
+
+/* Sources the CloudEvents spec's own examples use, and an IP literal. */
+static const char *const good_sources[] = {
+    "https://github.com/cloudevents",
+    "mailto:cncf-wg-serverless@lists.cncf.io",
+    "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66",
+    "cloudevents/spec/pull/123",
+    "/sensors/tn-1234567/alerts",
+    "1-555-123-4567",
+    "amqp://[::1]:5672/orders?x=1#frag",
+    "/orders/caf%C3%A9",
+};
+
+START_TEST(test_cloudevents_keys)
+{
+    char keys[256];
+    snprintf(keys, sizeof(keys),
+             "        envelope: cloudevents\n"
+             "        cloudevents_source: \"%s\"\n",
+             good_sources[_i]);
+    struct config_errors errs = {0};
+    struct config *cfg = load_outbox(keys, &errs);
+    ck_assert_msg(cfg != NULL, "%s", errs.n ? errs.msgs[0] : "");
+    const struct outbox_config *ob = config_outbox_at(cfg, 0);
+    ck_assert_int_eq(ob->envelope, ENVELOPE_CLOUDEVENTS);
+    ck_assert_str_eq(ob->cloudevents_source, good_sources[_i]);
+    config_free(cfg);
+}
+END_TEST
+
+/* The default source names the database entry and the table, as the
+ * outbox's name does, and is itself a valid URI-reference. */
+START_TEST(test_cloudevents_default_source)
+{
+    struct config *cfg = load_outbox("        envelope: cloudevents\n", NULL);
+    ck_assert_ptr_nonnull(cfg);
+    const struct outbox_config *ob = config_outbox_at(cfg, 0);
+    ck_assert_str_eq(ob->name, "shop-eu.outbox$1");
+    ck_assert_str_eq(ob->cloudevents_source, "outboxd://shop-eu/outbox$1");
+    config_free(cfg);
+}
+END_TEST
+
+/* What a message looks like changes only with a restart. */
+START_TEST(test_cloudevents_keys_need_restart)
+{
+    struct config *a = load_outbox("", NULL);
+    struct config *b = load_outbox("        envelope: cloudevents\n"
+                                   "        cloudevents_source: /shop\n",
+                                   NULL);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    struct config_errors refused = {0};
+    ck_assert_uint_eq(config_reload_check(a, b, &refused, NULL), 2);
+    ck_assert_ptr_nonnull(strstr(refused.msgs[0], ".envelope: cannot change"));
+    ck_assert_ptr_nonnull(
+        strstr(refused.msgs[1], ".cloudevents_source: cannot change"));
+    config_errors_free(&refused);
+    config_free(a);
+    config_free(b);
+}
+END_TEST
+
 /* Errors of a second load are appended; a NULL errs is allowed. */
 START_TEST(test_errors_append)
 {
@@ -463,6 +546,10 @@ config_suite(void)
     tcase_add_test(tc, test_amqps_enables_tls);
     tcase_add_test(tc, test_reference_config);
     tcase_add_test(tc, test_inline_password_warning);
+    tcase_add_loop_test(tc, test_cloudevents_keys, 0,
+                        sizeof(good_sources) / sizeof(*good_sources));
+    tcase_add_test(tc, test_cloudevents_default_source);
+    tcase_add_test(tc, test_cloudevents_keys_need_restart);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "publisher.h"
 #include "util.h"
@@ -126,6 +127,197 @@ START_TEST(test_encode_rejects)
 }
 END_TEST
 
+#define CE_SOURCE "outboxd://orders/outbox_event"
+
+static struct publisher *
+ce_publisher(void)
+{
+    struct publisher *p = publisher_new(&broker, "unit");
+    publisher_set_envelope(p, ENVELOPE_CLOUDEVENTS, CE_SOURCE);
+    return p;
+}
+
+/* A string header's value is want, exactly. */
+static void
+assert_str_header(const amqp_basic_properties_t *props, const char *key,
+                  const char *want)
+{
+    const amqp_table_entry_t *e = header(props, key);
+    ck_assert_msg(e != NULL, "no header %s", key);
+    ck_assert_int_eq(e->value.kind, AMQP_FIELD_KIND_UTF8);
+    ck_assert_uint_eq(e->value.value.bytes.len, strlen(want));
+    ck_assert_msg(memcmp(e->value.value.bytes.bytes, want, strlen(want)) == 0,
+                  "%s is %.*s, not %s", key, (int)e->value.value.bytes.len,
+                  (const char *)e->value.value.bytes.bytes, want);
+}
+
+static size_t
+count_ce_headers(const amqp_basic_properties_t *props)
+{
+    size_t n = 0;
+    for (int i = 0; i < props->headers.num_entries; i++) {
+        const amqp_bytes_t *k = &props->headers.entries[i].key;
+        n += k->len >= 11 && strncasecmp(k->bytes, "cloudEvents", 11) == 0;
+    }
+    return n;
+}
+
+/* docs/contract.md section 7: binary content mode, the binding's names,
+ * strings throughout, outboxd's own properties and headers kept. */
+START_TEST(test_encode_cloudevents)
+{
+    struct publisher *p = ce_publisher();
+    struct outbox_row row = row_make("{\"tenant\": \"acme\"}");
+    row.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    amqp_basic_properties_t props;
+    char why[300] = "";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), 0);
+    assert_str_header(&props, "cloudEvents_specversion", "1.0");
+    assert_str_header(&props, "cloudEvents_id", "ev-1");
+    assert_str_header(&props, "cloudEvents_source", CE_SOURCE);
+    assert_str_header(&props, "cloudEvents_type", "OrderPaid");
+    assert_str_header(&props, "cloudEvents_subject", "o-1");
+    assert_str_header(&props, "cloudEvents_time",
+                      "2023-11-14T22:13:20.123456Z");
+    ck_assert_uint_eq(count_ce_headers(&props), 6);
+    /* datacontenttype is the content-type property, not a header. */
+    ck_assert(props._flags & AMQP_BASIC_CONTENT_TYPE_FLAG);
+    ck_assert_uint_eq(props.content_type.len, strlen("application/json"));
+    ck_assert_ptr_null(header(&props, "cloudEvents_datacontenttype"));
+    assert_str_header(&props, "aggregate_type", "Order");
+    assert_str_header(&props, "aggregate_id", "o-1");
+    assert_str_header(&props, "traceparent", row.traceparent);
+    assert_str_header(&props, "tenant", "acme");
+    ck_assert_int_eq(header(&props, "outbox_id")->value.value.i64, 7);
+    ck_assert_int_eq(props.headers.num_entries, 11);
+    ck_assert_uint_eq(props.message_id.len, 4);
+    ck_assert_int_eq(props.timestamp, 1700000000);
+    publisher_free(p);
+}
+END_TEST
+
+/* RFC 3339 in UTC with six fraction digits, whatever the fraction. */
+static const struct {
+    int64_t us;
+    const char *time;
+} ce_times[] = {
+    {1, "1970-01-01T00:00:00.000001Z"},
+    {1700000000000000, "2023-11-14T22:13:20.000000Z"},
+    {951782400999999, "2000-02-29T00:00:00.999999Z"},
+    {4102444799500000, "2099-12-31T23:59:59.500000Z"},
+};
+
+START_TEST(test_encode_cloudevents_time)
+{
+    struct publisher *p = ce_publisher();
+    struct outbox_row row = row_make(NULL);
+    row.created_us = ce_times[_i].us;
+    amqp_basic_properties_t props;
+    char why[300] = "";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), 0);
+    assert_str_header(&props, "cloudEvents_time", ce_times[_i].time);
+    publisher_free(p);
+}
+END_TEST
+
+/* The spec forbids empty optional attributes: they are left out. */
+START_TEST(test_encode_cloudevents_optional)
+{
+    struct publisher *p = ce_publisher();
+    struct outbox_row row = row_make(NULL);
+    row.aggregate_id = "";
+    row.created_us = 0;
+    amqp_basic_properties_t props;
+    char why[300] = "";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), 0);
+    ck_assert_ptr_null(header(&props, "cloudEvents_subject"));
+    ck_assert_ptr_null(header(&props, "cloudEvents_time"));
+    ck_assert_uint_eq(count_ce_headers(&props), 4);
+    publisher_free(p);
+}
+END_TEST
+
+/* Row headers a CloudEvents consumer would read as attributes, under
+ * either separator and in any case: the row is refused, never sent with
+ * a forged or contradicting attribute. */
+static const char *const forged_keys[] = {
+    "cloudEvents_id",   "cloudEvents_type", "cloudEvents:source",
+    "CLOUDEVENTS_time", "cloudevents_ext",  "cloudEvents_",
+};
+
+START_TEST(test_encode_cloudevents_forged)
+{
+    struct publisher *p = ce_publisher();
+    char headers[128], want[128], why[300] = "";
+    snprintf(headers, sizeof(headers), "{\"tenant\": \"a\", \"%s\": \"x\"}",
+             forged_keys[_i]);
+    snprintf(want, sizeof(want),
+             "headers refused: key \"%s\" would set a CloudEvents attribute "
+             "(envelope cloudevents: outboxd sets those)",
+             forged_keys[_i]);
+    struct outbox_row row = row_make(headers);
+    amqp_basic_properties_t props;
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), -1);
+    ck_assert_str_eq(why, want);
+    publisher_free(p);
+}
+END_TEST
+
+/* Names that only look alike pass through as they always did; and the
+ * default envelope adds nothing and refuses nothing. */
+START_TEST(test_encode_cloudevents_lookalikes)
+{
+    struct publisher *p = ce_publisher();
+    const char *headers = "{\"cloudEventsId\": 1, \"x_cloudEvents_id\": 2, "
+                          "\"cloudEvent_id\": 3}";
+    struct outbox_row row = row_make(headers);
+    amqp_basic_properties_t props;
+    char why[300] = "";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), 0);
+    ck_assert_ptr_nonnull(header(&props, "cloudEventsId"));
+    ck_assert_ptr_nonnull(header(&props, "x_cloudEvents_id"));
+    publisher_free(p);
+
+    p = publisher_new(&broker, "unit");
+    row = row_make("{\"cloudEvents_id\": \"mine\"}");
+    row.event_type = "";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), 0);
+    ck_assert_uint_eq(count_ce_headers(&props), 1);
+    assert_str_header(&props, "cloudEvents_id", "mine");
+    ck_assert_int_eq(props.headers.num_entries, 4);
+    publisher_free(p);
+}
+END_TEST
+
+/* A CloudEvent needs a non-empty id and type. */
+START_TEST(test_encode_cloudevents_rejects)
+{
+    struct publisher *p = ce_publisher();
+    amqp_basic_properties_t props;
+    char why[300] = "";
+    struct outbox_row row = row_make(NULL);
+    row.event_id = "";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), -1);
+    ck_assert_str_eq(why, "event_id is empty: a CloudEvent needs an id");
+    row = row_make(NULL);
+    row.event_type = NULL;
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), -1);
+    ck_assert_str_eq(why, "event_type is empty: a CloudEvent needs a type");
+    row.event_type = "";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, why, sizeof(why)), -1);
+    publisher_free(p);
+}
+END_TEST
+
 Suite *
 publisher_suite(void)
 {
@@ -134,6 +326,17 @@ publisher_suite(void)
     tcase_add_loop_test(tc, test_mask_url, 0, sizeof(masks) / sizeof(*masks));
     tcase_add_test(tc, test_encode_row);
     tcase_add_test(tc, test_encode_rejects);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("cloudevents");
+    tcase_add_test(tc, test_encode_cloudevents);
+    tcase_add_loop_test(tc, test_encode_cloudevents_time, 0,
+                        sizeof(ce_times) / sizeof(*ce_times));
+    tcase_add_test(tc, test_encode_cloudevents_optional);
+    tcase_add_loop_test(tc, test_encode_cloudevents_forged, 0,
+                        sizeof(forged_keys) / sizeof(*forged_keys));
+    tcase_add_test(tc, test_encode_cloudevents_lookalikes);
+    tcase_add_test(tc, test_encode_cloudevents_rejects);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -60,6 +60,11 @@ PACKAGES+=(debhelper devscripts lintian fakeroot)
 # libcrypto's pkg-config file, for outboxd -V (see PKGS in the Makefile).
 PACKAGES+=(libssl-dev)
 
+# tests/it_cloudevents.c's consumer: Node and npm (make cloudevents-deps).
+# A Node that brings its own npm (NodeSource's) conflicts with Debian's npm.
+PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
+
 MARIADB_SOCKET=/run/mysqld/mysqld.sock
 MARIADB_LOG=/var/log/mysql/mariadbd.log
 MARIADB_TIMEOUT=${OUTBOXD_MARIADB_TIMEOUT:-60}
