@@ -403,37 +403,6 @@ admin_dead_release_ids(MYSQL *db, const char *table, const char *held_cond,
                       event_ids, n, found, released, err, errlen);
 }
 
-/*
- * The aggregates held and since when the oldest hold: locked_until is
- * when a row went DEAD under hold (store_finalize.c); a row that went
- * DEAD otherwise (before hold was configured) counts from its
- * created_at.  Held rows are few and, with `held`, read by its index.
- */
-int
-admin_holds(MYSQL *db, const char *table, const char *held_cond,
-            struct admin_holds *out, char *err, size_t errlen)
-{
-    struct strbuf s = {0};
-    sql_table(&s,
-              "SELECT COUNT(DISTINCT `aggregate_type`, `aggregate_id`), "
-              "TIMESTAMPDIFF(MICROSECOND, MIN(COALESCE(`locked_until`, "
-              "`created_at`)), NOW(6)) FROM ",
-              table, " WHERE ");
-    strbuf_adds(&s, held_cond);
-    MYSQL_RES *res =
-        run_select(db, &s, "counting held aggregates", table, err, errlen);
-    strbuf_free(&s);
-    if (res == NULL)
-        return -1;
-    MYSQL_ROW r = mysql_fetch_row(res);
-    out->aggregates = r && r[0] ? strtoull(r[0], NULL, 10) : 0;
-    out->oldest_us = r && r[1] ? strtoll(r[1], NULL, 10) : 0;
-    if (out->oldest_us < 0)
-        out->oldest_us = 0;
-    mysql_free_result(res);
-    return commit(db, "counting held aggregates", table, err, errlen);
-}
-
 /* ---- purge ---- */
 
 /*

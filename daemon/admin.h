@@ -94,13 +94,4 @@ int admin_dead_release_ids(MYSQL *db, const char *table, const char *held_cond,
                            uint64_t *released, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* Held aggregates and the age of the oldest hold (0 with none). */
-struct admin_holds {
-    uint64_t aggregates;
-    int64_t oldest_us;
-};
-int admin_holds(MYSQL *db, const char *table, const char *held_cond,
-                struct admin_holds *out, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
-
 #endif

@@ -42,8 +42,8 @@ held_cond(const struct store *st, const char *alias)
     const char *dot = alias[0] != '\0' ? "." : "";
     if (st->plan.held)
         return xasprintf("%s%s`held` = 1", alias, dot);
-    return xasprintf("%s%s`status` = 'DEAD' AND %s%s`locked_by` IS NULL",
-                     alias, dot, alias, dot);
+    return xasprintf("%s%s`status` = 'DEAD' AND %s%s`locked_by` IS NULL", alias,
+                     dot, alias, dot);
 }
 
 static bool

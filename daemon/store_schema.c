@@ -440,12 +440,12 @@ static char *
 build_count_sql(const struct store *st)
 {
     char *hold = store_hold_count_term(st);
-    char *sql = xasprintf(
-        "SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
-        "WHERE p.`aggregate_type` = c.`aggregate_type` "
-        "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
-        "AND p.%s)%s FROM %s c WHERE c.`id` IN (",
-        st->table, store_unfinished_cond(st), hold, st->table);
+    char *sql =
+        xasprintf("SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
+                  "WHERE p.`aggregate_type` = c.`aggregate_type` "
+                  "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
+                  "AND p.%s)%s FROM %s c WHERE c.`id` IN (",
+                  st->table, store_unfinished_cond(st), hold, st->table);
     free(hold);
     return sql;
 }
