@@ -81,8 +81,7 @@ static const struct ctl_command ctl_commands[] = {
      "transaction\n"},
     {CMD_DEAD_RELEASE, "dead release",
      "[--outbox NAME] (--all [--dry-run] [--limit N] | EVENT_ID...)",
-     "with on_dead: hold, let the aggregates behind DEAD rows flow again; "
-     "the rows stay DEAD",
+     "let the aggregates held by DEAD rows flow again (on_dead: hold)",
      OPT_OUTBOX | OPT_ALL | OPT_DRY_RUN | OPT_LIMIT,
      OUTBOX_HELP
      "  --all            every held DEAD row, in id order, 1000 per "
@@ -113,7 +112,7 @@ usage(FILE *f)
     fprintf(f, "usage: outboxctl [-c FILE] [--json] COMMAND [OPTION...]\n"
                "commands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(f, "  %-12s %s\n", ctl_commands[i].name,
+        fprintf(f, "  %-13s %s\n", ctl_commands[i].name,
                 ctl_commands[i].summary);
     fprintf(f, "options of every command:\n"
                "  -c FILE          configuration (default " CONFIG_DEFAULT_PATH
