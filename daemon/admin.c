@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "store.h"
 #include "util.h"
 
 /* dead retry --all: rows per transaction, so locks stay short. */
@@ -275,57 +276,131 @@ admin_dead_count(MYSQL *db, const char *table, uint64_t *total, char *err,
     return commit(db, "counting DEAD rows", table, err, errlen);
 }
 
-int
-admin_dead_retry_batch(MYSQL *db, const char *table, unsigned max,
-                       uint64_t *retried, char *err, size_t errlen)
+/*
+ * One short transaction: at most max rows (0 for RETRY_BATCH) matching
+ * where, in id order, get set.  Called until it changes fewer than
+ * asked, it walks them all, and the events of one aggregate change in
+ * their order.
+ */
+static int
+change_batch(MYSQL *db, const char *table, const char *set, const char *where,
+             const char *what, unsigned max, uint64_t *changed, char *err,
+             size_t errlen)
 {
     struct strbuf s = {0};
     unsigned n = max != 0 && max < RETRY_BATCH ? max : RETRY_BATCH;
-    sql_table(&s, "UPDATE ", table, " " RETRY_SET);
-    strbuf_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %u", n);
-    *retried = 0;
-    int rc = run(db, &s, "retrying DEAD rows", table, err, errlen);
+    sql_table(&s, "UPDATE ", table, " ");
+    strbuf_addf(&s, "%s WHERE %s ORDER BY `id` LIMIT %u", set, where, n);
+    *changed = 0;
+    int rc = run(db, &s, what, table, err, errlen);
     strbuf_free(&s);
     uint64_t k = rc == 0 ? affected(db) : 0;
     if (rc == 0)
-        rc = commit(db, "retrying DEAD rows", table, err, errlen);
+        rc = commit(db, what, table, err, errlen);
     if (rc == 0)
-        *retried = k;
+        *changed = k;
     return rc;
 }
 
 /*
- * One statement per event id: the affected rows say whether that id was
- * DEAD, under the column's own collation, which a client-side compare
+ * One statement per event id: the affected rows say whether that id
+ * matched, under the column's own collation, which a client-side compare
  * of the names could not match.
  */
-int
-admin_dead_retry_ids(MYSQL *db, const char *table, const char *const *event_ids,
-                     size_t n, bool *found, uint64_t *retried, char *err,
-                     size_t errlen)
+static int
+change_ids(MYSQL *db, const char *table, const char *set, const char *where,
+           const char *what, const char *const *event_ids, size_t n,
+           bool *found, uint64_t *changed, char *err, size_t errlen)
 {
     struct strbuf s = {0};
     bool *hit = xcalloc(n ? n : 1, sizeof(*hit));
     uint64_t total = 0;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        sql_table(&s, "UPDATE ", table, " " RETRY_SET);
-        strbuf_adds(&s, " WHERE `status` = 'DEAD' AND `event_id` = ");
+        sql_table(&s, "UPDATE ", table, " ");
+        strbuf_addf(&s, "%s WHERE %s AND `event_id` = ", set, where);
         sql_add_string(&s, db, event_ids[i]);
-        rc = run(db, &s, "retrying DEAD rows", table, err, errlen);
+        rc = run(db, &s, what, table, err, errlen);
         uint64_t k = rc == 0 ? affected(db) : 0;
         hit[i] = k > 0;
         total += k;
     }
     if (rc == 0)
-        rc = commit(db, "retrying DEAD rows", table, err, errlen);
-    /* Only a committed retry counts: found[] adds up over outboxes. */
+        rc = commit(db, what, table, err, errlen);
+    /* Only a committed change counts: found[] adds up over outboxes. */
     for (size_t i = 0; i < n && rc == 0; i++)
         found[i] = found[i] || hit[i];
-    *retried = rc == 0 ? total : 0;
+    *changed = rc == 0 ? total : 0;
     free(hit);
     strbuf_free(&s);
     return rc;
+}
+
+int
+admin_dead_retry_batch(MYSQL *db, const char *table, unsigned max,
+                       uint64_t *retried, char *err, size_t errlen)
+{
+    return change_batch(db, table, RETRY_SET, "`status` = 'DEAD'",
+                        "retrying DEAD rows", max, retried, err, errlen);
+}
+
+int
+admin_dead_retry_ids(MYSQL *db, const char *table, const char *const *event_ids,
+                     size_t n, bool *found, uint64_t *retried, char *err,
+                     size_t errlen)
+{
+    return change_ids(db, table, RETRY_SET, "`status` = 'DEAD'",
+                      "retrying DEAD rows", event_ids, n, found, retried, err,
+                      errlen);
+}
+
+/* ---- dead release ---- */
+
+/* docs/design.md, The state machine: DEAD stays, last_error stays. */
+#define RELEASE_SET                                                            \
+    "SET `locked_by` = '" STORE_RELEASED "', `locked_until` = NOW(6)"
+
+static int
+count_where(MYSQL *db, const char *table, const char *where, const char *what,
+            uint64_t *total, char *err, size_t errlen)
+{
+    struct strbuf s = {0};
+    sql_table(&s, "SELECT COUNT(*) FROM ", table, " WHERE ");
+    strbuf_adds(&s, where);
+    MYSQL_RES *res = run_select(db, &s, what, table, err, errlen);
+    strbuf_free(&s);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r = mysql_fetch_row(res);
+    *total = r && r[0] ? strtoull(r[0], NULL, 10) : 0;
+    mysql_free_result(res);
+    return commit(db, what, table, err, errlen);
+}
+
+int
+admin_held_count(MYSQL *db, const char *table, const char *held_cond,
+                 uint64_t *total, char *err, size_t errlen)
+{
+    return count_where(db, table, held_cond, "counting held DEAD rows", total,
+                       err, errlen);
+}
+
+int
+admin_dead_release_batch(MYSQL *db, const char *table, const char *held_cond,
+                         unsigned max, uint64_t *released, char *err,
+                         size_t errlen)
+{
+    return change_batch(db, table, RELEASE_SET, held_cond,
+                        "releasing DEAD rows", max, released, err, errlen);
+}
+
+int
+admin_dead_release_ids(MYSQL *db, const char *table, const char *held_cond,
+                       const char *const *event_ids, size_t n, bool *found,
+                       uint64_t *released, char *err, size_t errlen)
+{
+    return change_ids(db, table, RELEASE_SET, held_cond, "releasing DEAD rows",
+                      event_ids, n, found, released, err, errlen);
 }
 
 /* ---- purge ---- */

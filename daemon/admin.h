@@ -76,4 +76,22 @@ int admin_dead_retry_ids(MYSQL *db, const char *table,
                          uint64_t *retried, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/*
+ * on_dead: hold (held_cond: store_hold_cond).  A release keeps the row
+ * DEAD with its last_error and marks it released, so that its aggregate
+ * flows again; _batch and _ids as the retries above.  _count: the DEAD
+ * rows that hold now.
+ */
+int admin_held_count(MYSQL *db, const char *table, const char *held_cond,
+                     uint64_t *total, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+int admin_dead_release_batch(MYSQL *db, const char *table,
+                             const char *held_cond, unsigned max,
+                             uint64_t *released, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+int admin_dead_release_ids(MYSQL *db, const char *table, const char *held_cond,
+                           const char *const *event_ids, size_t n, bool *found,
+                           uint64_t *released, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 #endif

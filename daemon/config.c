@@ -60,6 +60,7 @@ static const char *const log_levels[] = {"error", "warn", "info", "debug",
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const orderings[] = {"aggregate", "none", NULL};
 static const char *const on_sents[] = {"mark", "delete", NULL};
+static const char *const on_deads[] = {"skip", "hold", NULL};
 static const char *const wakes[] = {"auto", "binlog", "poll", NULL};
 static const char *const envelopes[] = {"outboxd", "cloudevents", NULL};
 
@@ -69,6 +70,7 @@ _Static_assert(sizeof(enum log_format) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum ordering) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum on_sent) == sizeof(int), "enum size");
 _Static_assert(sizeof(enum envelope) == sizeof(int), "enum size");
+_Static_assert(sizeof(enum on_dead) == sizeof(int), "enum size");
 
 /* One line per key in the tables below. */
 // clang-format off
@@ -183,6 +185,8 @@ static const struct opt outbox_opts[] = {
     K_UINT("max_retries", "10", OPT_RELOAD, 0, 1000, OUTBOX(max_retries)),
     K_MAP("backoff", 0, 0, &backoff_table),
     K_ENUM("on_sent", "mark", OPT_RELOAD, on_sents, NULL, OUTBOX(on_sent)),
+    /* The claim's statements are built for it: not reloadable. */
+    K_ENUM("on_dead", "skip", 0, on_deads, NULL, OUTBOX(on_dead)),
     K_MAP("retention", 0, 0, &retention_table),
     /* What a message looks like: consumers depend on it, so a restart. */
     K_ENUM("envelope", "outboxd", 0, envelopes, NULL, OUTBOX(envelope)),
@@ -1195,6 +1199,19 @@ outbox_source(struct loader *ld, struct section *s)
                  s->path, ob->cloudevents_source, problem);
 }
 
+/* A hold is a rule of the ordering per aggregate: without it, nothing
+ * waits behind anything (docs/contract.md section 1.3). */
+static void
+outbox_hold_check(struct loader *ld, struct section *s)
+{
+    struct outbox_config *ob = s->base;
+    if (ob->on_dead == ON_DEAD_HOLD && ob->ordering == ORDERING_NONE)
+        ld_error(ld, sec_mark(s, "on_dead"),
+                 "%s.on_dead: hold needs ordering: aggregate (with ordering: "
+                 "none no event waits behind another)",
+                 s->path);
+}
+
 static void
 outbox_poll_check(struct loader *ld, struct section *s)
 {
@@ -1214,6 +1231,7 @@ outbox_finish(struct loader *ld, struct section *s)
 {
     struct outbox_config *ob = s->base;
     outbox_poll_check(ld, s);
+    outbox_hold_check(ld, s);
     if (ob->table != NULL) {
         ident_check(ld, s, "table", "table", ob->table);
         ob->name = xasprintf("%s.%s", ob->database->name, ob->table);

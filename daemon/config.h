@@ -19,6 +19,9 @@
 
 enum ordering { ORDERING_AGGREGATE, ORDERING_NONE };
 enum on_sent { ON_SENT_MARK, ON_SENT_DELETE };
+/* What a DEAD event does to the later events of its aggregate: nothing
+ * (skip), or hold them until an operator retries or releases it. */
+enum on_dead { ON_DEAD_SKIP, ON_DEAD_HOLD };
 /* What wakes an idle outbox: its server's binlog where it can (auto),
  * only that (binlog: not ready without it), or the poll alone. */
 enum wake_mode { WAKE_AUTO, WAKE_BINLOG, WAKE_POLL };
@@ -79,6 +82,7 @@ struct outbox_config {
     enum envelope envelope;         /* outboxd */
     /* CloudEvents source, a URI-reference; default outboxd://<db>/<table> */
     char *cloudevents_source;
+    enum on_dead on_dead;           /* skip */
     uint64_t retention_sent_ms;     /* 7d */
     uint64_t retention_interval_ms; /* 1m */
     unsigned retention_batch;       /* 5000 */

@@ -267,6 +267,28 @@ render_rows(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
     }
 }
 
+/* on_dead: hold: samples for the outboxes that hold, none for others. */
+static void
+render_holds(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
+{
+    family(o, "outboxd_held_aggregates", "gauge",
+           "Aggregates whose later events wait behind a DEAD event (on_dead: "
+           "hold) until outboxctl dead retry or dead release.");
+    for (size_t i = 0; i < n; i++)
+        if (obs[i].holds_known)
+            sample_u64(o, "outboxd_held_aggregates", obs[i].outbox,
+                       obs[i].held_aggregates);
+    family(o, "outboxd_oldest_hold_seconds", "gauge",
+           "How long the oldest held aggregate has been held, 0 when none "
+           "is.");
+    for (size_t i = 0; i < n; i++) {
+        if (!obs[i].holds_known)
+            continue;
+        sample_start(o, "outboxd_oldest_hold_seconds", obs[i].outbox);
+        strbuf_addf(o, "} %.3f\n", obs[i].oldest_hold_s);
+    }
+}
+
 /* Which source wakes each outbox: one sample per source, 1 for the one
  * in force, so that a dashboard can count outboxes by source. */
 static void
@@ -336,6 +358,7 @@ metrics_render(const struct daemon_metrics *dm,
     render_counters(&o, obs, n);
     render_waits(&o, obs, n);
     render_rows(&o, obs, n);
+    render_holds(&o, obs, n);
     render_flag(&o, obs, n, "outboxd_database_connected",
                 "1 while the outbox's database session is up.", OM(db_up));
     render_flag(&o, obs, n, "outboxd_broker_connected",

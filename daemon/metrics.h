@@ -60,6 +60,11 @@ struct outbox_metrics {
     uint64_t rows[OUTBOX_STATUS_COUNT];
     bool rows_counted[OUTBOX_STATUS_COUNT]; /* false: not counted at all */
     double oldest_pending_age_s;            /* 0 with nothing pending */
+    /* on_dead: hold only (else false): aggregates held by a DEAD event
+     * and how long the oldest has been. */
+    bool holds_known;
+    uint64_t held_aggregates;
+    double oldest_hold_s;
     const struct histogram *commit_to_confirm;
     const struct histogram *batch_duration;
 };

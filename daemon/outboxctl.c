@@ -17,6 +17,7 @@
 #include "config.h"
 #include "outboxctl.h"
 #include "store.h"
+#include "stats_sql.h"
 #include "util.h"
 
 /* dead list shows at most this many rows; purge and retry go further. */
@@ -78,6 +79,17 @@ static const struct ctl_command ctl_commands[] = {
      "  --limit N        with --all: retry at most N rows per outbox\n"
      "  EVENT_ID...      the DEAD rows with these event_ids, in one "
      "transaction\n"},
+    {CMD_DEAD_RELEASE, "dead release",
+     "[--outbox NAME] (--all [--dry-run] [--limit N] | EVENT_ID...)",
+     "let the aggregates held by DEAD rows flow again (on_dead: hold)",
+     OPT_OUTBOX | OPT_ALL | OPT_DRY_RUN | OPT_LIMIT,
+     OUTBOX_HELP
+     "  --all            every held DEAD row, in id order, 1000 per "
+     "transaction\n"
+     "  --dry-run        with --all: count the rows, change nothing\n"
+     "  --limit N        with --all: release at most N rows per outbox\n"
+     "  EVENT_ID...      the held DEAD rows with these event_ids, in one "
+     "transaction\n"},
     {CMD_PURGE, "purge",
      "--sent-older-than DURATION [--outbox NAME] [--dry-run] [--limit N]",
      "delete SENT rows older than DURATION, as retention does",
@@ -100,7 +112,7 @@ usage(FILE *f)
     fprintf(f, "usage: outboxctl [-c FILE] [--json] COMMAND [OPTION...]\n"
                "commands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(f, "  %-12s %s\n", ctl_commands[i].name,
+        fprintf(f, "  %-13s %s\n", ctl_commands[i].name,
                 ctl_commands[i].summary);
     fprintf(f, "options of every command:\n"
                "  -c FILE          configuration (default " CONFIG_DEFAULT_PATH
@@ -231,13 +243,20 @@ find_command(char **words, size_t n, size_t *used)
     return NULL;
 }
 
-/* `help dead`, `dead --help`: dead list's and dead retry's both. */
+/* `help dead`, `dead --help`: the help of every dead command. */
 static bool
 is_dead_prefix(char **words, size_t n)
 {
     return n >= 1 && strcmp(words[0], "dead") == 0 &&
            (n == 1 ||
-            (strcmp(words[1], "list") != 0 && strcmp(words[1], "retry") != 0));
+            (strcmp(words[1], "list") != 0 && strcmp(words[1], "retry") != 0 &&
+             strcmp(words[1], "release") != 0));
+}
+
+static bool
+takes_ids(const struct ctl_command *c)
+{
+    return c->cmd == CMD_DEAD_RETRY || c->cmd == CMD_DEAD_RELEASE;
 }
 
 /* The words after the options: the command and dead retry's ids. */
@@ -253,12 +272,12 @@ parse_command(struct options *o, char **words, size_t n)
         return 0;
     }
     if (o->cmd == NULL && is_dead_prefix(words, n) && n == 1)
-        return usage_error("%s", "dead wants list or retry");
+        return usage_error("%s", "dead wants list, retry or release");
     if (o->cmd == NULL && is_dead_prefix(words, n))
         return usage_error("unknown command \"dead %s\"", words[1]);
     if (o->cmd == NULL)
         return usage_error("unknown command \"%s\"", words[0]);
-    if (o->cmd->cmd == CMD_DEAD_RETRY) {
+    if (takes_ids(o->cmd)) {
         o->ids = words + used;
         o->nids = n - used;
     } else if (o->cmd->cmd == CMD_HELP && n - used <= 2) {
@@ -287,7 +306,7 @@ check_command_options(const struct options *o)
         return command_error(c, "--limit shows at most %s rows", "1000000");
     if (c->cmd == CMD_PURGE && !(o->given & OPT_OLDER))
         return command_error(c, "%s", "needs --sent-older-than DURATION");
-    if (c->cmd != CMD_DEAD_RETRY)
+    if (!takes_ids(c))
         return 0;
     if ((o->given & OPT_ALL) && o->nids > 0)
         return command_error(c, "%s", "takes --all or EVENT_IDs, not both");
@@ -453,6 +472,8 @@ struct status_result {
     const struct outbox_config *ob;
     bool ok;
     struct admin_status s;
+    bool holds; /* on_dead: hold: h counted */
+    struct outbox_holds h;
 };
 
 static const enum outbox_status status_order[] = {
@@ -466,8 +487,12 @@ status_collect(struct ctl *c, struct status_result *r)
     struct store *st = ctl_open_store(c, r->ob);
     if (st == NULL)
         return;
+    const char *held = store_hold_cond(st);
+    r->holds = held != NULL;
     if (admin_status(store_session(st), r->ob->table, &r->s, err, sizeof(err)) <
-        0)
+            0 ||
+        (held != NULL && stats_sql_holds(store_session(st), r->ob->table, held,
+                                         &r->h, err, sizeof(err)) < 0))
         ctl_report(c, r->ob, err);
     else
         r->ok = true;
@@ -513,6 +538,22 @@ status_print_row(const struct status_result *r, const struct status_widths *w)
     printf("  %s\n", age);
 }
 
+/* on_dead: hold: the aggregates waiting for an operator. */
+static void
+status_print_holds(const struct status_result *r)
+{
+    char age[32];
+    uint64_t n = r->h.aggregates;
+    printf("%s: %" PRIu64 " aggregate%s held by DEAD events", r->ob->name, n,
+           n == 1 ? "" : "s");
+    if (n > 0) {
+        format_age(r->h.oldest_us, age, sizeof(age));
+        printf(", the oldest for %s (outboxctl dead retry or dead release)",
+               age);
+    }
+    putchar('\n');
+}
+
 static void
 status_print_text(const struct status_result *rs, size_t n)
 {
@@ -524,6 +565,9 @@ status_print_text(const struct status_result *rs, size_t n)
     printf("  OLDEST PENDING\n");
     for (size_t i = 0; i < n; i++)
         status_print_row(&rs[i], &w);
+    for (size_t i = 0; i < n; i++)
+        if (rs[i].ok && rs[i].holds)
+            status_print_holds(&rs[i]);
     for (size_t i = 0; i < n; i++)
         if (rs[i].ok && rs[i].s.other > 0)
             printf("%s: %" PRIu64 " row%s with a status outboxd does not "
@@ -549,9 +593,17 @@ status_print_json_one(const struct status_result *r)
            ",\"oldest_pending_age_seconds\":",
            r->s.other, r->s.rows[OUTBOX_DEAD]);
     if (r->s.pending)
-        printf("%.6f}", (double)r->s.oldest_pending_us / 1e6);
+        printf("%.6f", (double)r->s.oldest_pending_us / 1e6);
     else
-        printf("null}");
+        printf("null");
+    if (!r->holds)
+        printf(",\"held_aggregates\":null,\"oldest_hold_age_seconds\":null}");
+    else if (r->h.aggregates == 0)
+        printf(",\"held_aggregates\":0,\"oldest_hold_age_seconds\":null}");
+    else
+        printf(",\"held_aggregates\":%" PRIu64
+               ",\"oldest_hold_age_seconds\":%.6f}",
+               r->h.aggregates, (double)r->h.oldest_us / 1e6);
 }
 
 static void
@@ -761,6 +813,33 @@ select_outboxes(struct ctl *c)
     return EXIT_USAGE;
 }
 
+/* dead release acts on the outboxes that hold, and on no other. */
+static int
+run_release(struct ctl *c)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->outboxes[i]->on_dead == ON_DEAD_HOLD)
+            c->outboxes[k++] = c->outboxes[i];
+    if (k == 0 && c->o->outbox != NULL)
+        fprintf(stderr,
+                "outboxctl: dead release: %s has on_dead: skip; its DEAD "
+                "rows hold nothing\n",
+                c->outboxes[0]->name);
+    else if (k == 0)
+        fprintf(stderr, "outboxctl: dead release: no outbox has on_dead: "
+                        "hold; DEAD rows hold nothing\n");
+    if (k == 0)
+        return EXIT_USAGE;
+    c->n = k;
+    if (c->o->nids > 0) {
+        ctl_dead_release_ids(c);
+        return 0;
+    }
+    ctl_catch_stop_signals();
+    return ctl_dead_release_all(c);
+}
+
 /* The exit code a walk chose (after a signal), or 0. */
 static int
 run_command(struct ctl *c)
@@ -779,6 +858,8 @@ run_command(struct ctl *c)
         }
         ctl_catch_stop_signals();
         return ctl_dead_retry_all(c);
+    case CMD_DEAD_RELEASE:
+        return run_release(c);
     case CMD_PURGE:
         ctl_catch_stop_signals();
         return ctl_purge(c);

@@ -17,6 +17,7 @@ enum command {
     CMD_STATUS,
     CMD_DEAD_LIST,
     CMD_DEAD_RETRY,
+    CMD_DEAD_RELEASE,
     CMD_PURGE,
     CMD_OUTBOXES,
     CMD_HELP
@@ -42,7 +43,7 @@ struct options {
     uint64_t older_ms;
     const struct ctl_command *cmd;
     const char *help_topic; /* help's COMMAND, or "dead" for both */
-    char **ids;             /* dead retry's EVENT_IDs: argv entries */
+    char **ids;             /* dead retry's, release's EVENT_IDs: argv */
     size_t nids;
 };
 
@@ -69,5 +70,8 @@ void ctl_catch_stop_signals(void);
 int ctl_dead_retry_all(struct ctl *c);
 int ctl_purge(struct ctl *c);
 void ctl_dead_retry_ids(struct ctl *c);
+/* dead release: only the outboxes with on_dead: hold (ctl_hold_only). */
+int ctl_dead_release_all(struct ctl *c);
+void ctl_dead_release_ids(struct ctl *c);
 
 #endif

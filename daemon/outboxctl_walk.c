@@ -1,7 +1,8 @@
 /*
- * outboxctl_walk: purge and dead retry, the commands that change rows:
- * a count first, then short transactions with progress on a terminal,
- * --dry-run, --limit, and a stop between transactions on SIGINT/SIGTERM.
+ * outboxctl_walk: purge, dead retry and dead release, the commands that
+ * change rows: a count first, then short transactions with progress on a
+ * terminal, --dry-run, --limit, and a stop between transactions on
+ * SIGINT/SIGTERM.
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -263,7 +264,7 @@ retry_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
 }
 
 static void
-retry_print_missing(struct ctl *c, const bool *found)
+print_missing(struct ctl *c, const bool *found, const char *what)
 {
     bool any = false;
     for (size_t i = 0; i < c->o->nids; i++) {
@@ -274,7 +275,7 @@ retry_print_missing(struct ctl *c, const bool *found)
                 putchar(',');
             ctl_json_str(c->o->ids[i]);
         } else {
-            fprintf(stderr, "outboxctl: no DEAD row has event_id %s\n",
+            fprintf(stderr, "outboxctl: no %s row has event_id %s\n", what,
                     c->o->ids[i]);
         }
         any = true;
@@ -300,7 +301,118 @@ ctl_dead_retry_ids(struct ctl *c)
         printf("],\"retried\":%" PRIu64 ",\"not_found\":[", total);
     /* An outbox we could not search may hold the missing ids. */
     if (!c->failed && !c->unavailable)
-        retry_print_missing(c, found);
+        print_missing(c, found, "DEAD");
+    if (c->o->json)
+        fputs("]}\n", stdout);
+    free(found);
+}
+
+/* ---- dead release ---- */
+
+static int
+release_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
+              uint64_t *total, char *err, size_t errlen)
+{
+    (void)c;
+    return admin_held_count(store_session(st), ob->table, store_hold_cond(st),
+                            total, err, errlen);
+}
+
+static int
+release_step(struct ctl *c, struct store *st, const struct outbox_config *ob,
+             uint64_t max, uint64_t *done, bool *finished, char *err,
+             size_t errlen)
+{
+    (void)c;
+    unsigned ask =
+        max != 0 && max < ADMIN_RETRY_BATCH ? (unsigned)max : ADMIN_RETRY_BATCH;
+    if (admin_dead_release_batch(store_session(st), ob->table,
+                                 store_hold_cond(st), ask, done, err,
+                                 errlen) < 0)
+        return -1;
+    *finished = *done < ask;
+    return 0;
+}
+
+static const struct walk release_walk = {"released", release_count,
+                                         release_step};
+
+static void
+release_print(const struct ctl *c, const struct outbox_config *ob,
+              const struct walk_result *r, size_t i)
+{
+    bool dry = c->o->given & OPT_DRY_RUN;
+    if (c->o->json) {
+        walk_print_json(ob, r, i, dry ? "would_release" : "released", dry);
+    } else if (dry && r->ok) {
+        printf("%s: would release %" PRIu64 " held DEAD row%s\n", ob->name,
+               r->total, r->total == 1 ? "" : "s");
+    } else if (r->ok || r->done > 0) {
+        printf("%s: %" PRIu64 " DEAD row%s released, %s aggregate%s flow "
+               "again%s\n",
+               ob->name, r->done, r->done == 1 ? "" : "s",
+               r->done == 1 ? "its" : "their", r->done == 1 ? "" : "s",
+               r->interrupted ? " (interrupted)" : "");
+    }
+}
+
+int
+ctl_dead_release_all(struct ctl *c)
+{
+    bool dry = c->o->given & OPT_DRY_RUN;
+    uint64_t total = 0;
+    size_t i = 0;
+    if (c->o->json)
+        fputs("{\"outboxes\":[", stdout);
+    for (; i < c->n && !stop_signal; i++) {
+        struct walk_result r;
+        walk_one(c, &release_walk, c->outboxes[i], &r);
+        release_print(c, c->outboxes[i], &r, i);
+        total += dry ? r.total : r.done;
+    }
+    if (c->o->json)
+        printf("],\"%s\":%" PRIu64 "%s}\n", dry ? "would_release" : "released",
+               total, stop_signal ? ",\"interrupted\":true" : "");
+    fflush(stdout);
+    return stop_signal ? walk_stopped(c, i) : 0;
+}
+
+static int64_t
+release_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
+{
+    char err[ERR_LEN];
+    uint64_t n = 0;
+    struct store *st = ctl_open_store(c, ob);
+    if (st == NULL)
+        return -1;
+    int rc = admin_dead_release_ids(store_session(st), ob->table,
+                                    store_hold_cond(st),
+                                    (const char *const *)c->o->ids, c->o->nids,
+                                    found, &n, err, sizeof(err));
+    if (rc < 0)
+        ctl_report(c, ob, err);
+    store_free(st);
+    return rc < 0 ? -1 : (int64_t)n;
+}
+
+void
+ctl_dead_release_ids(struct ctl *c)
+{
+    bool *found = xcalloc(c->o->nids + 1, sizeof(*found));
+    uint64_t total = 0;
+    if (c->o->json)
+        fputs("{\"outboxes\":[", stdout);
+    for (size_t i = 0; i < c->n; i++) {
+        const struct outbox_config *ob = c->outboxes[i];
+        int64_t n = release_ids_one(c, ob, found);
+        struct walk_result r = {.ok = n >= 0, .done = n > 0 ? (uint64_t)n : 0};
+        release_print(c, ob, &r, i);
+        total += r.done;
+    }
+    if (c->o->json)
+        printf("],\"released\":%" PRIu64 ",\"not_found\":[", total);
+    if (!c->failed && !c->unavailable)
+        print_missing(c, found, "held DEAD");
     if (c->o->json)
         fputs("]}\n", stdout);
     free(found);

@@ -92,3 +92,37 @@ stats_sql_count(MYSQL *db, const char *table, struct outbox_counts *out,
     }
     return rc;
 }
+
+/*
+ * Since when the oldest hold: locked_until is when a row went DEAD
+ * under hold (store_hold.c); a row that went DEAD otherwise (before hold
+ * was configured) counts from its created_at.  Held rows are few and,
+ * with sql/outbox.sql's `held`, read through its index alone.
+ */
+int
+stats_sql_holds(MYSQL *db, const char *table, const char *held_cond,
+                struct outbox_holds *out, char *err, size_t errlen)
+{
+    char *sql =
+        xasprintf("SELECT COUNT(DISTINCT `aggregate_type`, `aggregate_id`), "
+                  "TIMESTAMPDIFF(MICROSECOND, MIN(COALESCE(`locked_until`, "
+                  "`created_at`)), NOW(6)) FROM `%s` WHERE %s",
+                  table, held_cond);
+    MYSQL_RES *res;
+    memset(out, 0, sizeof(*out));
+    int rc = query(db, sql, &res, err, errlen);
+    free(sql);
+    if (rc == 0) {
+        MYSQL_ROW row = mysql_fetch_row(res);
+        out->aggregates = row && row[0] ? strtoull(row[0], NULL, 10) : 0;
+        out->oldest_us = row && row[1] ? strtoll(row[1], NULL, 10) : 0;
+        if (out->oldest_us < 0)
+            out->oldest_us = 0;
+        mysql_free_result(res);
+    }
+    if (mysql_commit(db) != 0 && rc == 0) {
+        err_set(err, errlen, "counting held aggregates: %s", mysql_error(db));
+        rc = -1;
+    }
+    return rc;
+}

@@ -1,6 +1,7 @@
 /*
- * stats_sql: the cheap read-only queries behind the outboxd_rows and
- * outboxd_oldest_pending_age_seconds gauges, run on the store's session.
+ * stats_sql: the cheap read-only queries behind the outboxd_rows,
+ * outboxd_oldest_pending_age_seconds and hold gauges, run on the store's
+ * session.
  */
 #ifndef OUTBOXD_STATS_SQL_H
 #define OUTBOXD_STATS_SQL_H
@@ -25,5 +26,19 @@ struct outbox_counts {
  */
 int stats_sql_count(MYSQL *db, const char *table, struct outbox_counts *out,
                     char *err, size_t errlen);
+
+/* on_dead: hold: the aggregates held by a DEAD event, and the age of the
+ * oldest hold (0 with none). */
+struct outbox_holds {
+    uint64_t aggregates;
+    int64_t oldest_us;
+};
+
+/*
+ * Counts them (held_cond: store_hold_cond), then ends the transaction.
+ * -1 with err filled on an SQL error.
+ */
+int stats_sql_holds(MYSQL *db, const char *table, const char *held_cond,
+                    struct outbox_holds *out, char *err, size_t errlen);
 
 #endif

@@ -127,6 +127,7 @@ store_free(struct store *st)
     free(st->claim.heads);
     free(st->plan.unblocked_sql);
     free(st->plan.head_sql);
+    free(st->plan.held_cond);
     free(st->plan.retry_index);
     free(st->where);
     free(st->table);

@@ -69,6 +69,20 @@ uint64_t store_statement_count(const struct store *st);
 MYSQL *store_session(struct store *st);
 
 /*
+ * A DEAD row released by `outboxctl dead release` keeps its status and
+ * last_error and has this in locked_by, which no claim token can equal
+ * (a token ends in '/' and 16 hex digits): it holds its aggregate no
+ * more (docs/design.md, The state machine).
+ */
+#define STORE_RELEASED "released"
+/*
+ * With on_dead: hold, the WHERE condition of the DEAD rows that hold
+ * their aggregate, by the table's `held` column or without it; NULL for
+ * an outbox that does not hold.  Valid after store_connect.
+ */
+const char *store_hold_cond(const struct store *st);
+
+/*
  * Claims up to batch_size rows in one short transaction: due PENDING and
  * RETRY rows, or else one PROCESSING row whose lease expired, alone, so
  * that a row that crashes the relay takes no other row down with it (the

@@ -414,8 +414,8 @@ kill_expired(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
                 "'lease expired after ', `retry_count` + 1, ' attempts without "
                 "a confirm (relay crashed or hung while publishing)'), "
                 "`retry_count` = `retry_count` + 1, `locked_by` = NULL, "
-                "`locked_until` = NULL WHERE `id` IN (",
-                st->table);
+                "`locked_until` = %s WHERE `id` IN (",
+                st->table, store_dead_locked_until(st));
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++)
         if (is_dying(st, &b->rows[i]))

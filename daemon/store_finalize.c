@@ -145,8 +145,9 @@ add_outcome_head(struct store *st, const struct fin_item *it)
                        "`status` = IF(`retry_count` > 0, 'RETRY', 'PENDING')");
         break;
     }
-    strbuf_adds(q, ", `locked_by` = NULL, `locked_until` = NULL "
-                   "WHERE `id` IN (");
+    /* With hold, a DEAD row's locked_until says since when it holds. */
+    strbuf_addf(q, ", `locked_by` = NULL, `locked_until` = %s WHERE `id` IN (",
+                it->kind == FIN_DEAD ? store_dead_locked_until(st) : "NULL");
 }
 
 /* One statement for a run of items with the same outcome and error. */

@@ -98,6 +98,8 @@ struct claim_plan {
     char *unblocked_sql;          /* ordering: skip aggregates held back */
     char *head_sql;  /* ordering: ", candidate is its aggregate's first" */
     bool unfinished; /* ordering reads `unfinished` = 1, not status IN */
+    bool held;       /* on_dead: hold reads `held` = 1 (store_hold.c) */
+    char *held_cond; /* "a DEAD row not released", by `held` or not */
     /* Both aggregate columns compare as bytes (a _bin collation): the
      * server tells apart what strcmp does, but for trailing spaces. */
     bool binary_aggregate;
@@ -202,6 +204,14 @@ const char *store_unfinished_cond(const struct store *st);
 /* store_claim.c */
 int store_row_cmp_id(const void *a, const void *b);
 struct outbox_row *store_find_row(struct outbox_batch *b, uint64_t id);
+
+/* store_hold.c: on_dead: hold.  Each is a no-op (or "", or its input)
+ * for an outbox that does not hold. */
+void store_hold_plan(struct store *st, bool held_column);
+char *store_hold_filter(const struct store *st, char *unblocked);
+char *store_hold_count_term(const struct store *st);
+void store_hold_add_earlier(struct store *st, const struct outbox_batch *b);
+const char *store_dead_locked_until(const struct store *st);
 
 /* store_ordering.c */
 int store_ordering_filter(struct store *st, struct outbox_batch *b, char *err,

@@ -139,6 +139,7 @@ build_earlier_sql(struct store *st, const struct outbox_batch *b)
     }
     strbuf_addf(q, ") AND %s AND `id` < %" PRIu64, store_unfinished_cond(st),
                 b->rows[b->n - 1].id);
+    store_hold_add_earlier(st, b);
 }
 
 /* The candidates' aggregate that is byte-for-byte (type, id); or -1. */

@@ -53,6 +53,9 @@ bool store_pick_id_primary(const struct index_column *ix, size_t n);
 enum text_charset store_parse_charset(const char *name);
 /* A GENERATION_EXPRESSION that is sql/outbox.sql's `unfinished`. */
 bool store_is_unfinished_expression(const char *expr);
+/* store_hold.c.  A GENERATION_EXPRESSION that is sql/outbox.sql's
+ * `held`. */
+bool store_is_held_expression(const char *expr);
 /* A COLLATION_NAME that compares as bytes (ends in _bin). */
 bool store_is_binary_collation(const char *collation);
 

@@ -48,6 +48,7 @@ struct schema {
     bool unfinished;        /* the generated column sql/outbox.sql defines */
     const char **generated; /* generated columns' names (in the result) */
     size_t ngenerated;
+    bool held;                 /* and its `held`, for on_dead: hold */
     unsigned binary_aggregate; /* aggregate columns with a _bin collation */
 };
 
@@ -125,6 +126,8 @@ note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
         sc->unfinished = store_is_unfinished_expression(r[INFO_GENERATION]);
     if (r[INFO_GENERATION] != NULL && r[INFO_GENERATION][0] != '\0')
         sc->generated[sc->ngenerated++] = xstrdup(name);
+    if (strcasecmp(name, "held") == 0)
+        sc->held = store_is_held_expression(r[INFO_GENERATION]);
     if ((strcasecmp(name, "aggregate_type") == 0 ||
          strcasecmp(name, "aggregate_id") == 0) &&
         store_is_binary_collation(r[INFO_COLLATION]))
@@ -505,12 +508,15 @@ store_unfinished_cond(const struct store *st)
 static char *
 build_count_sql(const struct store *st)
 {
-    return xasprintf(
-        "SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
-        "WHERE p.`aggregate_type` = c.`aggregate_type` "
-        "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
-        "AND p.%s) FROM %s c WHERE c.`id` IN (",
-        st->table, store_unfinished_cond(st), st->table);
+    char *hold = store_hold_count_term(st);
+    char *sql =
+        xasprintf("SELECT c.`id`, (SELECT COUNT(*) FROM %s p "
+                  "WHERE p.`aggregate_type` = c.`aggregate_type` "
+                  "AND p.`aggregate_id` = c.`aggregate_id` AND p.`id` < c.`id` "
+                  "AND p.%s)%s FROM %s c WHERE c.`id` IN (",
+                  st->table, store_unfinished_cond(st), hold, st->table);
+    free(hold);
+    return sql;
 }
 
 /*
@@ -540,7 +546,7 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
             " ORDER BY %s", s == SRC_RETRY ? "`next_retry_at`" : order);
     }
     free(st->plan.unblocked_sql);
-    st->plan.unblocked_sql = build_unblocked_filter(st);
+    st->plan.unblocked_sql = store_hold_filter(st, build_unblocked_filter(st));
     free(st->plan.head_sql);
     st->plan.head_sql = build_head_sql(st);
     free(st->plan.count_sql);
@@ -551,6 +557,7 @@ static void
 apply_schema(struct store *st, const struct schema *sc, const char *order)
 {
     st->plan.unfinished = sc->unfinished;
+    store_hold_plan(st, sc->held);
     st->plan.binary_aggregate = sc->binary_aggregate == 2;
     build_claim_sql(st, sc, order);
     unsigned tok = sc->locked_by_len;

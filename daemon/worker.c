@@ -102,6 +102,12 @@ struct worker {
     _Atomic uint64_t rows[OUTBOX_STATUS_COUNT];
     _Atomic unsigned rows_counted; /* bit per status */
     _Atomic int64_t oldest_pending_us;
+    /* on_dead: hold: the last count of held aggregates, and on this
+     * host's monotonic clock since when the oldest hold, so that its age
+     * grows between counts; holds_known false as rows_known. */
+    _Atomic bool holds_known;
+    _Atomic uint64_t held_aggregates;
+    _Atomic uint64_t hold_since_ms;
 };
 
 static struct pacer_limits
@@ -488,6 +494,27 @@ stats_unchanged(const struct worker *w)
            clock_ms() - w->stats_ms < STATS_QUIET_MS;
 }
 
+/* The hold gauges, after the row counts, on the same session. */
+static void
+stats_holds(struct worker *w, MYSQL *db)
+{
+    const char *held = store_hold_cond(w->store);
+    struct outbox_holds h;
+    char err[ERR_LEN];
+    if (held == NULL)
+        return;
+    if (stats_sql_holds(db, w->ob->table, held, &h, err, sizeof(err)) < 0) {
+        if (w->holds_known)
+            log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
+        w->holds_known = false;
+        return;
+    }
+    w->held_aggregates = h.aggregates;
+    uint64_t now = clock_ms(), age = (uint64_t)h.oldest_us / 1000;
+    w->hold_since_ms = h.aggregates > 0 && age < now ? now - age : now;
+    w->holds_known = true;
+}
+
 static void
 stats_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -513,6 +540,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     stats_publish(w, &counts);
+    stats_holds(w, db);
 }
 
 static void
@@ -804,6 +832,11 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
         m->rows_counted[s] = (mask >> s) & 1u;
     }
     m->oldest_pending_age_s = (double)w->oldest_pending_us / 1e6;
+    m->holds_known = w->holds_known && w->rows_known;
+    m->held_aggregates = w->held_aggregates;
+    m->oldest_hold_s = m->held_aggregates > 0
+                           ? (double)(clock_ms() - w->hold_since_ms) / 1e3
+                           : 0;
     m->commit_to_confirm = &st->commit_to_confirm;
     m->batch_duration = &st->batch_duration;
 }

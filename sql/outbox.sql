@@ -29,6 +29,11 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   -- row (PENDING to PROCESSING) does not move its entry there.
   unfinished     TINYINT GENERATED ALWAYS AS
                    (status IN ('PENDING', 'RETRY', 'PROCESSING')) VIRTUAL,
+  -- Generated, never written: 1 for a DEAD event not released.  With
+  -- on_dead: hold it holds the later events of its aggregate until
+  -- `outboxctl dead retry` or `dead release` (sets locked_by).
+  held           TINYINT GENERATED ALWAYS AS
+                   (status = 'DEAD' AND locked_by IS NULL) VIRTUAL,
   PRIMARY KEY (id),
   UNIQUE KEY uk_outbox_event_id (event_id),
   -- Claim of PENDING rows in id order; status counts for outboxctl.
@@ -37,5 +42,8 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   -- but on RETRY rows, so a row's claim and SENT never write this index.
   KEY idx_outbox_due (next_retry_at),
   -- Ordering: unfinished earlier events of one aggregate.
-  KEY idx_outbox_aggregate (aggregate_type, aggregate_id, unfinished, id)
+  KEY idx_outbox_aggregate (aggregate_type, aggregate_id, unfinished, id),
+  -- on_dead: hold: the held DEAD event of an aggregate, one entry away
+  -- rather than past its SENT history; held aggregates for the gauge.
+  KEY idx_outbox_held (held, aggregate_type, aggregate_id, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -36,6 +36,7 @@ static const char *const bad_inputs[] = {
     "bad_relay",          "bad_tls",
     "bad_many",           "bad_poll",
     "bad_size",           "bad_cloudevents",
+    "bad_hold",
 };
 
 static char *
@@ -282,6 +283,7 @@ check_default_outbox(const struct config *cfg, const struct outbox_config *ob)
     ck_assert_uint_eq(ob->backoff_initial_ms, 1000);
     ck_assert_uint_eq(ob->backoff_max_ms, 300000);
     ck_assert_int_eq(ob->on_sent, ON_SENT_MARK);
+    ck_assert_int_eq(ob->on_dead, ON_DEAD_SKIP);
     ck_assert_uint_eq(ob->retention_sent_ms, 7 * 86400000ULL);
     ck_assert_uint_eq(ob->retention_interval_ms, 60000);
     ck_assert_uint_eq(ob->retention_batch, 5000);

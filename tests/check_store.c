@@ -380,6 +380,24 @@ START_TEST(test_unfinished_expression)
 }
 END_TEST
 
+/* MariaDB's and MySQL's spelling of sql/outbox.sql's `held`. */
+START_TEST(test_held_expression)
+{
+    ck_assert(
+        store_is_held_expression("`status` = 'DEAD' and `locked_by` is null"));
+    ck_assert(store_is_held_expression(
+        "((`status` = _utf8mb4'DEAD') and (`locked_by` is null))"));
+    ck_assert(!store_is_held_expression("`status` = 'DEAD'"));
+    ck_assert(!store_is_held_expression(
+        "`status` = 'DEAD' and `locked_by` is not null"));
+    ck_assert(
+        !store_is_held_expression("`status` = 'DEAD' or `locked_by` is null"));
+    ck_assert(!store_is_held_expression(
+        "`status` in ('DEAD','RETRY') and `locked_by` is null"));
+    ck_assert(!store_is_held_expression(NULL));
+}
+END_TEST
+
 START_TEST(test_binary_collation)
 {
     ck_assert(store_is_binary_collation("utf8mb4_bin"));
@@ -421,6 +439,7 @@ store_suite(void)
     tcase_add_test(parse, test_parse_version);
     tcase_add_test(parse, test_parse_charset);
     tcase_add_test(parse, test_unfinished_expression);
+    tcase_add_test(parse, test_held_expression);
     tcase_add_test(parse, test_binary_collation);
     suite_add_tcase(s, parse);
     return s;

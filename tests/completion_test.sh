@@ -53,10 +53,10 @@ touch "$tmp/other.txt"
 
 expect "outboxctl " "dead help outboxes purge status"
 expect "outboxctl pu" "purge"
-expect "outboxctl dead " "list retry"
-expect "outboxctl --json dead r" "retry"
+expect "outboxctl dead " "list release retry"
+expect "outboxctl --json dead r" "release retry"
 expect "outboxctl help " "dead help outboxes purge status"
-expect "outboxctl help dead " "list retry"
+expect "outboxctl help dead " "list release retry"
 expect "outboxctl --j" "--json"
 expect "outboxctl status --" "--help --json --outbox --version"
 expect "outboxctl dead list --" "--help --json --limit --outbox --version"
@@ -76,7 +76,7 @@ expect "outboxctl purge --sent-older-than 1" "12h 1d 1h"
 expect "outboxctl dead list --limit " ""
 
 # The lists above agree with what outboxctl itself accepts.
-for cmd in status "dead list" "dead retry" purge outboxes; do
+for cmd in status "dead list" "dead retry" "dead release" purge outboxes; do
     # shellcheck disable=SC2086
     want=$("$bin" $cmd --help | sed -n '/^options:/,$p' |
         grep -o -- '--[a-z][a-z-]*' | sort -u |

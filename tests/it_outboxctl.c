@@ -516,7 +516,9 @@ START_TEST(test_help)
         {"help dead retry", "EVENT_ID..."},
         {"dead --help", "dead retry [--outbox NAME]"},
         {"help", "commands:\n  status "},
-        {"-h", "dead retry   put DEAD rows back to PENDING"},
+        {"-h", "dead retry    put DEAD rows back to PENDING"},
+        {"dead --help", "dead release [--outbox NAME]"},
+        {"help dead release", "the held DEAD rows with these event_ids"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct ctl_run r = ctl("/nonexistent.yaml", "%s", cases[i][0]);
