@@ -254,3 +254,31 @@ batch_count_state(const struct outbox_batch *b, enum row_state s)
         n += b->rows[i].state == s;
     return n;
 }
+
+int64_t
+batch_expiry_ms_left(int64_t expires_in_us, uint64_t elapsed_ms)
+{
+    int64_t us = expires_in_us - (int64_t)elapsed_ms * 1000;
+    /* Floor, not truncation: -0.5 ms left is expired. */
+    return us >= 0 ? us / 1000 : -((-us + 999) / 1000);
+}
+
+void
+batch_format_expiry(char *buf, size_t len, const char *expires_at,
+                    const char *when, int64_t late_us)
+{
+    /* Tenths of a second in integers: no locale, no float rounding. */
+    long long tenths = late_us > 0 ? (late_us + 50000) / 100000 : 0;
+    snprintf(buf, len, "expired at %s UTC, %s %lld.%lld s later",
+             expires_at ? expires_at : "?", when, tenths / 10, tenths % 10);
+}
+
+void
+batch_expire_row(struct outbox_batch *b, struct outbox_row *row,
+                 const char *error, bool recorded)
+{
+    if (row_enter_state(b, row, ROW_REJECTED, error) < 0)
+        return;
+    row->dead = row->expired = true;
+    row->recorded = recorded;
+}

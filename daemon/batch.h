@@ -61,11 +61,20 @@ struct outbox_row {
     enum outbox_status claimed_from;
     unsigned earlier_unfinished; /* unfinished events before it */
     uint64_t duplicate_of; /* an earlier row with this event_id, 0 if none */
+    /* expires_at (docs/contract.md section 6), by the database clock:
+     * expires_at - NOW(6) at the claim, and expires_at as UTC text. */
+    bool has_expiry;
+    int64_t expires_in_us;
+    const char *expires_at;
+    const char *expiration; /* the AMQP expiration property, NULL: none */
 
     enum row_state state;
-    const char *error;    /* why FAILED or REJECTED */
-    bool dead;            /* FAILED/REJECTED past max_retries: goes DEAD */
-    bool recorded;        /* ACKED and already marked SENT (store_mark_sent) */
+    const char *error; /* why FAILED or REJECTED */
+    bool dead;         /* FAILED/REJECTED past max_retries: goes DEAD */
+    bool expired;      /* REJECTED past expires_at: DEAD, no attempt */
+    /* The outcome is in the table already: ACKED and marked SENT
+     * (store_mark_sent), or expired and made DEAD by the claim. */
+    bool recorded;
     const char *exchange; /* resolved at publish time */
     const char *routing_key;
 };
@@ -114,5 +123,20 @@ int row_enter_state(struct outbox_batch *b, struct outbox_row *row,
                     enum row_state to, const char *error);
 
 size_t batch_count_state(const struct outbox_batch *b, enum row_state s);
+
+/*
+ * Expiry (docs/contract.md section 6).  The whole milliseconds left
+ * before expires_at, elapsed_ms after a claim that read expires_in_us
+ * (floored: never more than the database clock gives); 0 or less means
+ * expired.
+ */
+int64_t batch_expiry_ms_left(int64_t expires_in_us, uint64_t elapsed_ms);
+/* "expired at <expires_at> UTC, <when> 12.3 s later" into buf. */
+void batch_format_expiry(char *buf, size_t len, const char *expires_at,
+                         const char *when, int64_t late_us);
+/* REJECTED as expired with that error: DEAD, no attempt counted;
+ * recorded when the claim wrote it so. */
+void batch_expire_row(struct outbox_batch *b, struct outbox_row *row,
+                      const char *error, bool recorded);
 
 #endif

@@ -170,6 +170,9 @@ static const struct opt outbox_opts[] = {
     K_STR("exchange_column", NULL, 0, OUTBOX(exchange_column)),
     K_STR("routing_key_column", NULL, 0, OUTBOX(routing_key_column)),
     K_BOOL("mandatory", "true", OPT_RELOAD, OUTBOX(mandatory)),
+    /* The AMQP expiration from expires_at: docs/contract.md section 7. */
+    K_BOOL("expiration_from_expires_at", "false", OPT_RELOAD,
+           OUTBOX(expiration_from_expires_at)),
     K_ENUM("ordering", "aggregate", 0, orderings, NULL, OUTBOX(ordering)),
     K_UINT("batch_size", "500", OPT_RELOAD, 1, 10000, OUTBOX(batch_size)),
     /* Payload and headers of one batch: docs/contract.md section 1.6. */

@@ -67,6 +67,8 @@ struct outbox_config {
     struct template routing_key; /* "{aggregate_type}.{event_type}" */
     char *exchange_column;       /* per-row override, NULL if unset */
     char *routing_key_column;
+    /* false: no AMQP expiration from expires_at */
+    bool expiration_from_expires_at;
     bool mandatory;                 /* true */
     enum ordering ordering;         /* aggregate */
     unsigned batch_size;            /* 500 */

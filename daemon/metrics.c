@@ -161,7 +161,12 @@ static const struct counter_family counters[] = {
      "channel or connection lost.",
      OM(failed)},
     {"outboxd_events_retried_total", "Events moved to RETRY.", OM(retried)},
-    {"outboxd_events_dead_total", "Events moved to DEAD.", OM(dead)},
+    {"outboxd_events_dead_total",
+     "Events moved to DEAD (those past expires_at counted apart).", OM(dead)},
+    {"outboxd_events_expired_total",
+     "Events moved to DEAD unpublished, claimed or due at or after their "
+     "expires_at.",
+     OM(expired)},
     {"outboxd_events_released_total",
      "Claimed events given back unattempted (an earlier event of their "
      "aggregate failed, or shutdown).",

@@ -45,6 +45,7 @@ uint64_t metrics_clock_us(void);
 struct outbox_metrics {
     const char *outbox; /* "<database>.<table>" */
     uint64_t published, failed, retried, dead, released, lost, batches;
+    uint64_t expired; /* DEAD past expires_at, not counted in dead */
     /* Time the relay waited on each server (relay.h, enum relay_wait). */
     uint64_t wait_broker_us, wait_database_us;
     bool db_up, broker_up, broker_blocked;

@@ -1251,7 +1251,8 @@ properties_size(const struct outbox_row *row, const amqp_table_entry_t *h,
                 size_t n)
 {
     size_t size = 64 + strlen(row->event_id) +
-                  (row->event_type ? strlen(row->event_type) : 0);
+                  (row->event_type ? strlen(row->event_type) : 0) +
+                  (row->expiration ? 1 + strlen(row->expiration) : 0);
     for (size_t i = 0; i < n; i++)
         size += 1 + h[i].key.len + 1 + 8 +
                 (h[i].value.kind == AMQP_FIELD_KIND_UTF8
@@ -1314,6 +1315,12 @@ fill_properties(amqp_basic_properties_t *props, const struct outbox_row *row,
         row->created_us > 0 ? (uint64_t)(row->created_us / 1000000) : 0;
     props->type = amqp_cstring_bytes(row->event_type ? row->event_type : "");
     props->app_id = amqp_cstring_bytes("outboxd");
+    /* RabbitMQ's per-message TTL, milliseconds as text: the relay sets
+     * it from expires_at (docs/contract.md section 7). */
+    if (row->expiration != NULL) {
+        props->_flags |= AMQP_BASIC_EXPIRATION_FLAG;
+        props->expiration = amqp_cstring_bytes(row->expiration);
+    }
 }
 
 int

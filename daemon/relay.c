@@ -367,6 +367,35 @@ wave_deadline(struct relay *r)
 }
 
 /*
+ * docs/contract.md sections 6 and 7: a row is never published at or
+ * after its expires_at.  The time left is the database's at the claim
+ * less this host's monotonic time since the claim began, so it is never
+ * more than the database clock gives.  A row with no whole millisecond
+ * left goes DEAD (no attempt counted: it was never published); the
+ * others carry it as the AMQP expiration when the outbox asks for that.
+ */
+static bool
+expire_if_due(struct relay *r, struct outbox_row *row)
+{
+    if (!row->has_expiry)
+        return false;
+    uint64_t now = clock_ms();
+    uint64_t elapsed = now > r->claim_ms ? now - r->claim_ms : 0;
+    int64_t left = batch_expiry_ms_left(row->expires_in_us, elapsed);
+    if (left <= 0) {
+        char why[256];
+        batch_format_expiry(why, sizeof(why), row->expires_at,
+                            "due to be published", -left * 1000);
+        batch_expire_row(r->batch, row, why, false);
+        return true;
+    }
+    row->expiration = r->outbox->expiration_from_expires_at
+                          ? batch_sprintf(r->batch, "%lld", (long long)left)
+                          : NULL;
+    return false;
+}
+
+/*
  * Collects the rows of wave w that may go out now: still claimed, and no
  * earlier event of their aggregate failed or was held back.
  */
@@ -388,14 +417,20 @@ collect_wave(struct relay *r, size_t w, struct outbox_row **out)
     return n;
 }
 
-/* After a wave: every aggregate whose event did not get through stops. */
+/*
+ * After a wave: every aggregate whose event did not get through stops,
+ * but for a row the claim already made DEAD (past expires_at): the
+ * table holds it finished, so the events behind it may go.
+ */
 static void
 block_failed_groups(struct relay *r)
 {
     struct relay_scratch *s = r->scratch;
     for (size_t i = 0; i < r->batch->n; i++) {
-        enum row_state st = r->batch->rows[i].state;
-        if (st == ROW_FAILED || st == ROW_REJECTED || st == ROW_RELEASED)
+        const struct outbox_row *row = &r->batch->rows[i];
+        enum row_state st = row->state;
+        if ((st == ROW_FAILED || st == ROW_REJECTED || st == ROW_RELEASED) &&
+            !row->recorded)
             s->blocked[s->place[i].group] = true;
     }
 }
@@ -510,19 +545,35 @@ await_unblocked(struct relay *r, bool *broker_ok)
     return true;
 }
 
+/* Drops from rows those past expires_at now, keeping their order. */
+static size_t
+drop_expired(struct relay *r, struct outbox_row **rows, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!expire_if_due(r, rows[i]))
+            rows[k++] = rows[i];
+    return k;
+}
+
 /*
  * One wave out until its last confirm, the time counted as the broker's;
- * false when no wave may start (see await_unblocked).
+ * false when no wave may start (see await_unblocked).  Expiry is judged
+ * after any wait for a blocked broker, just before the publish; *n is
+ * what is left to publish.
  */
 static bool
-send_wave(struct relay *r, struct outbox_row **rows, size_t n, bool *broker_ok)
+send_wave(struct relay *r, struct outbox_row **rows, size_t *n, bool *broker_ok)
 {
     char err[ERR_LEN];
     wait_begin(r, WAIT_BROKER);
     bool go = await_unblocked(r, broker_ok);
-    if (go && r->backend.publish(r->backend.publisher, r->batch, rows, n,
-                                 r->outbox->mandatory, wave_deadline(r), err,
-                                 sizeof(err)) < 0) {
+    if (go)
+        *n = drop_expired(r, rows, *n);
+    if (go && *n > 0 &&
+        r->backend.publish(r->backend.publisher, r->batch, rows, *n,
+                           r->outbox->mandatory, wave_deadline(r), err,
+                           sizeof(err)) < 0) {
         str_copy(r->last_error, err, sizeof(r->last_error));
         *broker_ok = false;
     }
@@ -546,7 +597,7 @@ publish_waves(struct relay *r)
         size_t n = collect_wave(r, w, rows);
         if (n == 0)
             continue;
-        if (!send_wave(r, rows, n, &broker_ok))
+        if (!send_wave(r, rows, &n, &broker_ok))
             break;
         observe_acks(r, rows, n);
         if (broker_ok && w + 1 < waves && !record_wave(r, rows, n))
@@ -581,18 +632,39 @@ log_dead_row(struct relay *r, const struct outbox_row *row)
              (unsigned long long)row->id, row->retry_count + 1, row->error);
 }
 
+/* Expired rows: one line per batch, as after an outage they come in
+ * numbers, and a count of their own beside the DEAD one. */
+static void
+count_expired(struct relay *r, const struct outbox_batch *b)
+{
+    const struct outbox_row *first = NULL;
+    uint64_t expired = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->rows[i].expired && expired++ == 0)
+            first = &b->rows[i];
+    if (first == NULL)
+        return;
+    log_warn(LOG_KV("outbox", r->outbox->name, "event_id", first->event_id,
+                    "aggregate_id", first->aggregate_id),
+             "%llu events DEAD unpublished, past their expires_at: %s",
+             (unsigned long long)expired, first->error);
+    r->stats.expired += expired;
+}
+
 /* One line per batch for retries, one per event for dead letters. */
 static void
 count_and_log(struct relay *r, struct outbox_batch *b)
 {
     const struct outbox_row *first_retry = NULL;
     uint64_t acked = 0, failed = 0, retried = 0, dead = 0, released = 0;
+    count_expired(r, b);
     for (size_t i = 0; i < b->n; i++) {
         const struct outbox_row *row = &b->rows[i];
         acked += row->state == ROW_ACKED;
         released += row->state == ROW_RELEASED;
         failed += row->state == ROW_FAILED;
-        if (row->state != ROW_FAILED && row->state != ROW_REJECTED)
+        if ((row->state != ROW_FAILED && row->state != ROW_REJECTED) ||
+            row->expired)
             continue;
         if (row->dead) {
             dead++;

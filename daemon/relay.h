@@ -74,6 +74,7 @@ struct relay_stats {
     _Atomic uint64_t failed;    /* publish attempts that failed */
     _Atomic uint64_t retried;   /* rows moved to RETRY */
     _Atomic uint64_t dead;      /* rows moved to DEAD */
+    _Atomic uint64_t expired;   /* rows DEAD past expires_at, not in dead */
     _Atomic uint64_t released;  /* rows given back unattempted */
     _Atomic uint64_t lost;      /* rows whose lease another relay took */
     _Atomic uint64_t batches;

@@ -73,6 +73,19 @@ store_parse_us(const char *s)
     return us + frac;
 }
 
+/* expires_at where the table has it and the row sets it. */
+static void
+add_expiry(const struct store *st, struct outbox_batch *b,
+           struct outbox_row *row, MYSQL_ROW r, const unsigned long *len)
+{
+    int pos = st->plan.pos_optional[OPT_EXPIRES_AT];
+    if (pos < 0 || r[pos] == NULL)
+        return;
+    row->has_expiry = true;
+    row->expires_in_us = (int64_t)strtoll(r[pos], NULL, 10);
+    row->expires_at = field_dup(b, r, len, pos + 1);
+}
+
 /* Copies one candidate into the batch's arena and bulk store: no malloc
  * per row, and the payload copied once. */
 static void
@@ -96,10 +109,11 @@ add_candidate(struct store *st, struct outbox_batch *b, MYSQL_ROW r,
     const char **opt[NOPTIONAL] = {&row->headers, &row->trace_id,
                                    &row->traceparent};
     for (int i = 0; i < NOPTIONAL; i++)
-        if (st->plan.pos_optional[i] >= 0)
+        if (opt[i] != NULL && st->plan.pos_optional[i] >= 0)
             *opt[i] = i == OPT_HEADERS
                           ? field_bulk(b, r, len, st->plan.pos_optional[i])
                           : field_dup(b, r, len, st->plan.pos_optional[i]);
+    add_expiry(st, b, row, r, len);
     size_t nc = st->ob->ncolumns;
     if (nc == 0)
         return;
@@ -438,6 +452,60 @@ compact_batch(const struct store *st, struct outbox_batch *b)
     b->n = k;
 }
 
+/* Past expires_at by the claim's own NOW(6): never published. */
+static bool
+past_expires_at(const struct outbox_row *row)
+{
+    return row->has_expiry && batch_expiry_ms_left(row->expires_in_us, 0) <= 0;
+}
+
+/*
+ * docs/contract.md section 6: a row claimed at or after its expires_at
+ * goes DEAD in the claim's own transaction, before anything of the batch
+ * is published, so that the later events of its aggregate in the batch
+ * may go out behind it.  No attempt is counted for the claim (one whose
+ * lease expired still counts that attempt, as mark_claimed would); the
+ * row stays in the batch, recorded, for the relay to count and log.
+ */
+static int
+mark_past_expires_at(struct store *st, struct outbox_batch *b, char *err,
+                     size_t errlen)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++)
+        n += past_expires_at(&b->rows[i]);
+    if (n == 0)
+        return 0;
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    strbuf_addf(q,
+                "UPDATE %s SET `retry_count` = `retry_count` + "
+                "(`status` = 'PROCESSING'), `status` = 'DEAD', "
+                "`next_retry_at` = NULL, `locked_by` = NULL, "
+                "`locked_until` = NULL, `last_error` = CASE `id`",
+                st->table);
+    for (size_t i = 0; i < b->n; i++) {
+        struct outbox_row *row = &b->rows[i];
+        if (!past_expires_at(row))
+            continue;
+        char why[256];
+        batch_format_expiry(why, sizeof(why), row->expires_at, "claimed",
+                            -row->expires_in_us);
+        batch_expire_row(b, row, why, true);
+        strbuf_addf(q, " WHEN %" PRIu64 " THEN ", row->id);
+        sql_add_string(st, store_clean_text(&st->fin.text, why,
+                                            st->plan.error_chars,
+                                            st->plan.error_charset));
+    }
+    strbuf_adds(q, " END WHERE `id` IN (");
+    for (size_t i = 0, k = 0; i < b->n; i++)
+        if (b->rows[i].expired)
+            sql_add_id(q, b->rows[i].id, k++ == 0);
+    strbuf_adds(q, ")");
+    uint64_t affected;
+    return store_run_update(st, "claim", &affected, err, errlen);
+}
+
 /*
  * retry_count is assigned before status: MySQL assigns left to right
  * with the new values, MariaDB may assign simultaneously; this order
@@ -458,16 +526,20 @@ mark_claimed(struct store *st, struct outbox_batch *b, char *err, size_t errlen)
                 ", `locked_until` = NOW(6) + INTERVAL %" PRIu64
                 " MICROSECOND WHERE `id` IN (",
                 st->ob->lease_ms * 1000);
+    size_t n = 0;
     for (size_t i = 0; i < b->n; i++)
-        sql_add_id(q, b->rows[i].id, i == 0);
+        if (!b->rows[i].recorded) /* expired: DEAD already */
+            sql_add_id(q, b->rows[i].id, n++ == 0);
+    if (n == 0)
+        return 0;
     strbuf_adds(q, ")");
     uint64_t affected;
     if (store_run_update(st, "claim", &affected, err, errlen) < 0)
         return -1;
-    if (affected != b->n) {
+    if (affected != n) {
         /* Cannot happen while we hold the row locks; refuse if it does. */
         err_set(err, errlen, "claim %s: marked %" PRIu64 " of %zu locked rows",
-                st->where, affected, b->n);
+                st->where, affected, n);
         st->conn.last_errno = 0;
         return -1;
     }
@@ -671,6 +743,8 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
             return -1;
     }
     note_row_bytes(st);
+    if (mark_past_expires_at(st, b, err, errlen) < 0)
+        return -1;
     if (b->n > 0 && st->plan.dup_check == DUP_INDEXED &&
         find_duplicates(st, b, err, errlen) < 0)
         return -1;

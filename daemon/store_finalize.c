@@ -68,6 +68,8 @@ store_classify(const struct outbox_row *row, unsigned max_retries,
     case ROW_FAILED:
     case ROW_REJECTED:
         *error = row->error ? row->error : "failed (no reason given)";
+        if (row->expired)
+            return FIN_EXPIRED;
         return row->dead ? FIN_DEAD : FIN_RETRY;
     case ROW_PUBLISHED:
         /* Outcome unknown: it may have landed; at-least-once retries it. */
@@ -137,6 +139,13 @@ add_outcome_head(struct store *st, const struct fin_item *it)
                        "`last_error` = ");
         sql_add_string(st, clean_error(st, it->error));
         strbuf_adds(q, ", `retry_count` = `retry_count` + 1");
+        break;
+    case FIN_EXPIRED:
+        /* Never published: no attempt counted (docs/contract.md
+         * section 6). */
+        strbuf_adds(q, "`status` = 'DEAD', `next_retry_at` = NULL, "
+                       "`last_error` = ");
+        sql_add_string(st, clean_error(st, it->error));
         break;
     case FIN_RELEASE:
         /* No attempt counted; a row that has failed before goes back to

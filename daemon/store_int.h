@@ -58,7 +58,9 @@ enum {
     COL_FIXED
 };
 
-enum { OPT_HEADERS, OPT_TRACE_ID, OPT_TRACEPARENT, NOPTIONAL };
+/* OPT_EXPIRES_AT takes two places in the select list: the microseconds
+ * left by the database clock, then the time as UTC text. */
+enum { OPT_HEADERS, OPT_TRACE_ID, OPT_TRACEPARENT, OPT_EXPIRES_AT, NOPTIONAL };
 
 struct fin_item {
     enum fin_kind kind;

@@ -24,8 +24,9 @@ enum text_charset { TEXT_UTF8MB4, TEXT_UTF8MB3, TEXT_ASCII };
  */
 enum dup_check { DUP_IMPOSSIBLE, DUP_INDEXED, DUP_UNINDEXED };
 
-/* What finalize does with a row. */
-enum fin_kind { FIN_SENT, FIN_RETRY, FIN_DEAD, FIN_RELEASE };
+/* What finalize does with a row; FIN_EXPIRED: DEAD with no attempt
+ * counted, for a row found past expires_at when due to be published. */
+enum fin_kind { FIN_SENT, FIN_RETRY, FIN_DEAD, FIN_RELEASE, FIN_EXPIRED };
 
 /*
  * One column of one index, a row of information_schema.STATISTICS; the

@@ -24,8 +24,8 @@ static const char *const required_columns[] = {
     "sent_at",      "last_error"};
 #define NREQUIRED (sizeof(required_columns) / sizeof(required_columns[0]))
 
-static const char *const optional_columns[NOPTIONAL] = {"headers", "trace_id",
-                                                        "traceparent"};
+static const char *const optional_columns[NOPTIONAL] = {
+    "headers", "trace_id", "traceparent", "expires_at"};
 
 /* The select lists of load_columns and load_claim_order, by position. */
 enum {
@@ -405,6 +405,25 @@ load_claim_order(struct store *st, char *err, size_t errlen)
     return order;
 }
 
+/*
+ * One optional column of the select list; returns the places it takes.
+ * expires_at is judged by the database clock, so that the relay host's
+ * clock never matters (docs/contract.md section 6): the claim reads the
+ * time left, and the time itself for the error text (the session is UTC).
+ */
+static int
+add_optional_column(struct strbuf *q, size_t i)
+{
+    if (i == OPT_EXPIRES_AT) {
+        strbuf_adds(q, ", TIMESTAMPDIFF(MICROSECOND, NOW(6), `expires_at`), "
+                       "DATE_FORMAT(`expires_at`, '%Y-%m-%d %H:%i:%s.%f')");
+        return 2;
+    }
+    strbuf_adds(q, ", ");
+    sql_add_ident(q, optional_columns[i]);
+    return 1;
+}
+
 /* The claim's select list: fixed columns, optional ones present, config's. */
 static void
 add_select_list(struct store *st, const struct schema *sc, struct strbuf *q)
@@ -414,11 +433,9 @@ add_select_list(struct store *st, const struct schema *sc, struct strbuf *q)
                    "UNIX_TIMESTAMP(`created_at`), `retry_count`");
     int pos = COL_FIXED;
     for (size_t i = 0; i < NOPTIONAL; i++) {
-        st->plan.pos_optional[i] = sc->optional[i] ? pos++ : -1;
-        if (sc->optional[i]) {
-            strbuf_adds(q, ", ");
-            sql_add_ident(q, optional_columns[i]);
-        }
+        st->plan.pos_optional[i] = sc->optional[i] ? pos : -1;
+        if (sc->optional[i])
+            pos += add_optional_column(q, i);
     }
     st->plan.pos_columns = pos;
     for (size_t i = 0; i < st->ob->ncolumns; i++) {

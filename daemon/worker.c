@@ -808,6 +808,7 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
     m->failed = st->failed;
     m->retried = st->retried;
     m->dead = st->dead;
+    m->expired = st->expired;
     m->released = st->released;
     m->lost = st->lost;
     m->batches = st->batches;

@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   headers        JSON         NULL,              -- optional: object copied into AMQP headers
   trace_id       VARCHAR(64)  NULL,              -- optional: shown in logs
   traceparent    VARCHAR(55)  NULL,              -- optional: W3C trace context header
+  expires_at     TIMESTAMP(6) NULL,              -- optional: claimed at or after it -> DEAD, unpublished
   status         VARCHAR(16)  NOT NULL DEFAULT 'PENDING',
   retry_count    INT UNSIGNED NOT NULL DEFAULT 0,
   next_retry_at  TIMESTAMP(6) NULL,

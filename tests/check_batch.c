@@ -109,6 +109,54 @@ START_TEST(test_status_names)
 }
 END_TEST
 
+/* docs/contract.md section 6: whole milliseconds left, floored. */
+START_TEST(test_expiry_ms_left)
+{
+    ck_assert_int_eq(batch_expiry_ms_left(60000000, 0), 60000);
+    ck_assert_int_eq(batch_expiry_ms_left(1000, 0), 1);
+    ck_assert_int_eq(batch_expiry_ms_left(999, 0),
+                     0); /* rounds to 0: expired */
+    ck_assert_int_eq(batch_expiry_ms_left(0, 0), 0);
+    ck_assert_int_eq(batch_expiry_ms_left(-1, 0), -1);
+    ck_assert_int_eq(batch_expiry_ms_left(-1500, 0), -2);
+    ck_assert_int_eq(batch_expiry_ms_left(5000000, 4999), 1);
+    ck_assert_int_eq(batch_expiry_ms_left(5000000, 5000), 0);
+    ck_assert_int_eq(batch_expiry_ms_left(5000000, 5001), -1);
+}
+END_TEST
+
+START_TEST(test_format_expiry)
+{
+    char buf[128];
+    batch_format_expiry(buf, sizeof(buf), "2026-12-01 10:00:00.000000",
+                        "claimed", 12345678);
+    ck_assert_str_eq(buf, "expired at 2026-12-01 10:00:00.000000 UTC, "
+                          "claimed 12.3 s later");
+    batch_format_expiry(buf, sizeof(buf), "2026-12-01 10:00:00.000000",
+                        "claimed", 49999);
+    ck_assert_str_eq(buf, "expired at 2026-12-01 10:00:00.000000 UTC, "
+                          "claimed 0.0 s later");
+    batch_format_expiry(buf, sizeof(buf), NULL, "due to be published", -5);
+    ck_assert_str_eq(buf, "expired at ? UTC, due to be published 0.0 s later");
+    batch_format_expiry(buf, sizeof(buf), "x", "claimed", 86400000000LL);
+    ck_assert_str_eq(buf, "expired at x UTC, claimed 86400.0 s later");
+}
+END_TEST
+
+/* An expired row is DEAD with no attempt: REJECTED, dead and expired. */
+START_TEST(test_expire_row)
+{
+    struct outbox_batch b;
+    batch_init(&b);
+    struct outbox_row *r = batch_add(&b);
+    batch_expire_row(&b, r, "expired at x UTC, claimed 1.0 s later", true);
+    ck_assert_int_eq(r->state, ROW_REJECTED);
+    ck_assert(r->dead && r->expired && r->recorded);
+    ck_assert_str_eq(r->error, "expired at x UTC, claimed 1.0 s later");
+    batch_free(&b);
+}
+END_TEST
+
 Suite *
 batch_suite(void)
 {
@@ -120,6 +168,9 @@ batch_suite(void)
     tcase_add_test(tc, test_arena_survives_growth);
     tcase_add_test(tc, test_arena_aligned);
     tcase_add_test(tc, test_status_names);
+    tcase_add_test(tc, test_expiry_ms_left);
+    tcase_add_test(tc, test_format_expiry);
+    tcase_add_test(tc, test_expire_row);
     suite_add_tcase(s, tc);
     return s;
 }

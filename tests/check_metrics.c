@@ -64,6 +64,7 @@ render_two(void)
         .failed = 3,
         .retried = 2,
         .dead = 1,
+        .expired = 4,
         .batches = 7,
         .wait_broker_us = 12500000,
         .wait_database_us = 250,
@@ -108,6 +109,8 @@ START_TEST(test_render_counters_and_gauges)
     has_line("outboxd_events_failed_total{outbox=\"orders.outbox_event\"} 3");
     has_line("outboxd_events_retried_total{outbox=\"orders.outbox_event\"} 2");
     has_line("outboxd_events_dead_total{outbox=\"orders.outbox_event\"} 1");
+    has_line("outboxd_events_expired_total{outbox=\"orders.outbox_event\"} "
+             "4");
     has_line("outboxd_batches_total{outbox=\"orders.outbox_event\"} 7");
     has_line("# TYPE outboxd_wait_seconds_total counter");
     has_line("outboxd_wait_seconds_total{outbox=\"orders.outbox_event\","

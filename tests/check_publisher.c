@@ -101,6 +101,26 @@ START_TEST(test_encode_row)
 }
 END_TEST
 
+/* RabbitMQ's per-message TTL, only where the relay set one. */
+START_TEST(test_encode_expiration)
+{
+    struct publisher *p = publisher_new(&broker, "unit");
+    struct outbox_row row = row_make(NULL);
+    amqp_basic_properties_t props;
+    char err[ERR_LEN] = "";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, err, sizeof(err)), 0);
+    ck_assert(!(props._flags & AMQP_BASIC_EXPIRATION_FLAG));
+    row.expiration = "1500";
+    ck_assert_int_eq(
+        publisher_encode_row(p, &row, 131072, &props, err, sizeof(err)), 0);
+    ck_assert(props._flags & AMQP_BASIC_EXPIRATION_FLAG);
+    ck_assert_uint_eq(props.expiration.len, 4);
+    ck_assert_int_eq(memcmp(props.expiration.bytes, "1500", 4), 0);
+    publisher_free(p);
+}
+END_TEST
+
 START_TEST(test_encode_rejects)
 {
     struct publisher *p = publisher_new(&broker, "unit");
@@ -325,6 +345,7 @@ publisher_suite(void)
     TCase *tc = tcase_create("offline");
     tcase_add_loop_test(tc, test_mask_url, 0, sizeof(masks) / sizeof(*masks));
     tcase_add_test(tc, test_encode_row);
+    tcase_add_test(tc, test_encode_expiration);
     tcase_add_test(tc, test_encode_rejects);
     suite_add_tcase(s, tc);
 

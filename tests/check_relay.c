@@ -24,6 +24,9 @@ struct fake_row {
     const char *event_id;
     const char *agg;
     unsigned retry_count;
+    bool has_expiry; /* expires_at set: expires_in_us at the claim */
+    long long expires_in_us;
+    bool expired_at_claim; /* the store made it DEAD as expired */
 };
 
 struct fake {
@@ -51,6 +54,7 @@ struct fake {
     bool final_dead[MAX_ROWS];
     char final_error[MAX_ROWS][128];
     char keys[MAX_ROWS][256];
+    char expiration[MAX_ROWS][24]; /* per published position, "" if none */
     bool refused;                /* finalize failed as on a read-only server */
     int claims_at_last_finalize; /* claims made before the last finalize */
 };
@@ -77,6 +81,11 @@ fake_claim(void *arg, const char *relay_id, struct outbox_batch *b, char *err,
         r->payload = "{}";
         r->payload_len = 2;
         r->retry_count = f->rows[i].retry_count;
+        r->has_expiry = f->rows[i].has_expiry;
+        r->expires_in_us = f->rows[i].expires_in_us;
+        r->expires_at = "2026-12-01 10:00:00.000000";
+        if (f->rows[i].expired_at_claim)
+            batch_expire_row(b, r, "expired at claim", true);
     }
     return 0;
 }
@@ -109,6 +118,8 @@ fake_publish(void *arg, struct outbox_batch *b, struct outbox_row **rows,
         f->published[f->npublished++] = rows[i]->id;
         snprintf(f->keys[f->npublished - 1], sizeof(f->keys[0]), "%s|%s",
                  rows[i]->exchange, rows[i]->routing_key);
+        snprintf(f->expiration[f->npublished - 1], sizeof(f->expiration[0]),
+                 "%s", rows[i]->expiration ? rows[i]->expiration : "");
     }
     for (size_t i = 0; i < n; i++)
         row_enter_state(b, rows[i],
@@ -324,6 +335,72 @@ START_TEST(test_bad_event_ids_dead)
      * releases its aggregate only once it is recorded */
     ck_assert_int_eq(fake.final_state[3], ROW_RELEASED);
     ck_assert_int_eq(fake.final_state[4], ROW_REJECTED);
+}
+END_TEST
+
+/*
+ * docs/contract.md section 6: a row the claim made DEAD as expired is
+ * counted apart and does not hold back the events behind it.
+ */
+START_TEST(test_expired_at_claim_does_not_block)
+{
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "A");
+    add_row(3, "e3", "B");
+    fake.rows[0].expired_at_claim = true;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_uint_eq(fake.npublished, 2);
+    ck_assert_int_eq(fake.final_state[0], ROW_REJECTED);
+    ck_assert_int_eq(fake.final_state[1], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[2], ROW_ACKED);
+    ck_assert_uint_eq(relay.stats.expired, 1);
+    ck_assert_uint_eq(relay.stats.dead, 0);
+    ck_assert_uint_eq(relay.stats.published, 2);
+}
+END_TEST
+
+/*
+ * Less than a whole millisecond left when due to be published: not
+ * published, DEAD as expired, the next event of its aggregate held back
+ * until that is recorded; the others carry the time left.
+ */
+START_TEST(test_expiry_due_at_publish)
+{
+    ob.expiration_from_expires_at = true;
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "A");
+    add_row(3, "e3", "B");
+    add_row(4, "e4", "C");
+    fake.rows[0].has_expiry = true;
+    fake.rows[0].expires_in_us = 400;
+    fake.rows[2].has_expiry = true;
+    fake.rows[2].expires_in_us = 60000000;
+    relay_cycle(&relay);
+    ck_assert_uint_eq(fake.npublished, 2);
+    ck_assert_int_eq(fake.final_state[0], ROW_REJECTED);
+    static const char head[] = "expired at 2026-12-01 10:00:00.000000 UTC, "
+                               "due to be published ";
+    ck_assert_msg(strncmp(fake.final_error[0], head, strlen(head)) == 0, "%s",
+                  fake.final_error[0]);
+    ck_assert_int_eq(fake.final_state[1], ROW_RELEASED);
+    ck_assert_uint_eq(fake.published[0], 3);
+    long ms = strtol(fake.expiration[0], NULL, 10);
+    ck_assert_msg(ms > 55000 && ms <= 60000, "expiration %s",
+                  fake.expiration[0]);
+    ck_assert_str_eq(fake.expiration[1], ""); /* no expires_at */
+    ck_assert_uint_eq(relay.stats.expired, 1);
+}
+END_TEST
+
+/* Without the key, no expiration goes out, expiry still holds. */
+START_TEST(test_expiration_key_off)
+{
+    add_row(1, "e1", "A");
+    fake.rows[0].has_expiry = true;
+    fake.rows[0].expires_in_us = 60000000;
+    relay_cycle(&relay);
+    ck_assert_uint_eq(fake.npublished, 1);
+    ck_assert_str_eq(fake.expiration[0], "");
 }
 END_TEST
 
@@ -1047,6 +1124,9 @@ relay_suite(void)
     tcase_add_test(tc, test_ordering_none_one_wave);
     tcase_add_test(tc, test_dead_past_max_retries);
     tcase_add_test(tc, test_bad_event_ids_dead);
+    tcase_add_test(tc, test_expired_at_claim_does_not_block);
+    tcase_add_test(tc, test_expiry_due_at_publish);
+    tcase_add_test(tc, test_expiration_key_off);
     tcase_add_test(tc, test_broker_lost_mid_batch);
     tcase_add_test(tc, test_store_failures);
     tcase_add_test(tc, test_claim_ahead_fails);

@@ -209,6 +209,18 @@ START_TEST(test_classify_outcomes)
 }
 END_TEST
 
+/* Past expires_at when due to be published: DEAD, no attempt counted. */
+START_TEST(test_classify_expired)
+{
+    const char *error;
+    struct outbox_row row = row_in(ROW_REJECTED, 0);
+    row.error = "expired at x UTC, due to be published 0.0 s later";
+    row.dead = row.expired = true;
+    ck_assert_int_eq(store_classify(&row, 3, &error), FIN_EXPIRED);
+    ck_assert_str_eq(error, row.error);
+}
+END_TEST
+
 /* Published, no confirm: an attempt, DEAD once past max_retries. */
 START_TEST(test_classify_unconfirmed)
 {
@@ -427,6 +439,7 @@ store_suite(void)
     TCase *fin = tcase_create("finalize");
     tcase_add_test(fin, test_classify_outcomes);
     tcase_add_test(fin, test_classify_unconfirmed);
+    tcase_add_test(fin, test_classify_expired);
     tcase_add_test(fin, test_clean_text_charsets);
     tcase_add_test(fin, test_clean_text_invalid);
     tcase_add_test(fin, test_clean_text_cap);

@@ -444,6 +444,18 @@ it_queue_declare(const char *queue, const char *exchange, const char *binding)
     queue_declare_bound(queue, exchange, binding, true, amqp_empty_table);
 }
 
+long
+it_queue_messages(const char *queue)
+{
+    amqp_connection_state_t conn = amqp_open();
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(
+        conn, 1, amqp_cstring_bytes(queue), 1, 0, 0, 0, amqp_empty_table);
+    amqp_check(amqp_get_rpc_reply(conn), "queue.declare passive");
+    long n = (long)ok->message_count;
+    amqp_close_all(conn);
+    return n;
+}
+
 void
 it_nacking_queue_declare(const char *queue, const char *exchange,
                          const char *binding)
@@ -577,6 +589,8 @@ copy_message(struct it_message *m, const amqp_envelope_t *env)
         m->content_type = bytes_dup(p->content_type);
     if (p->_flags & AMQP_BASIC_APP_ID_FLAG)
         m->app_id = bytes_dup(p->app_id);
+    if (p->_flags & AMQP_BASIC_EXPIRATION_FLAG)
+        m->expiration = bytes_dup(p->expiration);
     m->delivery_mode =
         p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG ? p->delivery_mode : 0;
     m->timestamp =
@@ -653,6 +667,7 @@ it_message_free(struct it_message *m)
     free(m->type);
     free(m->content_type);
     free(m->app_id);
+    free(m->expiration);
     free(m->body);
     free(m->h_aggregate_type);
     free(m->h_aggregate_id);

@@ -91,6 +91,7 @@ long long it_db_count_status(MYSQL *db, const char *status);
 struct it_message {
     char *exchange, *routing_key;
     char *message_id, *type, *content_type, *app_id;
+    char *expiration;    /* NULL if absent */
     int delivery_mode;   /* 0 if absent */
     long long timestamp; /* -1 if absent */
     char *body;
@@ -127,6 +128,8 @@ void it_exchange_delete(const char *exchange);
  * test deletes it. */
 void it_queue_declare(const char *queue, const char *exchange,
                       const char *binding);
+/* Messages ready in queue, by a passive queue.declare. */
+long it_queue_messages(const char *queue);
 /* A queue that refuses everything bound to exchange: x-max-length 0 with
  * x-overflow reject-publish makes the broker nack each message routed to
  * it.  The test deletes it. */
