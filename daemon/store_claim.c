@@ -481,9 +481,9 @@ mark_past_expires_at(struct store *st, struct outbox_batch *b, char *err,
     strbuf_addf(q,
                 "UPDATE %s SET `retry_count` = `retry_count` + "
                 "(`status` = 'PROCESSING'), `status` = 'DEAD', "
-                "`next_retry_at` = NULL, `locked_by` = NULL, "
+                "`next_retry_at` = NULL, `locked_by` = %s, "
                 "`locked_until` = NULL, `last_error` = CASE `id`",
-                st->table);
+                st->table, store_expired_locked_by(st));
     for (size_t i = 0; i < b->n; i++) {
         struct outbox_row *row = &b->rows[i];
         if (!past_expires_at(row))

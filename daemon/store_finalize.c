@@ -155,7 +155,8 @@ add_outcome_head(struct store *st, const struct fin_item *it)
         break;
     }
     /* With hold, a DEAD row's locked_until says since when it holds. */
-    strbuf_addf(q, ", `locked_by` = NULL, `locked_until` = %s WHERE `id` IN (",
+    strbuf_addf(q, ", `locked_by` = %s, `locked_until` = %s WHERE `id` IN (",
+                it->kind == FIN_EXPIRED ? store_expired_locked_by(st) : "NULL",
                 it->kind == FIN_DEAD ? store_dead_locked_until(st) : "NULL");
 }
 

@@ -142,3 +142,14 @@ store_dead_locked_until(const struct store *st)
 {
     return holds(st) ? "NOW(6)" : "NULL";
 }
+
+/*
+ * An expired event was meant to be dropped, not fixed: it goes DEAD
+ * released, so that it holds nothing (docs/contract.md section 6);
+ * without hold DEAD rows keep locked_by NULL as ever.
+ */
+const char *
+store_expired_locked_by(const struct store *st)
+{
+    return holds(st) ? "'" STORE_RELEASED "'" : "NULL";
+}

@@ -214,6 +214,7 @@ char *store_hold_filter(const struct store *st, char *unblocked);
 char *store_hold_count_term(const struct store *st);
 void store_hold_add_earlier(struct store *st, const struct outbox_batch *b);
 const char *store_dead_locked_until(const struct store *st);
+const char *store_expired_locked_by(const struct store *st);
 
 /* store_ordering.c */
 int store_ordering_filter(struct store *st, struct outbox_batch *b, char *err,

@@ -223,6 +223,36 @@ START_TEST(test_hold_retry)
 END_TEST
 
 /* skip, the default: the later events go out once it is DEAD. */
+/* An expired event goes DEAD released: with hold it holds nothing. */
+START_TEST(test_hold_spares_expired)
+{
+    struct it_fx f;
+    fx_open(&f, "sql/outbox.sql", FAST_DEAD "        on_dead: hold\n");
+    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                      "aggregate_id, event_type, payload, expires_at) VALUES "
+                      "('gone-1', 'Order', 'x-1', 'OrderCreated', '{}', "
+                      "NOW(6) - INTERVAL 1 MINUTE)");
+    it_db_exec(f.sql, "COMMIT");
+    it_fx_start(&f);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "DEAD") == 1));
+    /* A later claim: the DEAD row is on the table, not in the batch. */
+    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                      "aggregate_id, event_type, payload) VALUES ('after-1', "
+                      "'Order', 'x-1', 'OrderCreated', '{}')");
+    it_db_exec(f.sql, "COMMIT");
+    ck_assert_int_eq(receive_until(&f, "after-1", 30000), 0);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
+                                      "WHERE event_id = 'gone-1' AND status = "
+                                      "'DEAD' AND locked_by = 'released' AND "
+                                      "last_error LIKE 'expired at %%'"),
+                     1);
+    struct ctl_run r = ctl(&f, "--json status");
+    ck_assert_msg(strstr(r.out, "\"held_aggregates\":0"), "%s", r.out);
+    ctl_free(&r);
+    it_fx_close(&f);
+}
+END_TEST
+
 START_TEST(test_skip_default)
 {
     struct it_fx f;
@@ -315,6 +345,7 @@ it_hold_suite(void)
     TCase *tc = tcase_create("hold");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_hold_release);
+    tcase_add_test(tc, test_hold_spares_expired);
     tcase_add_test(tc, test_hold_retry);
     tcase_add_test(tc, test_skip_default);
     tcase_add_test(tc, test_hold_seed_ddl);
