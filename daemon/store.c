@@ -127,6 +127,7 @@ store_free(struct store *st)
     free(st->plan.unblocked_sql);
     free(st->plan.head_sql);
     free(st->plan.retry_index);
+    free(st->plan.delay_index);
     free(st->where);
     free(st->table);
     free(st->plan.count_sql);

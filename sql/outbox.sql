@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   headers        JSON         NULL,              -- optional: object copied into AMQP headers
   trace_id       VARCHAR(64)  NULL,              -- optional: shown in logs
   traceparent    VARCHAR(55)  NULL,              -- optional: W3C trace context header
+  available_at   TIMESTAMP(6) NULL,              -- optional: not published before (database clock)
   status         VARCHAR(16)  NOT NULL DEFAULT 'PENDING',
   retry_count    INT UNSIGNED NOT NULL DEFAULT 0,
   next_retry_at  TIMESTAMP(6) NULL,
@@ -36,6 +37,10 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   -- Claim of RETRY rows whose backoff is over.  next_retry_at is NULL
   -- but on RETRY rows, so a row's claim and SENT never write this index.
   KEY idx_outbox_due (next_retry_at),
+  -- Claim of PENDING rows with available_at: the undelayed ones (NULL) in
+  -- id order, the delayed ones that are due in available_at order, never
+  -- reading those not yet due.
+  KEY idx_outbox_available (status, available_at, id),
   -- Ordering: unfinished earlier events of one aggregate.
   KEY idx_outbox_aggregate (aggregate_type, aggregate_id, unfinished, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
