@@ -21,6 +21,7 @@ Suite *it_cluster_suite(void);
 Suite *it_wake_suite(void);
 Suite *it_failover_suite(void);
 Suite *it_bytes_suite(void);
+Suite *it_delay_suite(void);
 
 int
 main(void)
@@ -41,6 +42,7 @@ main(void)
     srunner_add_suite(sr, it_wake_suite());
     srunner_add_suite(sr, it_failover_suite());
     srunner_add_suite(sr, it_bytes_suite());
+    srunner_add_suite(sr, it_delay_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
