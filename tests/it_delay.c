@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 Suite *it_delay_suite(void);
 
@@ -197,6 +198,126 @@ START_TEST(test_delay_seed_unchanged)
 }
 END_TEST
 
+/* The fixture's config with the HTTP endpoint on a free port. */
+static unsigned
+listen_on_free_port(struct it_fx *f)
+{
+    unsigned port = it_free_port();
+    char *conf = it_file_read(f->conf);
+    char *at = strstr(conf, "listen: \"\"");
+    ck_assert_ptr_nonnull(at);
+    *at = '\0';
+    it_write_file(f->conf, "%slisten: \"127.0.0.1:%u\"%s", conf, port,
+                  at + strlen("listen: \"\""));
+    free(conf);
+    return port;
+}
+
+/* outboxd_oldest_pending_age_seconds of the fixture's outbox; -1: none. */
+static double
+oldest_age(struct it_fx *f, unsigned port)
+{
+    char *body = NULL, series[192];
+    if (it_http_get(port, "/metrics", &body) != 200) {
+        free(body);
+        return -1;
+    }
+    snprintf(series, sizeof(series),
+             "outboxd_oldest_pending_age_seconds{outbox=\"%s.outbox_event\"} ",
+             f->db);
+    const char *at = strstr(body, series);
+    double v = at ? strtod(at + strlen(series), NULL) : -1;
+    free(body);
+    return v;
+}
+
+/* outboxctl status --json: oldest_pending_age_seconds ("null" with
+ * nothing claimable pending), or "none" without the key. */
+static char *
+ctl_status_age(struct it_fx *f)
+{
+    static char age[32];
+    const char *bin = getenv("OUTBOXCTL_BIN");
+    ck_assert_msg(bin != NULL, "OUTBOXCTL_BIN is not set (run via make)");
+    char out[300];
+    snprintf(out, sizeof(out), "%s.status.json", f->conf);
+    ck_assert_int_eq(
+        it_sh("'%s' -c '%s' --json status > '%s'", bin, f->conf, out), 0);
+    char *json = it_file_read(out);
+    const char *key = "\"oldest_pending_age_seconds\":";
+    const char *at = strstr(json, key);
+    snprintf(age, sizeof(age), "%.20s", at ? at + strlen(key) : "none");
+    free(json);
+    unlink(out);
+    return age;
+}
+
+/* A RETRY event of aggregate H backing off for an hour, and behind it
+ * an event created an hour ago: delayed until available_at, or not. */
+static void
+insert_held(struct it_fx *f, const char *available_at)
+{
+    it_db_exec(f->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status, retry_count, "
+               "next_retry_at) VALUES ('h-retry', 'Payment', 'H', 'T', "
+               "'{}', 'RETRY', 1, NOW() + INTERVAL 1 HOUR)");
+    it_db_exec(f->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status, created_at%s) "
+               "VALUES ('h-next', 'Payment', 'H', 'T', '{}', 'PENDING', "
+               "NOW() - INTERVAL 1 HOUR%s%s)",
+               available_at ? ", available_at" : "", available_at ? ", " : "",
+               available_at ? available_at : "");
+    it_db_exec(f->sql, "COMMIT");
+}
+
+/*
+ * The oldest pending age, which the backlog alert reads, counts a
+ * delayed event from its available_at: one delayed a day is no backlog,
+ * one due for two minutes and held is two minutes behind, however old
+ * its created_at.
+ */
+START_TEST(test_delay_oldest_pending_age)
+{
+    struct it_fx f;
+    open_delay(&f, "aggregate");
+    unsigned port = listen_on_free_port(&f);
+    it_db_exec(f.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, created_at, available_at) "
+               "VALUES ('tomorrow', 'Payment', 'T', 'T', '{}', NOW() - "
+               "INTERVAL 1 HOUR, NOW() + INTERVAL 1 DAY)");
+    it_db_exec(f.sql, "COMMIT");
+    it_fx_start(&f);
+    ck_assert(IT_WAIT(15000, oldest_age(&f, port) == 0));
+    ck_assert_msg(strncmp(ctl_status_age(&f), "null", 4) == 0,
+                  "outboxctl: oldest pending %s", ctl_status_age(&f));
+    insert_held(&f, "NOW() - INTERVAL 2 MINUTE");
+    ck_assert(IT_WAIT(15000, oldest_age(&f, port) >= 119));
+    double age = oldest_age(&f, port);
+    ck_assert_msg(age < 600, "oldest pending age %f", age);
+    char *ctl_age = ctl_status_age(&f);
+    ck_assert_msg(strtod(ctl_age, NULL) >= 119 && strtod(ctl_age, NULL) < 600,
+                  "outboxctl: oldest pending %s s", ctl_age);
+    it_fx_close(&f);
+}
+END_TEST
+
+/* The same on the seed's table, without the column: by created_at. */
+START_TEST(test_delay_oldest_pending_age_seed)
+{
+    struct it_fx f;
+    it_fx_open(&f, "it_delay", "tests/data/seed_outbox.sql");
+    it_fx_write_config(&f, NULL);
+    unsigned port = listen_on_free_port(&f);
+    insert_held(&f, NULL);
+    it_fx_start(&f);
+    ck_assert(IT_WAIT(15000, oldest_age(&f, port) >= 3599));
+    it_fx_close(&f);
+}
+END_TEST
+
 Suite *
 it_delay_suite(void)
 {
@@ -206,6 +327,8 @@ it_delay_suite(void)
     tcase_add_test(tc, test_delay_end_to_end);
     tcase_add_test(tc, test_delay_ordering_none);
     tcase_add_test(tc, test_delay_seed_unchanged);
+    tcase_add_test(tc, test_delay_oldest_pending_age);
+    tcase_add_test(tc, test_delay_oldest_pending_age_seed);
     suite_add_tcase(s, tc);
     return s;
 }
