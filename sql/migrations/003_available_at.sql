@@ -1,8 +1,9 @@
 -- For an outbox_event table created from an earlier sql/outbox.sql: the
 -- optional available_at column (a row is not published before it, by the
 -- database's clock) and the index its claims read.  outboxd finds both at
--- its next schema check (within a minute, or at restart).  Existing rows
--- get NULL: not delayed.
+-- its next schema check (within a minute, or at restart): let producers
+-- write available_at only after that, as a relay that has not seen the
+-- column yet publishes at once.  Existing rows get NULL: not delayed.
 --
 -- The column: MariaDB cannot add it instantly nor rebuild online a table
 -- with an indexed virtual column (`unfinished`), so the first ALTER
