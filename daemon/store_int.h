@@ -129,6 +129,8 @@ struct claim_scratch {
     uint64_t expired_none_ms; /* when the last look for expired leases
                                  found none */
     bool probe_first;         /* the last claim found nothing */
+    uint64_t delayed_none_ms; /* when the last look for due delayed rows
+                                 found none */
     unsigned char *drop;      /* candidates dropped by ordering */
     size_t drop_cap;
     struct outbox_row **byagg; /* candidates by aggregate, id */
