@@ -153,9 +153,10 @@ count_statuses(MYSQL *db, const char *table, struct admin_status *out,
 /*
  * The next PENDING row in id order is the one the relay claims next: its
  * age is how far behind the relay is.  MIN(id) is one index probe on
- * (status, id); MIN(created_at) would read every pending row.  With
- * available_at, a delayed row is behind only once due, by how long since
- * (docs/contract.md section 5): -1 when nothing claimable is pending.
+ * (status, id) or (status, available_at, id); MIN(created_at) would read
+ * every pending row.  With available_at, a delayed row is behind only
+ * once due, by how long since (docs/contract.md section 5): -1 when
+ * nothing claimable is pending.
  */
 static void
 oldest_pending_sql(struct strbuf *s, const char *table, bool delayed)

@@ -630,12 +630,11 @@ find_duplicates(struct store *st, struct outbox_batch *b, char *err,
  * row is claimable, and if none is, when the next falls due: an idle
  * outbox then costs this statement and a commit per poll, where the
  * claim's reads would cost three or four.  Each part is one index probe
- * on sql/outbox.sql's table (status, id; next_retry_at; and status,
- * available_at, whose first delayed entry tells when the next delayed
- * row falls due, so that the relay wakes for it with no commit to wake
- * it).  The same read asks whether the server went read-only: an idle
- * relay writes nothing that would be refused, and must still leave a
- * demoted primary.
+ * on sql/outbox.sql's table: (status, available_at, id), whose first
+ * delayed entry also tells when the next delayed row falls due, so that
+ * the relay wakes for it with no commit to wake it; next_retry_at.  The
+ * same read asks whether the server went read-only: an idle relay writes
+ * nothing that would be refused, and must still leave a demoted primary.
  */
 static void
 build_probe_sql(struct store *st)

@@ -32,15 +32,13 @@ CREATE TABLE IF NOT EXISTS outbox_event (
                    (status IN ('PENDING', 'RETRY', 'PROCESSING')) VIRTUAL,
   PRIMARY KEY (id),
   UNIQUE KEY uk_outbox_event_id (event_id),
-  -- Claim of PENDING rows in id order; status counts for outboxctl.
-  KEY idx_outbox_status (status, id),
+  -- Claim of PENDING rows: the undelayed ones (available_at NULL) in id
+  -- order, the delayed ones that are due in available_at order, never
+  -- reading those not yet due; status counts for outboxctl.
+  KEY idx_outbox_status (status, available_at, id),
   -- Claim of RETRY rows whose backoff is over.  next_retry_at is NULL
   -- but on RETRY rows, so a row's claim and SENT never write this index.
   KEY idx_outbox_due (next_retry_at),
-  -- Claim of PENDING rows with available_at: the undelayed ones (NULL) in
-  -- id order, the delayed ones that are due in available_at order, never
-  -- reading those not yet due.
-  KEY idx_outbox_available (status, available_at, id),
   -- Ordering: unfinished earlier events of one aggregate.
   KEY idx_outbox_aggregate (aggregate_type, aggregate_id, unfinished, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
