@@ -417,10 +417,11 @@ held_cond(const struct store *st, const char *a)
 
 /*
  * With ordering: aggregate, a candidate whose aggregate has an earlier
- * event backing off in RETRY, or delayed, cannot be kept: skip it in the read
- * itself (with the unfinished column, when that event is the aggregate's first
- * unfinished one: a read of one index entry, where looking for any held
- * RETRY row would scan every unfinished event of the aggregate).
+ * event backing off in RETRY, or delayed, cannot be kept: skip it in the
+ * read itself (with the unfinished column, when that event is the
+ * aggregate's first unfinished one: a read of one index entry, where
+ * looking for any held RETRY row would scan every unfinished event of
+ * the aggregate).
  * Otherwise a held-back aggregate with batch_size events waiting would
  * fill every claim's LIMIT with rows the ordering check throws away, and
  * the whole table would stall behind one poison event.  Events behind a
