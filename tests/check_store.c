@@ -66,8 +66,7 @@ assert_claim_order(const struct index_column *ix, size_t n, const char *want)
  * available_at, are claimed in id order all the same (source_order). */
 START_TEST(test_claim_order_recommended)
 {
-    assert_claim_order(recommended, NCOLS(recommended),
-                       "`available_at`, `id`");
+    assert_claim_order(recommended, NCOLS(recommended), "`available_at`, `id`");
 }
 END_TEST
 
