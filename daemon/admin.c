@@ -24,6 +24,9 @@
     "`locked_by` = NULL, `locked_until` = NULL"
 
 /* `name` with backticks doubled: config checks names, this is defence. */
+/* The server's "unknown column": a table without available_at. */
+#define ERRNO_BAD_FIELD 1054
+
 static void
 sql_add_ident(struct strbuf *s, const char *name)
 {
@@ -151,27 +154,56 @@ count_statuses(MYSQL *db, const char *table, struct admin_status *out,
 /*
  * The next PENDING row in id order is the one the relay claims next: its
  * age is how far behind the relay is.  MIN(id) is one index probe on
- * (status, id); MIN(created_at) would read every pending row.
+ * (status, id) or (status, available_at, id); MIN(created_at) would read
+ * every pending row.  With available_at, a delayed row is behind only
+ * once due, by how long since (docs/contract.md section 5): -1 when
+ * nothing claimable is pending.
  */
+static void
+oldest_pending_sql(struct strbuf *s, const char *table, bool delayed)
+{
+    strbuf_reset(s);
+    if (!delayed) {
+        sql_table(s,
+                  "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) "
+                  "FROM ",
+                  table, " WHERE `id` = (SELECT MIN(`id`) FROM ");
+        sql_add_ident(s, table);
+        strbuf_adds(s, " WHERE `status` = 'PENDING')");
+        return;
+    }
+    sql_table(s,
+              "SELECT GREATEST(COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, "
+              "`created_at`, NOW(6)) FROM ",
+              table, " WHERE `id` = (SELECT MIN(`id`) FROM ");
+    sql_add_ident(s, table);
+    strbuf_adds(s, " WHERE `status` = 'PENDING' AND `available_at` IS NULL)), "
+                   "-1), COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT "
+                   "MIN(`available_at`) FROM ");
+    sql_add_ident(s, table);
+    strbuf_adds(s, " WHERE `status` = 'PENDING'), NOW(6)), -1))");
+}
+
 static int
 oldest_pending(MYSQL *db, const char *table, struct admin_status *out,
                char *err, size_t errlen)
 {
     struct strbuf s = {0};
-    sql_table(&s,
-              "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) "
-              "FROM ",
-              table, " WHERE `id` = (SELECT MIN(`id`) FROM ");
-    sql_add_ident(&s, table);
-    strbuf_adds(&s, " WHERE `status` = 'PENDING')");
-    MYSQL_RES *res = run_select(db, &s, "finding the oldest PENDING row", table,
-                                err, errlen);
+    bool delayed = true;
+    oldest_pending_sql(&s, table, delayed);
+    const char *what = "finding the oldest PENDING row";
+    MYSQL_RES *res = run_select(db, &s, what, table, err, errlen);
+    if (res == NULL && mysql_errno(db) == ERRNO_BAD_FIELD) {
+        delayed = false; /* a table without available_at */
+        oldest_pending_sql(&s, table, delayed);
+        res = run_select(db, &s, what, table, err, errlen);
+    }
     strbuf_free(&s);
     if (res == NULL)
         return -1;
     MYSQL_ROW r = mysql_fetch_row(res);
-    out->pending = r != NULL;
     out->oldest_pending_us = r && r[0] ? strtoll(r[0], NULL, 10) : 0;
+    out->pending = delayed ? out->oldest_pending_us >= 0 : r != NULL;
     if (out->oldest_pending_us < 0) /* a created_at in the future */
         out->oldest_pending_us = 0;
     mysql_free_result(res);

@@ -47,24 +47,41 @@ count_statuses(MYSQL *db, const char *table, struct outbox_counts *out,
     return 0;
 }
 
+/* The server's "unknown column": a table without available_at. */
+#define ERRNO_BAD_FIELD 1054
+
 /*
  * The next PENDING row in id order is the one the relay claims next, so
  * its age is how far behind the relay is; MIN(id) per status is one
- * index probe where MIN(created_at) would read every pending row.
+ * index probe where MIN(created_at) would read every pending row.  On a
+ * table with available_at, a delayed row is behind only once it is due,
+ * by how long since (docs/contract.md section 5): an event delayed a day
+ * is not a backlog a day old.  -1: nothing claimable is pending.
  */
 static int
 oldest_pending(MYSQL *db, const char *table, struct outbox_counts *out,
                char *err, size_t errlen)
 {
-    char sql[320];
-    MYSQL_RES *res;
+    char sql[768];
+    MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     snprintf(sql, sizeof(sql),
-             "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) FROM "
-             "`%s` WHERE `id` = (SELECT MIN(`id`) FROM `%s` WHERE `status` "
-             "= 'PENDING')",
-             table, table);
-    if (query(db, sql, &res, err, errlen) < 0)
+             "SELECT GREATEST(COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, "
+             "`created_at`, NOW(6)) FROM `%s` WHERE `id` = (SELECT MIN(`id`) "
+             "FROM `%s` WHERE `status` = 'PENDING' AND `available_at` IS "
+             "NULL)), -1), COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT "
+             "MIN(`available_at`) FROM `%s` WHERE `status` = 'PENDING'), "
+             "NOW(6)), -1))",
+             table, table, table);
+    if (mysql_query(db, sql) == 0)
+        res = mysql_store_result(db);
+    else if (mysql_errno(db) == ERRNO_BAD_FIELD)
+        snprintf(sql, sizeof(sql),
+                 "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) "
+                 "FROM `%s` WHERE `id` = (SELECT MIN(`id`) FROM `%s` WHERE "
+                 "`status` = 'PENDING')",
+                 table, table);
+    if (res == NULL && query(db, sql, &res, err, errlen) < 0)
         return -1;
     row = mysql_fetch_row(res);
     out->oldest_pending_us = row && row[0] ? strtoll(row[0], NULL, 10) : 0;

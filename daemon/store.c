@@ -129,6 +129,7 @@ store_free(struct store *st)
     free(st->plan.head_sql);
     free(st->plan.held_cond);
     free(st->plan.retry_index);
+    free(st->plan.delay_index);
     free(st->where);
     free(st->table);
     free(st->plan.count_sql);

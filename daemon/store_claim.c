@@ -17,17 +17,24 @@
 /* The first claim's window, before any row's size is known: see
  * claim_window. */
 #define FIRST_WINDOW 32
-/* At most this long between two looks for expired leases. */
+/* At most this long between two looks for expired leases, and for
+ * delayed rows come due while rows keep coming. */
 #define EXPIRED_LOOK_MS 1000
+#define DELAYED_LOOK_MS 1000
 
 static const enum outbox_status source_status[SRC_COUNT] = {
-    OUTBOX_PROCESSING, OUTBOX_RETRY, OUTBOX_PENDING};
+    OUTBOX_PROCESSING, OUTBOX_RETRY, OUTBOX_PENDING, OUTBOX_PENDING};
 
+/* A delayed row is not claimed before its available_at, by the
+ * database's clock (docs/contract.md section 1.4). */
 const char *const store_claim_cond[SRC_COUNT] = {
     [SRC_EXPIRED] = "`status` = 'PROCESSING' AND `locked_until` <= NOW(6)",
     [SRC_RETRY] = "`status` = 'RETRY' AND `next_retry_at` <= NOW(6)",
+    [SRC_DELAYED] = "`status` = 'PENDING' AND `available_at` <= NOW(6)",
     [SRC_PENDING] = "`status` = 'PENDING'",
 };
+const char *const store_undelayed_cond =
+    "`status` = 'PENDING' AND `available_at` IS NULL";
 
 /* "<relay_id>/<16 hex>": unique per claim, readable in locked_by. */
 static void
@@ -292,7 +299,7 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
     for (size_t i = 0; i < n; i++)
         sql_add_id(&st->sql, st->claim.located[i], i == 0);
     strbuf_addf(&st->sql, ") AND %s FOR UPDATE SKIP LOCKED",
-                store_claim_cond[src]);
+                st->plan.claim_cond[src]);
     size_t nread;
     return add_locked_rows(st, b, src, NULL, 0, n, &nread, err, errlen);
 }
@@ -357,6 +364,8 @@ static int
 fetch_candidates(struct store *st, struct outbox_batch *b,
                  enum claim_source src, size_t limit, char *err, size_t errlen)
 {
+    if (st->plan.claim_cond[src] == NULL)
+        return 0; /* SRC_DELAYED on a table without available_at */
     size_t window = claim_window(st, b, limit);
     size_t located = window, locked = 0, before = b->n, nread;
     if (st->plan.id_primary) {
@@ -383,6 +392,29 @@ fetch_candidates(struct store *st, struct outbox_batch *b,
                         &nread, err, errlen) < 0)
         return -1;
     note_window(st, window, limit, nread);
+    return 0;
+}
+
+/*
+ * The look for due delayed rows is a statement per claim that finds none
+ * on most: in a drain it cost 2 statements per 1,000 events.  So after
+ * one that found none, claims skip it for DELAYED_LOOK_MS, and a row
+ * that falls due in a drain waits at most that; an idle relay's probe
+ * sees the row due and makes the next claim look at once.
+ */
+static int
+fetch_source(struct store *st, struct outbox_batch *b, enum claim_source src,
+             size_t limit, char *err, size_t errlen)
+{
+    if (src != SRC_DELAYED)
+        return fetch_candidates(st, b, src, limit, err, errlen);
+    if (st->claim.delayed_none_ms != 0 &&
+        clock_ms() - st->claim.delayed_none_ms < DELAYED_LOOK_MS)
+        return 0;
+    size_t before = b->n;
+    if (fetch_candidates(st, b, src, limit, err, errlen) < 0)
+        return -1;
+    st->claim.delayed_none_ms = b->n > before ? 0 : clock_ms();
     return 0;
 }
 
@@ -670,46 +702,77 @@ find_duplicates(struct store *st, struct outbox_batch *b, char *err,
  * row is claimable, and if none is, when the next falls due: an idle
  * outbox then costs this statement and a commit per poll, where the
  * claim's reads would cost three or four.  Each part is one index probe
- * on sql/outbox.sql's table (status, id and next_retry_at).  The same
- * read asks whether the server went read-only: an idle relay writes
+ * on sql/outbox.sql's table: (status, available_at, id), whose first
+ * delayed entry also tells when the next delayed row falls due, so that
+ * the relay wakes for it with no commit to wake it; next_retry_at.  The
+ * same read asks whether the server went read-only: an idle relay writes
  * nothing that would be refused, and must still leave a demoted primary.
  */
+static void
+build_probe_sql(struct store *st)
+{
+    struct strbuf *q = &st->sql;
+    const char *pending = st->plan.claim_where[SRC_PENDING];
+    strbuf_reset(q);
+    strbuf_addf(
+        q,
+        "SELECT IF(EXISTS(SELECT 1 FROM %s%s), "
+        "0, TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+        "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
+        "IF(EXISTS(SELECT 1 FROM %s%s), NULL, "
+        "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
+        "FROM %s WHERE `status` = 'PROCESSING'))), @@global.read_only",
+        st->table, pending, st->table, st->table, pending, st->table);
+    if (st->plan.available_at)
+        strbuf_addf(q,
+                    ", TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+                    "MIN(`available_at`) FROM %s WHERE `status` = "
+                    "'PENDING'))",
+                    st->table);
+}
+
+/* One of the probe's "due in" columns: a row due now, or the soonest. */
+static void
+note_due(MYSQL_ROW r, unsigned nfields, unsigned i, bool *now, uint64_t *due)
+{
+    if (r == NULL || i >= nfields || r[i] == NULL)
+        return;
+    long long us = strtoll(r[i], NULL, 10);
+    if (us <= 0)
+        *now = true;
+    else if ((uint64_t)(us + 999) / 1000 < *due)
+        *due = (uint64_t)(us + 999) / 1000;
+}
+
 static int
 probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
       size_t errlen)
 {
-    struct strbuf *q = &st->sql;
-    strbuf_reset(q);
-    strbuf_addf(
-        q,
-        "SELECT IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), "
-        "0, TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
-        "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
-        "IF(EXISTS(SELECT 1 FROM %s WHERE `status` = 'PENDING'), NULL, "
-        "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
-        "FROM %s WHERE `status` = 'PROCESSING'))), @@global.read_only",
-        st->table, st->table, st->table, st->table);
+    build_probe_sql(st);
     MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
     MYSQL_ROW r = mysql_fetch_row(res);
-    bool retry = r != NULL && r[0] != NULL, lease = r != NULL && r[1] != NULL;
-    long long retry_us = retry ? strtoll(r[0], NULL, 10) : 0;
-    long long lease_us = lease ? strtoll(r[1], NULL, 10) : 0;
+    unsigned nf = mysql_num_fields(res);
+    bool lease = r != NULL && r[1] != NULL;
+    bool lease_over = lease && strtoll(r[1], NULL, 10) <= 0;
     bool ro = r != NULL && r[2] != NULL && strcmp(r[2], "0") != 0;
+    bool delayed_due =
+        r != NULL && nf > 3 && r[3] != NULL && strtoll(r[3], NULL, 10) <= 0;
+    *now = false;
+    *due_in_ms = UINT64_MAX;
+    note_due(r, nf, 0, now, due_in_ms); /* pending now, or a retry */
+    note_due(r, nf, 1, now, due_in_ms); /* a lease */
+    note_due(r, nf, 3, now, due_in_ms); /* a delayed row */
     mysql_free_result(res);
     if (ro && !st->conn.allow_read_only)
         return store_refuse_read_only(st, err, errlen);
-    /* A lease that ran out is what the claim's look for them finds. */
-    if (lease && lease_us <= 0)
+    /* A lease that ran out is what the claim's look for them finds; a
+     * delayed row come due, what its look finds. */
+    if (lease_over)
         st->claim.expired_none_ms = 0;
-    *now = (retry && retry_us <= 0) || (lease && lease_us <= 0);
-    uint64_t due = UINT64_MAX;
-    if (retry && retry_us > 0)
-        due = (uint64_t)(retry_us + 999) / 1000;
-    if (lease && lease_us > 0 && (uint64_t)(lease_us + 999) / 1000 < due)
-        due = (uint64_t)(lease_us + 999) / 1000;
-    *due_in_ms = due;
+    if (delayed_due)
+        st->claim.delayed_none_ms = 0;
     return 0;
 }
 
@@ -735,7 +798,7 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
     } else {
         for (int s = SRC_RETRY;
              s < SRC_COUNT && b->n < cap && !st->claim.cut_short; s++)
-            if (fetch_candidates(st, b, s, cap - b->n, err, errlen) < 0)
+            if (fetch_source(st, b, s, cap - b->n, err, errlen) < 0)
                 return -1;
         /* Cut by bytes or by the window: claim again at once. */
         b->candidates = st->claim.cut_short ? cap : b->n;

@@ -39,11 +39,21 @@ enum {
     ERRNO_INTERACTION_TIMEOUT = 4031, /* MySQL 8.0.24+ */
 };
 
-/* Where claim candidates come from, in the order they are taken. */
-enum claim_source { SRC_EXPIRED, SRC_RETRY, SRC_PENDING, SRC_COUNT };
+/* Where claim candidates come from, in the order they are taken:
+ * SRC_DELAYED, PENDING rows whose available_at has come, only on a table
+ * with that column. */
+enum claim_source {
+    SRC_EXPIRED,
+    SRC_RETRY,
+    SRC_DELAYED,
+    SRC_PENDING,
+    SRC_COUNT
+};
 
-/* What makes a row a candidate of each source (store_claim.c). */
+/* What makes a row a candidate of each source (store_claim.c), and of
+ * SRC_PENDING on a table with available_at: the undelayed rows. */
 extern const char *const store_claim_cond[SRC_COUNT];
+extern const char *const store_undelayed_cond;
 
 /* Columns of the claim's select list, in order; optional ones follow. */
 enum {
@@ -96,6 +106,9 @@ struct claim_plan {
                                      "IN (" */
     char *select_list;            /* claim: "SELECT" and the columns */
     char *claim_where[SRC_COUNT]; /* candidates: index hint and WHERE */
+    /* Each source's condition, store_claim_cond's or the undelayed one;
+     * NULL: the table has no such source (no available_at). */
+    const char *claim_cond[SRC_COUNT];
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
     char *head_sql;  /* ordering: ", candidate is its aggregate's first" */
@@ -106,6 +119,8 @@ struct claim_plan {
      * server tells apart what strcmp does, but for trailing spaces. */
     bool binary_aggregate;
     char *retry_index; /* an index led by next_retry_at, quoted, or NULL */
+    bool available_at; /* the optional column: rows delayed until then */
+    char *delay_index; /* an index led by (status, available_at), quoted */
     bool id_primary;   /* the primary key is led by id: fetch_candidates */
     int pos_optional[NOPTIONAL]; /* select list positions, -1 if absent */
     int pos_columns;
@@ -120,6 +135,8 @@ struct claim_scratch {
     uint64_t expired_none_ms; /* when the last look for expired leases
                                  found none */
     bool probe_first;         /* the last claim found nothing */
+    uint64_t delayed_none_ms; /* when the last look for due delayed rows
+                                 found none */
     unsigned char *drop;      /* candidates dropped by ordering */
     size_t drop_cap;
     struct outbox_row **byagg; /* candidates by aggregate, id */

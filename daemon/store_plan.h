@@ -47,6 +47,9 @@ char *store_pick_claim_order(const struct index_column *ix, size_t n);
 enum dup_check store_pick_dup_check(const struct index_column *ix, size_t n);
 /* The first index led by next_retry_at, quoted, or NULL. */
 char *store_pick_retry_index(const struct index_column *ix, size_t n);
+/* The first index led by (status, available_at) and then id or nothing,
+ * quoted, or NULL: it serves both delayed claims (build_claim_sql). */
+char *store_pick_delay_index(const struct index_column *ix, size_t n);
 /* The primary key is led by id, so a claim can lock the rows it located
  * by id through it. */
 bool store_pick_id_primary(const struct index_column *ix, size_t n);

@@ -49,6 +49,7 @@ struct schema {
     const char **generated; /* generated columns' names (in the result) */
     size_t ngenerated;
     bool held;                 /* and its `held`, for on_dead: hold */
+    bool available_at;         /* optional: read by the claim's conditions */
     unsigned binary_aggregate; /* aggregate columns with a _bin collation */
 };
 
@@ -122,6 +123,8 @@ note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
         sc->last_error_len = len;
         sc->last_error_charset = store_parse_charset(r[INFO_CHARSET]);
     }
+    if (strcasecmp(name, "available_at") == 0)
+        sc->available_at = true;
     if (strcasecmp(name, "unfinished") == 0)
         sc->unfinished = store_is_unfinished_expression(r[INFO_GENERATION]);
     if (r[INFO_GENERATION] != NULL && r[INFO_GENERATION][0] != '\0')
@@ -352,6 +355,26 @@ store_pick_retry_index(const struct index_column *ix, size_t n)
     return NULL;
 }
 
+/* See source_index: (status, available_at, id) holds the undelayed rows
+ * in id order and the delayed ones in available_at order. */
+char *
+store_pick_delay_index(const struct index_column *ix, size_t n)
+{
+    for (size_t i = 0, j; i < n; i = j) {
+        j = index_end(ix, n, i);
+        if (j < i + 2 || !whole_column(&ix[i], "status") ||
+            !whole_column(&ix[i + 1], "available_at"))
+            continue;
+        if (j == i + 2 || ident_eq(ix[i + 2].column, "id")) {
+            struct strbuf q = {0};
+            strbuf_reset(&q);
+            sql_add_ident(&q, ix[i].index);
+            return q.p;
+        }
+    }
+    return NULL;
+}
+
 bool
 store_pick_id_primary(const struct index_column *ix, size_t n)
 {
@@ -398,6 +421,8 @@ load_claim_order(struct store *st, char *err, size_t errlen)
     st->plan.dup_check = store_pick_dup_check(ix, n);
     free(st->plan.retry_index);
     st->plan.retry_index = store_pick_retry_index(ix, n);
+    free(st->plan.delay_index);
+    st->plan.delay_index = store_pick_delay_index(ix, n);
     st->plan.id_primary = store_pick_id_primary(ix, n);
     char *order = store_pick_claim_order(ix, n);
     free(ix);
@@ -460,11 +485,32 @@ first_unfinished_sql(const struct store *st)
 }
 
 /*
+ * An earlier event that holds its aggregate for a while, on alias a: a
+ * RETRY backing off, or a PENDING row delayed until a later available_at
+ * (docs/contract.md section 5): a million delayed aggregates would
+ * otherwise fill every claim with their successors.
+ */
+static char *
+held_cond(const struct store *st, const char *a)
+{
+    char *retry = xasprintf(
+        "`%s`.`status` = 'RETRY' AND `%s`.`next_retry_at` > NOW(6)", a, a);
+    if (!st->plan.available_at)
+        return retry;
+    char *cond = xasprintf("((%s) OR (`%s`.`status` = 'PENDING' AND "
+                           "`%s`.`available_at` > NOW(6)))",
+                           retry, a, a);
+    free(retry);
+    return cond;
+}
+
+/*
  * With ordering: aggregate, a candidate whose aggregate has an earlier
- * event backing off in RETRY cannot be kept: skip it in the read itself
- * (with the unfinished column, when that event is the aggregate's first
- * unfinished one: a read of one index entry, where looking for any held
- * RETRY row would scan every unfinished event of the aggregate).
+ * event backing off in RETRY, or delayed, cannot be kept: skip it in the
+ * read itself (with the unfinished column, when that event is the
+ * aggregate's first unfinished one: a read of one index entry, where
+ * looking for any held RETRY row would scan every unfinished event of
+ * the aggregate).
  * Otherwise a held-back aggregate with batch_size events waiting would
  * fill every claim's LIMIT with rows the ordering check throws away, and
  * the whole table would stall behind one poison event.  Events behind a
@@ -476,22 +522,24 @@ first_unfinished_sql(const struct store *st)
 static char *
 build_unblocked_filter(const struct store *st)
 {
+    char *held = held_cond(st, st->plan.unfinished ? "h" : "p");
+    char *filter;
     if (st->plan.unfinished) {
         char *first = first_unfinished_sql(st);
-        char *filter = xasprintf(
-            " AND NOT EXISTS (SELECT 1 FROM %s `h` WHERE `h`.`id` = %s AND "
-            "`h`.`status` = 'RETRY' AND `h`.`id` < `c`.`id` AND "
-            "`h`.`next_retry_at` > NOW(6))",
-            st->table, first);
+        filter = xasprintf(" AND NOT EXISTS (SELECT 1 FROM %s `h` WHERE "
+                           "`h`.`id` = %s AND `h`.`id` < `c`.`id` AND %s)",
+                           st->table, first, held);
         free(first);
-        return filter;
+    } else {
+        filter = xasprintf(
+            " AND NOT EXISTS (SELECT 1 FROM %s `p` WHERE "
+            "`p`.`aggregate_type` = `c`.`aggregate_type` AND "
+            "`p`.`aggregate_id` = `c`.`aggregate_id` AND `p`.`id` < `c`.`id` "
+            "AND %s)",
+            st->table, held);
     }
-    return xasprintf(
-        " AND NOT EXISTS (SELECT 1 FROM %s `p` WHERE "
-        "`p`.`aggregate_type` = `c`.`aggregate_type` AND "
-        "`p`.`aggregate_id` = `c`.`aggregate_id` AND `p`.`status` = 'RETRY' "
-        "AND `p`.`id` < `c`.`id` AND `p`.`next_retry_at` > NOW(6))",
-        st->table);
+    free(held);
+    return filter;
 }
 
 /*
@@ -537,11 +585,73 @@ build_count_sql(const struct store *st)
 }
 
 /*
+ * Each source's condition: on a table with available_at, PENDING splits
+ * into the undelayed rows and the delayed ones that are due, as RETRY
+ * rows are taken only when due.
+ */
+static void
+set_claim_conds(struct store *st)
+{
+    for (int s = 0; s < SRC_COUNT; s++)
+        st->plan.claim_cond[s] = store_claim_cond[s];
+    if (!st->plan.available_at)
+        st->plan.claim_cond[SRC_DELAYED] = NULL;
+    else
+        st->plan.claim_cond[SRC_PENDING] = store_undelayed_cond;
+}
+
+/*
  * Due retries are read in next_retry_at order.  On an index led by
  * next_retry_at (sql/outbox.sql's, which only RETRY rows fill) the
  * optimizer would rather take (status, id) and sort, which locks every
- * due RETRY row before LIMIT: the index is forced.
+ * due RETRY row before LIMIT: the index is forced.  So is the index on
+ * (status, available_at, id) for the PENDING rows of a table with
+ * available_at: along (status, id), the undelayed claim would read every
+ * delayed row of a lower id, and the delayed one every row not yet due.
  */
+static const char *
+source_index(const struct store *st, int s)
+{
+    if (s == SRC_RETRY)
+        return st->plan.retry_index;
+    if ((s == SRC_DELAYED || s == SRC_PENDING) && st->plan.available_at)
+        return st->plan.delay_index;
+    return NULL;
+}
+
+/* The order the source's index reads in; without that index, delayed
+ * rows come in the claim's usual order, which no sort serves either. */
+static const char *
+source_order(const struct store *st, int s, const char *order)
+{
+    if (s == SRC_RETRY)
+        return "`next_retry_at`";
+    if (source_index(st, s) != NULL && s == SRC_DELAYED)
+        return "`available_at`, `id`";
+    if (source_index(st, s) != NULL && s == SRC_PENDING)
+        return "`id`";
+    return order;
+}
+
+static void
+build_source_sql(struct store *st, int s, const char *order)
+{
+    free(st->plan.claim_where[s]);
+    free(st->plan.claim_order[s]);
+    st->plan.claim_where[s] = st->plan.claim_order[s] = NULL;
+    if (st->plan.claim_cond[s] == NULL)
+        return;
+    struct strbuf q = {0};
+    strbuf_reset(&q);
+    const char *index = source_index(st, s);
+    if (index != NULL)
+        strbuf_addf(&q, " FORCE INDEX (%s)", index);
+    strbuf_addf(&q, " WHERE %s", st->plan.claim_cond[s]);
+    st->plan.claim_where[s] = q.p;
+    st->plan.claim_order[s] =
+        xasprintf(" ORDER BY %s", source_order(st, s, order));
+}
+
 static void
 build_claim_sql(struct store *st, const struct schema *sc, const char *order)
 {
@@ -550,18 +660,9 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
     add_select_list(st, sc, &list);
     free(st->plan.select_list);
     st->plan.select_list = list.p;
-    for (int s = 0; s < SRC_COUNT; s++) {
-        struct strbuf q = {0};
-        strbuf_reset(&q);
-        if (s == SRC_RETRY && st->plan.retry_index != NULL)
-            strbuf_addf(&q, " FORCE INDEX (%s)", st->plan.retry_index);
-        strbuf_addf(&q, " WHERE %s", store_claim_cond[s]);
-        free(st->plan.claim_where[s]);
-        st->plan.claim_where[s] = q.p;
-        free(st->plan.claim_order[s]);
-        st->plan.claim_order[s] = xasprintf(
-            " ORDER BY %s", s == SRC_RETRY ? "`next_retry_at`" : order);
-    }
+    set_claim_conds(st);
+    for (int s = 0; s < SRC_COUNT; s++)
+        build_source_sql(st, s, order);
     free(st->plan.unblocked_sql);
     st->plan.unblocked_sql = store_hold_filter(st, build_unblocked_filter(st));
     free(st->plan.head_sql);
@@ -575,6 +676,7 @@ apply_schema(struct store *st, const struct schema *sc, const char *order)
 {
     st->plan.unfinished = sc->unfinished;
     store_hold_plan(st, sc->held);
+    st->plan.available_at = sc->available_at;
     st->plan.binary_aggregate = sc->binary_aggregate == 2;
     build_claim_sql(st, sc, order);
     unsigned tok = sc->locked_by_len;

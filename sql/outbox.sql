@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   trace_id       VARCHAR(64)  NULL,              -- optional: shown in logs
   traceparent    VARCHAR(55)  NULL,              -- optional: W3C trace context header
   expires_at     TIMESTAMP(6) NULL,              -- optional: claimed at or after it -> DEAD, unpublished
+  available_at   TIMESTAMP(6) NULL,              -- optional: not published before (database clock)
   status         VARCHAR(16)  NOT NULL DEFAULT 'PENDING',
   retry_count    INT UNSIGNED NOT NULL DEFAULT 0,
   next_retry_at  TIMESTAMP(6) NULL,
@@ -37,8 +38,10 @@ CREATE TABLE IF NOT EXISTS outbox_event (
                    (status = 'DEAD' AND locked_by IS NULL) VIRTUAL,
   PRIMARY KEY (id),
   UNIQUE KEY uk_outbox_event_id (event_id),
-  -- Claim of PENDING rows in id order; status counts for outboxctl.
-  KEY idx_outbox_status (status, id),
+  -- Claim of PENDING rows: the undelayed ones (available_at NULL) in id
+  -- order, the delayed ones that are due in available_at order, never
+  -- reading those not yet due; status counts for outboxctl.
+  KEY idx_outbox_status (status, available_at, id),
   -- Claim of RETRY rows whose backoff is over.  next_retry_at is NULL
   -- but on RETRY rows, so a row's claim and SENT never write this index.
   KEY idx_outbox_due (next_retry_at),

@@ -35,6 +35,7 @@ static const struct index_column recommended[] = {
     COL("idx_outbox_aggregate", "id"),
     COL("idx_outbox_due", "next_retry_at"),
     COL("idx_outbox_status", "status"),
+    COL("idx_outbox_status", "available_at"),
     COL("idx_outbox_status", "id"),
     UNIQUE("PRIMARY", "id"),
     UNIQUE("uk_outbox_event_id", "event_id"),
@@ -61,9 +62,11 @@ assert_claim_order(const struct index_column *ix, size_t n, const char *want)
     free(order);
 }
 
+/* PROCESSING rows come in the index's order; the PENDING ones, split by
+ * available_at, are claimed in id order all the same (source_order). */
 START_TEST(test_claim_order_recommended)
 {
-    assert_claim_order(recommended, NCOLS(recommended), "`id`");
+    assert_claim_order(recommended, NCOLS(recommended), "`available_at`, `id`");
 }
 END_TEST
 
@@ -162,6 +165,30 @@ START_TEST(test_retry_index)
     ix = store_pick_retry_index(quoted, NCOLS(quoted));
     ck_assert_str_eq(ix, "`d``x`");
     free(ix);
+}
+END_TEST
+
+/* The index both claims of delayed rows are forced onto; none on the
+ * seed's table, or where available_at is not second or id not third. */
+START_TEST(test_delay_index)
+{
+    char *ix = store_pick_delay_index(recommended, NCOLS(recommended));
+    ck_assert_str_eq(ix, "`idx_outbox_status`");
+    free(ix);
+    ck_assert_ptr_null(store_pick_delay_index(seed, NCOLS(seed)));
+    const struct index_column alone[] = {COL("a`x", "status"),
+                                         COL("a`x", "available_at")};
+    ix = store_pick_delay_index(alone, NCOLS(alone));
+    ck_assert_str_eq(ix, "`a``x`");
+    free(ix);
+    const struct index_column unusable[] = {
+        COL("a", "available_at"),  COL("a", "status"),
+        COL("b", "status"),        PREFIX("b", "available_at"),
+        COL("c", "status"),        COL("c", "available_at"),
+        COL("c", "created_at"),    COL("d", "status"),
+        COL("d", "next_retry_at"), COL("d", "available_at")};
+    ck_assert_ptr_null(store_pick_delay_index(unusable, NCOLS(unusable)));
+    ck_assert_ptr_null(store_pick_delay_index(NULL, 0));
 }
 END_TEST
 
@@ -434,6 +461,7 @@ store_suite(void)
     tcase_add_test(plan, test_claim_order_quotes);
     tcase_add_test(plan, test_dup_check);
     tcase_add_test(plan, test_retry_index);
+    tcase_add_test(plan, test_delay_index);
     tcase_add_test(plan, test_id_primary);
     suite_add_tcase(s, plan);
     TCase *fin = tcase_create("finalize");

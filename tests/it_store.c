@@ -1192,17 +1192,26 @@ START_TEST(test_claim_uses_index)
                         "next_retry_at = NOW() - INTERVAL id SECOND "
                         "WHERE id %% 40 = 0");
     it_db_exec(fx->sql, "ANALYZE TABLE outbox_event");
-    const char *order =
-        fx->seed ? "`next_retry_at`, `created_at`, `id`" : "`id`";
+    const char *order = fx->seed ? "`next_retry_at`, `created_at`, `id`"
+                                 : "`available_at`, `id`";
+    /* With available_at, the undelayed PENDING rows (test 8b has the
+     * delayed ones) are read by id on the index, forced. */
+    const char *pending =
+        fx->seed ? "`status` = 'PENDING' ORDER BY `next_retry_at`, "
+                   "`created_at`, `id`"
+                 : "`status` = 'PENDING' AND `available_at` IS NULL ORDER BY "
+                   "`id`";
+    const char *from = fx->seed ? "FROM `outbox_event` `c` WHERE "
+                                : "FROM `outbox_event` `c` FORCE INDEX "
+                                  "(`idx_outbox_status`) WHERE ";
     const char *cols = "SELECT `id`, `event_id`, `aggregate_type`, "
                        "`aggregate_id`, `event_type`, `payload`, "
                        "UNIX_TIMESTAMP(`created_at`), `retry_count` "
                        "FROM `outbox_event` WHERE ";
     char sql[1024];
     snprintf(sql, sizeof(sql),
-             "%s`status` = 'PENDING' ORDER BY %s LIMIT 500 FOR UPDATE "
-             "SKIP LOCKED",
-             cols, order);
+             "SELECT `id`, `payload` %s%s LIMIT 500 FOR UPDATE SKIP LOCKED",
+             from, pending);
     assert_no_filesort(fx, sql);
     /* As the store reads due retries: forcing an index led by
      * next_retry_at where the table has one (see build_claim_sql). */
@@ -1223,10 +1232,7 @@ START_TEST(test_claim_uses_index)
     /* The store finds candidates with a plain read along the same index,
      * then locks them by id: by the primary key, whatever the plan's
      * estimates, so that no lock falls outside the located rows. */
-    snprintf(sql, sizeof(sql),
-             "SELECT `c`.`id` FROM `outbox_event` `c` WHERE `status` = "
-             "'PENDING' ORDER BY %s LIMIT 500",
-             order);
+    snprintf(sql, sizeof(sql), "SELECT `c`.`id` %s%s LIMIT 500", from, pending);
     assert_no_filesort(fx, sql);
     assert_plan_key(fx,
                     "SELECT `id` FROM `outbox_event` `c` FORCE INDEX "
@@ -1556,6 +1562,200 @@ START_TEST(test_leaders_skip_ordering_check)
 }
 END_TEST
 
+/* ---- available_at: delayed rows (recommended table only) ---- */
+
+/* An event of aggregate agg delayed by `seconds` (negative: due). */
+static uint64_t
+insert_delayed(struct fx *fx, const char *event_id, const char *agg,
+               int seconds)
+{
+    it_db_exec(fx->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, available_at) VALUES "
+               "('%s', 'Order', '%s', 'OrderCreated', '{}', NOW(6) + "
+               "INTERVAL %d SECOND)",
+               event_id, agg, seconds);
+    return event_row_id(fx, event_id);
+}
+
+/*
+ * 10. A row is not claimed before its available_at: due delayed rows
+ * and undelayed ones are, the later events of a delayed one's aggregate
+ * wait behind it with ordering: aggregate (not with none), and once it
+ * is due it goes with them, in id order.
+ */
+START_TEST(test_delay_not_before_due)
+{
+    struct fx *fx = fx_setup(0);
+    uint64_t later = insert_delayed(fx, "d-later", "A", 3600);
+    insert_event(fx, "a-next", "A");
+    uint64_t next = event_row_id(fx, "a-next");
+    uint64_t due = insert_delayed(fx, "d-due", "B", -1);
+    insert_event(fx, "c-now", "C");
+    uint64_t now = event_row_id(fx, "c-now");
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 2);
+    ck_assert(has_id(b, due) && has_id(b, now));
+    ck_assert_int_eq(b->rows[0].claimed_from, OUTBOX_PENDING);
+    release_all(st, b);
+    fx->ob.ordering = ORDERING_NONE;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 3);
+    ck_assert(has_id(b, next) && !has_id(b, later));
+    release_all(st, b);
+    fx->ob.ordering = ORDERING_AGGREGATE;
+    it_db_exec(fx->sql,
+               "UPDATE outbox_event SET available_at = NOW(6) - INTERVAL 1 "
+               "SECOND WHERE id = %llu",
+               (unsigned long long)later);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 4);
+    assert_sorted_claimed(b);
+    ck_assert(has_id(b, later) && has_id(b, next));
+    release_all(st, b);
+}
+END_TEST
+
+/* Due delayed rows are claimed in available_at order, not id order. */
+START_TEST(test_delay_due_order)
+{
+    struct fx *fx = fx_setup(0);
+    uint64_t id[3];
+    for (int i = 0; i < 3; i++) {
+        char ev[16], agg[16];
+        snprintf(ev, sizeof(ev), "due-%d", i);
+        snprintf(agg, sizeof(agg), "G%d", i);
+        id[i] = insert_delayed(fx, ev, agg, -10 + 3 * i - 9 * (i == 2));
+    }
+    /* available_at: id[2] -19 s, id[0] -10 s, id[1] -7 s. */
+    fx->ob.batch_size = 1;
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    const int want[] = {2, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        claim_ok(st, b);
+        ck_assert_uint_eq(b->n, 1);
+        ck_assert_uint_eq(b->rows[0].id, id[want[i]]);
+        ack_all(b);
+        ck_assert_uint_eq(finalize_ok(st, b), 0);
+        batch_reset(b);
+    }
+}
+END_TEST
+
+/*
+ * Aggregates held by an event delayed for an hour, each with a later
+ * event that could go but for it, more than a batch of them at lower
+ * ids: the claim pages past them to the free aggregate, where taking
+ * them would fill it with rows the ordering check drops.
+ */
+START_TEST(test_delay_pages_past_held)
+{
+    struct fx *fx = fx_setup(0);
+    fx->ob.batch_size = 5;
+    for (int i = 0; i < 20; i++) {
+        char ev[16], agg[16];
+        snprintf(agg, sizeof(agg), "H%d", i);
+        snprintf(ev, sizeof(ev), "held-%d", i);
+        insert_delayed(fx, ev, agg, 3600);
+        snprintf(ev, sizeof(ev), "next-%d", i);
+        insert_event(fx, ev, agg);
+    }
+    insert_event(fx, "free", "F");
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 1);
+    ck_assert_uint_eq(b->rows[0].id, event_row_id(fx, "free"));
+    release_all(st, b);
+}
+END_TEST
+
+/*
+ * The idle probe reports when the next delayed row falls due, so the
+ * relay wakes for it without a commit: two statements, as ever.
+ */
+START_TEST(test_delay_probe_due)
+{
+    struct fx *fx = fx_setup(0);
+    insert_delayed(fx, "soon", "S", 5);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b); /* empty: the next one probes first */
+    ck_assert_uint_eq(b->n, 0);
+    uint64_t s0 = store_statement_count(st);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 0);
+    ck_assert_uint_eq(store_statement_count(st) - s0, 2);
+    ck_assert_msg(b->due_in_ms > 2000 && b->due_in_ms <= 5000, "due in %llu",
+                  (unsigned long long)b->due_in_ms);
+    it_db_exec(fx->sql, "UPDATE outbox_event SET available_at = NOW(6)");
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 1);
+    release_all(st, b);
+}
+END_TEST
+
+/* Index entries a statement read (Handler_read_next), on fx's session. */
+static long long
+rows_read(struct fx *fx, const char *sql)
+{
+    it_db_exec(fx->sql, "FLUSH STATUS");
+    ck_assert_int_eq(mysql_query(fx->sql, sql), 0);
+    mysql_free_result(mysql_store_result(fx->sql));
+    return it_db_int(fx->sql, "SELECT VARIABLE_VALUE FROM "
+                              "information_schema.SESSION_STATUS WHERE "
+                              "VARIABLE_NAME = 'HANDLER_READ_NEXT'");
+}
+
+/*
+ * 8b. Both claims of PENDING rows on a table with available_at, as
+ * store_claim.c writes them: no filesort, and neither reads the 5,000
+ * rows delayed for a day that sit at lower ids; the probe's look at the
+ * next available_at is one index entry.
+ */
+START_TEST(test_delay_claim_uses_index)
+{
+    struct fx *fx = fx_setup(0);
+    it_db_exec(fx->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, available_at) SELECT "
+               "CONCAT('f', seq), 'F', CONCAT('f', seq), 'T', '{}', NOW(6) + "
+               "INTERVAL 1 DAY FROM seq_1_to_5000");
+    it_db_insert_events(fx->sql, "outbox_event", "u", 40, 40, 64);
+    it_db_exec(fx->sql, "UPDATE outbox_event SET available_at = NOW(6) - "
+                        "INTERVAL id SECOND WHERE event_id LIKE 'u-%%' AND "
+                        "id %% 2 = 0");
+    it_db_exec(fx->sql, "ANALYZE TABLE outbox_event");
+    const char *head = "SELECT `c`.`id` FROM `outbox_event` `c` FORCE INDEX "
+                       "(`idx_outbox_status`) WHERE ";
+    const char *cond[] = {
+        "`status` = 'PENDING' AND `available_at` IS NULL ORDER BY `id`",
+        "`status` = 'PENDING' AND `available_at` <= NOW(6) ORDER BY "
+        "`available_at`, `id`"};
+    char sql[512];
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof(sql), "%s%s LIMIT 500", head, cond[i]);
+        assert_no_filesort(fx, sql);
+        assert_plan_key(fx, sql, "idx_outbox_status");
+        long long read = rows_read(fx, sql);
+        ck_assert_msg(read <= 25, "%s: read %lld index entries", sql, read);
+    }
+    long long read = rows_read(fx, "SELECT MIN(`available_at`) FROM "
+                                   "`outbox_event` WHERE `status` = "
+                                   "'PENDING'");
+    ck_assert_int_le(read, 1);
+    fx->ob.batch_size = 500;
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 40);
+    release_all(st, b);
+}
+END_TEST
+
 static void
 runner_setup(void)
 {
@@ -1622,5 +1822,15 @@ it_store_suite(void)
         tc, test_check_constraints_skipped_only_when_unchangeable, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_leaders_skip_ordering_check, 0, NSCHEMAS);
     suite_add_tcase(s, tc);
+    TCase *delay = tcase_create("delay");
+    tcase_set_timeout(delay, 60);
+    tcase_add_unchecked_fixture(delay, runner_setup, runner_teardown);
+    tcase_add_checked_fixture(delay, NULL, fx_teardown);
+    tcase_add_test(delay, test_delay_not_before_due);
+    tcase_add_test(delay, test_delay_due_order);
+    tcase_add_test(delay, test_delay_pages_past_held);
+    tcase_add_test(delay, test_delay_probe_due);
+    tcase_add_test(delay, test_delay_claim_uses_index);
+    suite_add_tcase(s, delay);
     return s;
 }
