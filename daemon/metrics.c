@@ -272,7 +272,7 @@ render_rows(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
     }
 }
 
-/* on_dead: hold: samples for the outboxes that hold, none for others. */
+/* on_dead: hold: every counted outbox, 0 for those that do not hold. */
 static void
 render_holds(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
 {

@@ -61,8 +61,8 @@ struct outbox_metrics {
     uint64_t rows[OUTBOX_STATUS_COUNT];
     bool rows_counted[OUTBOX_STATUS_COUNT]; /* false: not counted at all */
     double oldest_pending_age_s;            /* 0 with nothing pending */
-    /* on_dead: hold only (else false): aggregates held by a DEAD event
-     * and how long the oldest has been. */
+    /* Aggregates held by a DEAD event and how long the oldest has been
+     * (0 for an outbox without on_dead: hold); false: not counted yet. */
     bool holds_known;
     uint64_t held_aggregates;
     double oldest_hold_s;

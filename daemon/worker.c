@@ -833,8 +833,11 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
         m->rows_counted[s] = (mask >> s) & 1u;
     }
     m->oldest_pending_age_s = (double)w->oldest_pending_us / 1e6;
-    m->holds_known = w->holds_known && w->rows_known;
-    m->held_aggregates = w->held_aggregates;
+    /* An outbox without hold holds nothing: 0, known once its rows are,
+     * so that every outbox has the series the alert rules read. */
+    bool hold = w->ob->on_dead == ON_DEAD_HOLD;
+    m->holds_known = w->rows_known && (!hold || w->holds_known);
+    m->held_aggregates = hold ? w->held_aggregates : 0;
     m->oldest_hold_s = m->held_aggregates > 0
                            ? (double)(clock_ms() - w->hold_since_ms) / 1e3
                            : 0;
