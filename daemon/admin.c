@@ -251,6 +251,7 @@ copy_dead_row(struct admin_dead_row *d, MYSQL_ROW r)
     d->retry_count = r[5] ? strtoul(r[5], NULL, 10) : 0;
     d->created_at = dup_or_null(r[6]);
     d->last_error = dup_or_null(r[7]);
+    d->released = r[8] != NULL && strcmp(r[8], "1") == 0;
 }
 
 int
@@ -263,8 +264,8 @@ admin_dead_list(MYSQL *db, const char *table, unsigned limit,
     struct strbuf s = {0};
     sql_table(&s,
               "SELECT `id`, `event_id`, `aggregate_type`, `aggregate_id`, "
-              "`event_type`, `retry_count`, `created_at`, `last_error` "
-              "FROM ",
+              "`event_type`, `retry_count`, `created_at`, `last_error`, "
+              "`locked_by` <=> '" STORE_RELEASED "' FROM ",
               table, "");
     strbuf_addf(&s, " WHERE `status` = 'DEAD' ORDER BY `id` LIMIT %u", limit);
     MYSQL_RES *res =

@@ -29,6 +29,7 @@ struct admin_dead_row {
     char *created_at; /* "YYYY-MM-DD HH:MM:SS[.ffffff]", UTC */
     char *last_error; /* NULL when the column is */
     unsigned long retry_count;
+    bool released; /* outboxctl dead release gave it up (on_dead: hold) */
 };
 
 struct admin_dead_list {

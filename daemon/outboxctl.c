@@ -668,16 +668,22 @@ dead_print_text(const struct outbox_config *ob, const struct admin_dead_list *l)
     if (l->n == 0)
         return;
     dead_measure(l, &w);
-    printf("%*s  %-*s  %-*s  %-*s  %7s  %s\n", w.id, "ID", w.event_id,
+    /* With hold, whether each row still holds its aggregate. */
+    bool hold = ob->on_dead == ON_DEAD_HOLD;
+    printf("%*s  %-*s  %-*s  %-*s  %7s  %s%s\n", w.id, "ID", w.event_id,
            "EVENT_ID", w.aggregate, "AGGREGATE", w.type, "TYPE", "RETRIES",
-           "LAST_ERROR");
+           hold ? "HOLDS     " : "", "LAST_ERROR");
     for (size_t i = 0; i < l->n; i++) {
         const struct admin_dead_row *d = &l->rows[i];
         dead_aggregate(d, a, sizeof(a));
         printf("%*" PRIu64 "  %-*s  %-*s  ", w.id, d->id, w.event_id,
                cell(d->event_id, b, sizeof(b)), w.aggregate, cell(a, a, 256));
-        printf("%-*s  %7lu  %s\n", w.type, cell(d->event_type, b, sizeof(b)),
-               d->retry_count, cell(d->last_error, e, sizeof(e)));
+        printf("%-*s  %7lu  %s%s\n", w.type, cell(d->event_type, b, sizeof(b)),
+               d->retry_count,
+               !hold         ? ""
+               : d->released ? "released  "
+                             : "yes       ",
+               cell(d->last_error, e, sizeof(e)));
     }
     if (l->total > l->n)
         printf("(the oldest %zu of %" PRIu64 "; --limit N shows more)\n", l->n,
@@ -685,7 +691,8 @@ dead_print_text(const struct outbox_config *ob, const struct admin_dead_list *l)
 }
 
 static void
-dead_print_json_row(const struct admin_dead_row *d)
+dead_print_json_row(const struct outbox_config *ob,
+                    const struct admin_dead_row *d)
 {
     char a[512];
     printf("{\"id\":%" PRIu64 ",\"event_id\":", d->id);
@@ -703,7 +710,10 @@ dead_print_json_row(const struct admin_dead_row *d)
     ctl_json_str(d->created_at);
     printf(",\"last_error\":");
     ctl_json_str(d->last_error);
-    printf("}");
+    /* null without on_dead: hold, where no DEAD row holds anything. */
+    printf(",\"holds\":%s}", ob->on_dead != ON_DEAD_HOLD ? "null"
+                             : d->released               ? "false"
+                                                         : "true");
 }
 
 static void
@@ -719,7 +729,7 @@ dead_print_json(const struct outbox_config *ob, const struct admin_dead_list *l)
     for (size_t i = 0; i < l->n; i++) {
         if (i > 0)
             putchar(',');
-        dead_print_json_row(&l->rows[i]);
+        dead_print_json_row(ob, &l->rows[i]);
     }
     printf("]}");
 }

@@ -180,7 +180,10 @@ START_TEST(test_hold_release)
     it_fx_start(&f);
     expect_held(&f);
     expect_status_held(&f);
-    struct ctl_run r = ctl(&f, "dead release --all --dry-run");
+    struct ctl_run r = ctl(&f, "--json dead list");
+    ck_assert_msg(strstr(r.out, "\"holds\":true}"), "%s", r.out);
+    ctl_free(&r);
+    r = ctl(&f, "dead release --all --dry-run");
     ck_assert_msg(r.rc == 0 && strstr(r.out, "would release 1 held DEAD row\n"),
                   "%s%s", r.out, r.err);
     ctl_free(&r);
@@ -196,6 +199,13 @@ START_TEST(test_hold_release)
     r = ctl(&f, "status");
     ck_assert_msg(strstr(r.out, "0 aggregates held by DEAD events\n"), "%s",
                   r.out);
+    ctl_free(&r);
+    r = ctl(&f, "dead list");
+    ck_assert_msg(strstr(r.out, " HOLDS ") && strstr(r.out, " released "), "%s",
+                  r.out);
+    ctl_free(&r);
+    r = ctl(&f, "--json dead list");
+    ck_assert_msg(strstr(r.out, "\"holds\":false}"), "%s", r.out);
     ctl_free(&r);
     it_fx_close(&f);
 }
@@ -273,6 +283,12 @@ START_TEST(test_skip_default)
     ctl_free(&r);
     r = ctl(&f, "--json status");
     ck_assert_msg(strstr(r.out, "\"held_aggregates\":null"), "%s", r.out);
+    ctl_free(&r);
+    r = ctl(&f, "--json dead list");
+    ck_assert_msg(strstr(r.out, "\"holds\":null}"), "%s", r.out);
+    ctl_free(&r);
+    r = ctl(&f, "dead list");
+    ck_assert_msg(!strstr(r.out, "HOLDS"), "%s", r.out);
     ctl_free(&r);
     it_fx_close(&f);
 }
