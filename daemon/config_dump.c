@@ -113,7 +113,8 @@ dump_unset(struct dump *d, const char *name, const char *why)
                 why ? ", " : "", why ? why : "");
 }
 
-/* Plain when YAML reads it back as the same string, else quoted. */
+/* Plain when YAML reads it back as the same string, else quoted: a
+ * ':' that ends the scalar would make it a mapping key ("mai:"). */
 static bool
 plain_safe(const char *s)
 {
@@ -125,9 +126,10 @@ plain_safe(const char *s)
     for (size_t i = 0; i < sizeof(nulls) / sizeof(*nulls); i++)
         if (strcmp(s, nulls[i]) == 0)
             return false;
-    return strspn(s,
-                  "abcdefghijklmnopqrstuvwxyz"
-                  "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._:@+=-") == strlen(s);
+    size_t len = strlen(s);
+    return s[len - 1] != ':' &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyz"
+                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._:@+=-") == len;
 }
 
 /* YAML reads these as line breaks (folded to a space) or a BOM even in
