@@ -804,7 +804,10 @@ broker_close_test(const char *action, int delay_ms, const char *want_err)
     ck_assert_msg(err_matches(f.err, want_err), "%s", f.err);
     ck_assert(!publisher_is_connected(f.p));
     size_t failed = assert_acked_queued(&f, f.q, f.b.n + 1);
-    ck_assert_uint_gt(failed, 0);
+    /* The wave the broker's stop cut short has rows not ACKED: FAILED
+     * when the cut came mid-wave, unattempted when it came between two
+     * waves (both seen; which one is the broker's timing). */
+    ck_assert_uint_gt(f.b.n - batch_count_state(&f.b, ROW_ACKED), 0);
     fprintf(stderr, "it_publisher: %s: %zu acked, %zu failed: %s\n", action,
             batch_count_state(&f.b, ROW_ACKED), failed, f.err);
     ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
