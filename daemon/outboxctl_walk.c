@@ -224,27 +224,6 @@ retry_print(const struct ctl *c, const struct outbox_config *ob,
     }
 }
 
-int
-ctl_dead_retry_all(struct ctl *c)
-{
-    bool dry = c->o->given & OPT_DRY_RUN;
-    uint64_t total = 0;
-    size_t i = 0;
-    if (c->o->json)
-        fputs("{\"outboxes\":[", stdout);
-    for (; i < c->n && !stop_signal; i++) {
-        struct walk_result r;
-        walk_one(c, &retry_walk, c->outboxes[i], &r);
-        retry_print(c, c->outboxes[i], &r, i);
-        total += dry ? r.total : r.done;
-    }
-    if (c->o->json)
-        printf("],\"%s\":%" PRIu64 "%s}\n", dry ? "would_retry" : "retried",
-               total, stop_signal ? ",\"interrupted\":true" : "");
-    fflush(stdout);
-    return stop_signal ? walk_stopped(c, i) : 0;
-}
-
 /* -1 (reported) when the outbox could not be changed. */
 static int64_t
 retry_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
@@ -281,30 +260,6 @@ print_missing(struct ctl *c, const bool *found, const char *what)
         any = true;
         c->failed = true;
     }
-}
-
-void
-ctl_dead_retry_ids(struct ctl *c)
-{
-    bool *found = xcalloc(c->o->nids + 1, sizeof(*found));
-    uint64_t total = 0;
-    if (c->o->json)
-        fputs("{\"outboxes\":[", stdout);
-    for (size_t i = 0; i < c->n; i++) {
-        const struct outbox_config *ob = c->outboxes[i];
-        int64_t n = retry_ids_one(c, ob, found);
-        struct walk_result r = {.ok = n >= 0, .done = n > 0 ? (uint64_t)n : 0};
-        retry_print(c, ob, &r, i);
-        total += r.done;
-    }
-    if (c->o->json)
-        printf("],\"retried\":%" PRIu64 ",\"not_found\":[", total);
-    /* An outbox we could not search may hold the missing ids. */
-    if (!c->failed && !c->unavailable)
-        print_missing(c, found, "DEAD");
-    if (c->o->json)
-        fputs("]}\n", stdout);
-    free(found);
 }
 
 /* ---- dead release ---- */
@@ -356,27 +311,6 @@ release_print(const struct ctl *c, const struct outbox_config *ob,
     }
 }
 
-int
-ctl_dead_release_all(struct ctl *c)
-{
-    bool dry = c->o->given & OPT_DRY_RUN;
-    uint64_t total = 0;
-    size_t i = 0;
-    if (c->o->json)
-        fputs("{\"outboxes\":[", stdout);
-    for (; i < c->n && !stop_signal; i++) {
-        struct walk_result r;
-        walk_one(c, &release_walk, c->outboxes[i], &r);
-        release_print(c, c->outboxes[i], &r, i);
-        total += dry ? r.total : r.done;
-    }
-    if (c->o->json)
-        printf("],\"%s\":%" PRIu64 "%s}\n", dry ? "would_release" : "released",
-               total, stop_signal ? ",\"interrupted\":true" : "");
-    fflush(stdout);
-    return stop_signal ? walk_stopped(c, i) : 0;
-}
-
 static int64_t
 release_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
 {
@@ -395,8 +329,48 @@ release_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
     return rc < 0 ? -1 : (int64_t)n;
 }
 
-void
-ctl_dead_release_ids(struct ctl *c)
+/* ---- dead retry and dead release, alike but for what they change ---- */
+
+struct dead_cmd {
+    const struct walk *walk;
+    void (*print)(const struct ctl *c, const struct outbox_config *ob,
+                  const struct walk_result *r, size_t i);
+    /* The rows of c->o->ids changed in ob, -1 (reported) on failure. */
+    int64_t (*ids_one)(struct ctl *c, const struct outbox_config *ob,
+                       bool *found);
+    const char *done_key, *dry_key; /* --json totals */
+    const char *missing;            /* "no %s row has event_id" */
+};
+
+static const struct dead_cmd retry_cmd = {
+    &retry_walk, retry_print, retry_ids_one, "retried", "would_retry", "DEAD"};
+static const struct dead_cmd release_cmd = {&release_walk,   release_print,
+                                            release_ids_one, "released",
+                                            "would_release", "held DEAD"};
+
+static int
+dead_all(struct ctl *c, const struct dead_cmd *cmd)
+{
+    bool dry = c->o->given & OPT_DRY_RUN;
+    uint64_t total = 0;
+    size_t i = 0;
+    if (c->o->json)
+        fputs("{\"outboxes\":[", stdout);
+    for (; i < c->n && !stop_signal; i++) {
+        struct walk_result r;
+        walk_one(c, cmd->walk, c->outboxes[i], &r);
+        cmd->print(c, c->outboxes[i], &r, i);
+        total += dry ? r.total : r.done;
+    }
+    if (c->o->json)
+        printf("],\"%s\":%" PRIu64 "%s}\n", dry ? cmd->dry_key : cmd->done_key,
+               total, stop_signal ? ",\"interrupted\":true" : "");
+    fflush(stdout);
+    return stop_signal ? walk_stopped(c, i) : 0;
+}
+
+static void
+dead_ids(struct ctl *c, const struct dead_cmd *cmd)
 {
     bool *found = xcalloc(c->o->nids + 1, sizeof(*found));
     uint64_t total = 0;
@@ -404,18 +378,43 @@ ctl_dead_release_ids(struct ctl *c)
         fputs("{\"outboxes\":[", stdout);
     for (size_t i = 0; i < c->n; i++) {
         const struct outbox_config *ob = c->outboxes[i];
-        int64_t n = release_ids_one(c, ob, found);
+        int64_t n = cmd->ids_one(c, ob, found);
         struct walk_result r = {.ok = n >= 0, .done = n > 0 ? (uint64_t)n : 0};
-        release_print(c, ob, &r, i);
+        cmd->print(c, ob, &r, i);
         total += r.done;
     }
     if (c->o->json)
-        printf("],\"released\":%" PRIu64 ",\"not_found\":[", total);
+        printf("],\"%s\":%" PRIu64 ",\"not_found\":[", cmd->done_key, total);
+    /* An outbox we could not search may hold the missing ids. */
     if (!c->failed && !c->unavailable)
-        print_missing(c, found, "held DEAD");
+        print_missing(c, found, cmd->missing);
     if (c->o->json)
         fputs("]}\n", stdout);
     free(found);
+}
+
+int
+ctl_dead_retry_all(struct ctl *c)
+{
+    return dead_all(c, &retry_cmd);
+}
+
+void
+ctl_dead_retry_ids(struct ctl *c)
+{
+    dead_ids(c, &retry_cmd);
+}
+
+int
+ctl_dead_release_all(struct ctl *c)
+{
+    return dead_all(c, &release_cmd);
+}
+
+void
+ctl_dead_release_ids(struct ctl *c)
+{
+    dead_ids(c, &release_cmd);
 }
 
 /* ---- purge ---- */

@@ -237,18 +237,12 @@ static char *
 ctl_status_age(struct it_fx *f)
 {
     static char age[32];
-    const char *bin = getenv("OUTBOXCTL_BIN");
-    ck_assert_msg(bin != NULL, "OUTBOXCTL_BIN is not set (run via make)");
-    char out[300];
-    snprintf(out, sizeof(out), "%s.status.json", f->conf);
-    ck_assert_int_eq(
-        it_sh("'%s' -c '%s' --json status > '%s'", bin, f->conf, out), 0);
-    char *json = it_file_read(out);
+    struct it_ctl_run r = it_ctl(f->conf, "--json status");
+    ck_assert_msg(r.rc == 0, "%s", r.err);
     const char *key = "\"oldest_pending_age_seconds\":";
-    const char *at = strstr(json, key);
+    const char *at = strstr(r.out, key);
     snprintf(age, sizeof(age), "%.20s", at ? at + strlen(key) : "none");
-    free(json);
-    unlink(out);
+    it_ctl_free(&r);
     return age;
 }
 

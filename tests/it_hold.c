@@ -23,44 +23,6 @@ Suite *it_hold_suite(void);
     "        max_retries: 1\n"                                                 \
     "        backoff: { initial: 100ms, max: 200ms }\n"
 
-struct ctl_run {
-    int rc;
-    char *out, *err;
-};
-
-static struct ctl_run ctl(const struct it_fx *f, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Runs outboxctl -c <the fixture's config> <args>. */
-static struct ctl_run
-ctl(const struct it_fx *f, const char *fmt, ...)
-{
-    const char *bin = getenv("OUTBOXCTL_BIN");
-    ck_assert_msg(bin != NULL, "OUTBOXCTL_BIN is not set (run via make)");
-    char *args, out[128], err[128];
-    va_list ap;
-    va_start(ap, fmt);
-    ck_assert_int_ge(vasprintf(&args, fmt, ap), 0);
-    va_end(ap);
-    it_unique_name(out, sizeof(out), "/tmp/it_hold_out");
-    it_unique_name(err, sizeof(err), "/tmp/it_hold_err");
-    struct ctl_run r;
-    r.rc = it_sh("'%s' -c '%s' %s >'%s' 2>'%s'", bin, f->conf, args, out, err);
-    r.out = it_file_read(out);
-    r.err = it_file_read(err);
-    unlink(out);
-    unlink(err);
-    free(args);
-    return r;
-}
-
-static void
-ctl_free(struct ctl_run *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
 /* The poison event of aggregate h-1 (event_type Poison: no queue is
  * bound to Order.Poison), its LATER successors, OTHERS elsewhere. */
 static void
@@ -160,16 +122,16 @@ expect_dead_kept(struct it_fx *f)
 static void
 expect_status_held(struct it_fx *f)
 {
-    struct ctl_run r = ctl(f, "status");
+    struct it_ctl_run r = it_ctl(f->conf, "status");
     ck_assert_msg(r.rc == 0 && strstr(r.out, "1 aggregate held by DEAD events, "
                                              "the oldest for "),
                   "rc %d: %s%s", r.rc, r.out, r.err);
-    ctl_free(&r);
-    r = ctl(f, "--json status");
+    it_ctl_free(&r);
+    r = it_ctl(f->conf, "--json status");
     ck_assert_msg(r.rc == 0 && strstr(r.out, "\"held_aggregates\":1,"
                                              "\"oldest_hold_age_seconds\":"),
                   "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
 }
 
 START_TEST(test_hold_release)
@@ -180,33 +142,33 @@ START_TEST(test_hold_release)
     it_fx_start(&f);
     expect_held(&f);
     expect_status_held(&f);
-    struct ctl_run r = ctl(&f, "--json dead list");
+    struct it_ctl_run r = it_ctl(f.conf, "--json dead list");
     ck_assert_msg(strstr(r.out, "\"holds\":true}"), "%s", r.out);
-    ctl_free(&r);
-    r = ctl(&f, "dead release --all --dry-run");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "dead release --all --dry-run");
     ck_assert_msg(r.rc == 0 && strstr(r.out, "would release 1 held DEAD row\n"),
                   "%s%s", r.out, r.err);
-    ctl_free(&r);
-    r = ctl(&f, "--json dead release poison-1 nosuch-1");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "--json dead release poison-1 nosuch-1");
     ck_assert_msg(r.rc == 1 && strstr(r.out, "\"released\":1,\"not_found\":"
                                              "[\"nosuch-1\"]"),
                   "rc %d: %s%s", r.rc, r.out, r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
     expect_in_order(&f, NULL);
     ck_assert(IT_WAIT(10000,
                       it_db_count_status(f.sql, "SENT") == OTHERS + 1 + LATER));
     expect_dead_kept(&f);
-    r = ctl(&f, "status");
+    r = it_ctl(f.conf, "status");
     ck_assert_msg(strstr(r.out, "0 aggregates held by DEAD events\n"), "%s",
                   r.out);
-    ctl_free(&r);
-    r = ctl(&f, "dead list");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "dead list");
     ck_assert_msg(strstr(r.out, " HOLDS ") && strstr(r.out, " released "), "%s",
                   r.out);
-    ctl_free(&r);
-    r = ctl(&f, "--json dead list");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "--json dead list");
     ck_assert_msg(strstr(r.out, "\"holds\":false}"), "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     it_fx_close(&f);
 }
 END_TEST
@@ -222,9 +184,9 @@ START_TEST(test_hold_retry)
     it_db_exec(f.sql, "UPDATE outbox_event SET event_type = 'OrderCreated' "
                       "WHERE event_id = 'poison-1'");
     it_db_exec(f.sql, "COMMIT");
-    struct ctl_run r = ctl(&f, "dead retry poison-1");
+    struct it_ctl_run r = it_ctl(f.conf, "dead retry poison-1");
     ck_assert_msg(r.rc == 0, "%s%s", r.out, r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
     expect_in_order(&f, "poison-1");
     ck_assert(IT_WAIT(10000,
                       it_db_count_status(f.sql, "SENT") == OTHERS + 2 + LATER));
@@ -256,9 +218,9 @@ START_TEST(test_hold_spares_expired)
                                       "'DEAD' AND locked_by = 'released' AND "
                                       "last_error LIKE 'expired at %%'"),
                      1);
-    struct ctl_run r = ctl(&f, "--json status");
+    struct it_ctl_run r = it_ctl(f.conf, "--json status");
     ck_assert_msg(strstr(r.out, "\"held_aggregates\":0"), "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     it_fx_close(&f);
 }
 END_TEST
@@ -277,19 +239,19 @@ START_TEST(test_skip_default)
                                       "(status = 'DEAD' AND locked_until IS "
                                       "NOT NULL)"),
                      0);
-    struct ctl_run r = ctl(&f, "dead release --all");
+    struct it_ctl_run r = it_ctl(f.conf, "dead release --all");
     ck_assert_msg(r.rc == 64 && strstr(r.err, "no outbox has on_dead: hold"),
                   "rc %d: %s", r.rc, r.err);
-    ctl_free(&r);
-    r = ctl(&f, "--json status");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "--json status");
     ck_assert_msg(strstr(r.out, "\"held_aggregates\":null"), "%s", r.out);
-    ctl_free(&r);
-    r = ctl(&f, "--json dead list");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "--json dead list");
     ck_assert_msg(strstr(r.out, "\"holds\":null}"), "%s", r.out);
-    ctl_free(&r);
-    r = ctl(&f, "dead list");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "dead list");
     ck_assert_msg(!strstr(r.out, "HOLDS"), "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     it_fx_close(&f);
 }
 END_TEST
@@ -303,10 +265,10 @@ START_TEST(test_hold_seed_ddl)
     insert_poisoned(&f);
     it_fx_start(&f);
     expect_held(&f);
-    struct ctl_run r = ctl(&f, "dead release --all");
+    struct it_ctl_run r = it_ctl(f.conf, "dead release --all");
     ck_assert_msg(r.rc == 0 && strstr(r.out, "1 DEAD row released"), "%s%s",
                   r.out, r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
     expect_in_order(&f, NULL);
     expect_dead_kept(&f);
     it_fx_close(&f);
@@ -346,9 +308,9 @@ START_TEST(test_hold_gauges)
     snprintf(series, sizeof(series),
              "outboxd_oldest_hold_seconds{outbox=\"%s.outbox_event\"} ", f.db);
     ck_assert(IT_WAIT(20000, scrape(port, series) > 0));
-    struct ctl_run r = ctl(&f, "dead release poison-1");
+    struct it_ctl_run r = it_ctl(f.conf, "dead release poison-1");
     ck_assert_int_eq(r.rc, 0);
-    ctl_free(&r);
+    it_ctl_free(&r);
     ck_assert(IT_WAIT(20000, scrape(port, series) == 0));
     it_fx_close(&f);
 }

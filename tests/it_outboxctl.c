@@ -21,65 +21,11 @@
 Suite *it_outboxctl_suite(void);
 
 /* outboxctl's output of one run. */
-struct ctl_run {
-    int rc;
-    char *out, *err;
-};
-
 static void
 fx_open(struct it_fx *f, const char *schema)
 {
     it_fx_open(f, "it_ctl", schema);
     it_fx_write_config(f, "        max_retries: 10\n");
-}
-
-static char *
-slurp(const char *path)
-{
-    FILE *fp = fopen(path, "r");
-    ck_assert_msg(fp != NULL, "cannot read %s", path);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    int ch;
-    while ((ch = fgetc(fp)) != EOF)
-        fputc(ch, mem);
-    fclose(mem);
-    fclose(fp);
-    return buf;
-}
-
-static struct ctl_run ctl(const char *conf, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Runs outboxctl -c conf <args>, capturing stdout and stderr. */
-static struct ctl_run
-ctl(const char *conf, const char *fmt, ...)
-{
-    const char *bin = getenv("OUTBOXCTL_BIN");
-    ck_assert_msg(bin != NULL, "OUTBOXCTL_BIN is not set (run via make)");
-    char *args, out[128], err[128];
-    va_list ap;
-    va_start(ap, fmt);
-    args = xvasprintf(fmt, ap);
-    va_end(ap);
-    it_unique_name(out, sizeof(out), "/tmp/it_ctl_out");
-    it_unique_name(err, sizeof(err), "/tmp/it_ctl_err");
-    struct ctl_run r;
-    r.rc = it_sh("'%s' -c '%s' %s >'%s' 2>'%s'", bin, conf, args, out, err);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    unlink(out);
-    unlink(err);
-    free(args);
-    return r;
-}
-
-static void
-ctl_free(struct ctl_run *r)
-{
-    free(r->out);
-    free(r->err);
 }
 
 /*
@@ -153,7 +99,7 @@ START_TEST(test_status)
     struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     insert_every_status(&f);
-    struct ctl_run r = ctl(f.conf, "status");
+    struct it_ctl_run r = it_ctl(f.conf, "status");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, "PENDING  PROCESSING  RETRY  DEAD  SENT  "
                                 "OLDEST PENDING") != NULL,
@@ -168,9 +114,9 @@ START_TEST(test_status)
     ck_assert_int_eq(v[3], 3); /* DEAD */
     ck_assert_int_eq(v[4], 5); /* SENT */
     ck_assert_msg(strncmp(age, "1m", 2) == 0, "oldest pending age %s", age);
-    ctl_free(&r);
+    it_ctl_free(&r);
 
-    r = ctl(f.conf, "--json status");
+    r = it_ctl(f.conf, "--json status");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, "\"rows\":{\"PENDING\":2,\"PROCESSING\":1,"
                                 "\"RETRY\":1,\"DEAD\":3,\"SENT\":5}") &&
@@ -181,7 +127,7 @@ START_TEST(test_status)
     double secs =
         strtod(age_json + strlen("\"oldest_pending_age_seconds\":"), NULL);
     ck_assert_msg(secs >= 90 && secs < 150, "oldest pending %f s", secs);
-    ctl_free(&r);
+    it_ctl_free(&r);
     it_fx_close(&f);
 }
 END_TEST
@@ -191,7 +137,7 @@ START_TEST(test_dead_list)
     struct it_fx f;
     fx_open(&f, "sql/outbox.sql");
     insert_every_status(&f);
-    struct ctl_run r = ctl(f.conf, "dead list");
+    struct it_ctl_run r = it_ctl(f.conf, "dead list");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(
         strstr(r.out, ": 3 DEAD rows") && strstr(r.out, "LAST_ERROR") &&
@@ -205,17 +151,17 @@ START_TEST(test_dead_list)
     ck_assert_msg(!strstr(r.out, "p-1") && !strstr(r.out, "r-1") &&
                       !strstr(r.out, "s-old"),
                   "not DEAD rows listed:\n%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
 
-    r = ctl(f.conf, "dead list --limit 2");
+    r = it_ctl(f.conf, "dead list --limit 2");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strstr(r.out, "d-1") && strstr(r.out, "d-2") &&
                       !strstr(r.out, "d-3") &&
                       strstr(r.out, "the oldest 2 of 3"),
                   "--limit 2:\n%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
 
-    r = ctl(f.conf, "dead list --json --outbox %s.outbox_event", f.db);
+    r = it_ctl(f.conf, "dead list --json --outbox %s.outbox_event", f.db);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strstr(r.out, "\"total\":3") &&
                       strstr(r.out, "\"event_id\":\"d-1\",\"aggregate\":"
@@ -224,7 +170,7 @@ START_TEST(test_dead_list)
                       strstr(r.out, "\"last_error\":\"NO_ROUTE: exchange ex, "
                                     "routing key Order.OrderCreated\""),
                   "json:\n%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     it_fx_close(&f);
 }
 END_TEST
@@ -272,10 +218,10 @@ START_TEST(test_dead_retry_delivers)
     fx_open(&f, "sql/outbox.sql");
     f.consumer = it_consumer_new(f.ex, "#");
     insert_every_status(&f);
-    struct ctl_run r = ctl(f.conf, "dead retry d-1");
+    struct it_ctl_run r = it_ctl(f.conf, "dead retry d-1");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, ": 1 DEAD row back to PENDING"), "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     check_retried_row(&f, "d-1",
                       "NO_ROUTE: exchange ex, routing key Order.OrderCreated");
 
@@ -289,26 +235,26 @@ START_TEST(test_dead_retry_delivers)
                                         "last_error IS NULL") == 3));
     ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 2);
 
-    r = ctl(f.conf, "dead retry --all");
+    r = it_ctl(f.conf, "dead retry --all");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, ": 2 DEAD rows back to PENDING"), "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     const char *rest[] = {"d-2", "d-3"};
     receive_ids(&f, rest, 2, NULL, 30000);
     ck_assert(IT_WAIT(10000, it_db_count_status(f.sql, "SENT") == 5 + 5));
     ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 0);
 
     /* Nothing DEAD is left to retry: an explicit id says so, exit 1. */
-    r = ctl(f.conf, "dead retry d-2 --json");
+    r = it_ctl(f.conf, "dead retry d-2 --json");
     ck_assert_int_eq(r.rc, 1);
     ck_assert_msg(strstr(r.out, "\"retried\":0,\"not_found\":[\"d-2\"]"), "%s",
                   r.out);
-    ctl_free(&r);
-    r = ctl(f.conf, "dead retry no-such-event");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "dead retry no-such-event");
     ck_assert_int_eq(r.rc, 1);
     ck_assert_msg(strstr(r.err, "no DEAD row has event_id no-such-event"), "%s",
                   r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
     /* Exit 0, also under OUTBOXD_WRAPPER=valgrind --error-exitcode. */
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 20000));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
@@ -332,19 +278,19 @@ check_purge(const char *schema)
     struct it_fx f;
     fx_open(&f, schema);
     insert_every_status(&f);
-    struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h");
+    struct it_ctl_run r = it_ctl(f.conf, "purge --sent-older-than 1h");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, ": deleted 3 SENT rows older than 1h"), "%s",
                   r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     char *left = table_digest(&f);
     ck_assert_str_eq(left, "p-1:PENDING,p-2:PENDING,w-1:PROCESSING,"
                            "s-new-1:SENT,s-new-2:SENT,r-1:RETRY,d-1:DEAD,"
                            "d-2:DEAD,d-3:DEAD");
-    r = ctl(f.conf, "--json purge --sent-older-than 1h");
+    r = it_ctl(f.conf, "--json purge --sent-older-than 1h");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strstr(r.out, "\"deleted\":0}"), "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     char *again = table_digest(&f);
     ck_assert_str_eq(again, left);
     free(again);
@@ -396,23 +342,23 @@ START_TEST(test_bad_usage)
     insert_every_status(&f);
     char *before = table_digest(&f);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct ctl_run r = ctl(f.conf, "%s", cases[i]);
+        struct it_ctl_run r = it_ctl(f.conf, "%s", cases[i]);
         ck_assert_msg(r.rc == 64, "\"%s\": exit %d, stderr %s", cases[i], r.rc,
                       r.err);
         ck_assert_msg(r.out[0] == '\0' && r.err[0] != '\0',
                       "\"%s\": stdout \"%s\", stderr \"%s\"", cases[i], r.out,
                       r.err);
-        ctl_free(&r);
+        it_ctl_free(&r);
     }
     /* None of them touched a row. */
     char *after = table_digest(&f);
     ck_assert_str_eq(after, before);
     free(before);
     free(after);
-    struct ctl_run r = ctl(f.conf, "--help");
+    struct it_ctl_run r = it_ctl(f.conf, "--help");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strstr(r.out, "usage: outboxctl"), "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     it_fx_close(&f);
 }
 END_TEST
@@ -433,7 +379,7 @@ START_TEST(test_bad_config)
                         "    outboxes:\n"
                         "      - table: t\n"
                         "        lease: 30\n");
-    struct ctl_run r = ctl(conf, "status");
+    struct it_ctl_run r = it_ctl(conf, "status");
     ck_assert_int_eq(r.rc, 78);
     char want[3][160];
     snprintf(want[0], sizeof(want[0]), "%s:4:5: ", conf);
@@ -444,10 +390,10 @@ START_TEST(test_bad_config)
                       r.err);
     ck_assert_msg(strstr(r.err, "3 configuration errors") && r.out[0] == '\0',
                   "%s", r.err);
-    ctl_free(&r);
-    r = ctl("/nonexistent/outboxd.yaml", "status");
+    it_ctl_free(&r);
+    r = it_ctl("/nonexistent/outboxd.yaml", "status");
     ck_assert_int_eq(r.rc, 78);
-    ctl_free(&r);
+    it_ctl_free(&r);
     unlink(conf);
 }
 END_TEST
@@ -488,14 +434,14 @@ START_TEST(test_unreachable)
     /* Outboxes are named by the config's database key. */
     const char *up = "up.outbox_event";
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-        struct ctl_run r = ctl(f.conf, "%s", cmds[i]);
+        struct it_ctl_run r = it_ctl(f.conf, "%s", cmds[i]);
         ck_assert_msg(r.rc == 69, "%s: exit %d: %s", cmds[i], r.rc, r.err);
         ck_assert_msg(strstr(r.out, up) != NULL, "%s: %s", cmds[i], r.out);
         ck_assert_msg(strstr(r.err, "outboxctl: down.outbox_event: "), "%s: %s",
                       cmds[i], r.err);
         ck_assert_msg(!strstr(r.out, "Secret") && !strstr(r.err, "Secret"),
                       "%s printed a secret:\n%s\n%s", cmds[i], r.out, r.err);
-        ctl_free(&r);
+        it_ctl_free(&r);
     }
     /* Only the reachable outbox was retried. */
     ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 0);
@@ -521,22 +467,22 @@ START_TEST(test_help)
         {"help dead release", "the held DEAD rows with these event_ids"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct ctl_run r = ctl("/nonexistent.yaml", "%s", cases[i][0]);
+        struct it_ctl_run r = it_ctl("/nonexistent.yaml", "%s", cases[i][0]);
         ck_assert_msg(r.rc == 0 && r.err[0] == '\0', "%s: exit %d, %s",
                       cases[i][0], r.rc, r.err);
         ck_assert_msg(strstr(r.out, cases[i][1]) != NULL,
                       "%s: no \"%s\" in:\n%s", cases[i][0], cases[i][1], r.out);
-        ctl_free(&r);
+        it_ctl_free(&r);
     }
-    struct ctl_run r = ctl("/nonexistent.yaml", "purge --help --limit 0");
+    struct it_ctl_run r = it_ctl("/nonexistent.yaml", "purge --help --limit 0");
     ck_assert_int_eq(r.rc, 64);
     ck_assert_msg(r.out[0] == '\0' && strstr(r.err, "--limit"), "%s", r.err);
-    ctl_free(&r);
-    r = ctl("/nonexistent.yaml", "dead retry d-1 --dry-run");
+    it_ctl_free(&r);
+    r = it_ctl("/nonexistent.yaml", "dead retry d-1 --dry-run");
     ck_assert_int_eq(r.rc, 64);
     ck_assert_msg(strstr(r.err, "Try 'outboxctl dead retry --help'"), "%s",
                   r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
 }
 END_TEST
 
@@ -572,27 +518,29 @@ START_TEST(test_dry_run)
     fx_open(&f, "sql/outbox.sql");
     insert_every_status(&f);
     char *before = table_digest(&f);
-    struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h --dry-run");
+    struct it_ctl_run r =
+        it_ctl(f.conf, "purge --sent-older-than 1h --dry-run");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, ": would delete 3 SENT rows older than 1h"),
                   "%s", r.out);
-    ctl_free(&r);
-    r = ctl(f.conf, "--json purge --sent-older-than 5m --dry-run --limit 10");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf,
+               "--json purge --sent-older-than 5m --dry-run --limit 10");
     ck_assert_int_eq(r.rc, 0);
     ck_assert_msg(strstr(r.out, "\"would_delete\":4}],\"would_delete\":4}"),
                   "%s", r.out);
-    ctl_free(&r);
-    r = ctl(f.conf, "purge --sent-older-than 1h --dry-run --limit 2");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "purge --sent-older-than 1h --dry-run --limit 2");
     ck_assert_msg(strstr(r.out, ": would delete 2 SENT rows"), "%s", r.out);
-    ctl_free(&r);
-    r = ctl(f.conf, "dead retry --all --dry-run");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "dead retry --all --dry-run");
     ck_assert_msg(r.rc == 0 && strstr(r.out, ": would retry 3 DEAD rows"),
                   "rc %d: %s", r.rc, r.out);
-    ctl_free(&r);
-    r = ctl(f.conf, "--json dead retry --all --dry-run");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "--json dead retry --all --dry-run");
     ck_assert_msg(strstr(r.out, "\"would_retry\":3}],\"would_retry\":3}"), "%s",
                   r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     char *after = table_digest(&f);
     ck_assert_str_eq(after, before);
     free(before);
@@ -608,30 +556,31 @@ START_TEST(test_limit)
     fx_open_batch(&f, 3);
     insert_rows(&f, "s", 10, "SENT");
     insert_rows(&f, "d", 2500, "DEAD");
-    struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h --limit 7");
+    struct it_ctl_run r =
+        it_ctl(f.conf, "purge --sent-older-than 1h --limit 7");
     ck_assert_msg(r.rc == 0 && strstr(r.out, ": deleted 7 SENT rows"),
                   "rc %d: %s%s", r.rc, r.out, r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
     char *left = it_db_str(f.sql, "SELECT GROUP_CONCAT(event_id ORDER BY id) "
                                   "FROM outbox_event WHERE status = 'SENT'");
     ck_assert_str_eq(left, "s-8,s-9,s-10");
     free(left);
-    r = ctl(f.conf, "--json purge --sent-older-than 1h");
+    r = it_ctl(f.conf, "--json purge --sent-older-than 1h");
     ck_assert_msg(strstr(r.out, "\"deleted\":3}"), "%s", r.out);
-    ctl_free(&r);
-    r = ctl(f.conf, "dead retry --all --limit 1500");
+    it_ctl_free(&r);
+    r = it_ctl(f.conf, "dead retry --all --limit 1500");
     ck_assert_msg(r.rc == 0 && strstr(r.out, ": 1500 DEAD rows back"),
                   "rc %d: %s%s", r.rc, r.out, r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
     ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 1000);
     ck_assert_int_eq(it_db_int(f.sql, "SELECT MAX(id) FROM outbox_event "
                                       "WHERE status = 'PENDING'") <
                          it_db_int(f.sql, "SELECT MIN(id) FROM outbox_event "
                                           "WHERE status = 'DEAD'"),
                      1);
-    r = ctl(f.conf, "dead retry --all --limit 2");
+    r = it_ctl(f.conf, "dead retry --all --limit 2");
     ck_assert_msg(strstr(r.out, ": 2 DEAD rows back"), "%s", r.out);
-    ctl_free(&r);
+    it_ctl_free(&r);
     ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 998);
     it_fx_close(&f);
 }
@@ -724,10 +673,10 @@ START_TEST(test_purge_interrupted)
     check_interrupt(&f, args, SIGINT, 200000, "SENT", ": deleted ");
     /* A second purge finishes the job. */
     long long left = it_db_count_status(f.sql, "SENT");
-    struct ctl_run r = ctl(f.conf, "--json purge --sent-older-than 1h");
+    struct it_ctl_run r = it_ctl(f.conf, "--json purge --sent-older-than 1h");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_int_eq(number_after(r.out, "\"deleted\":"), left);
-    ctl_free(&r);
+    it_ctl_free(&r);
     ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), 0);
     ck_assert_int_eq(it_db_count_status(f.sql, "PENDING"), 3);
     ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 3);
@@ -742,9 +691,9 @@ START_TEST(test_retry_interrupted)
     insert_rows(&f, "d", 100000, "DEAD");
     const char *args[] = {"dead", "retry", "--all", NULL};
     check_interrupt(&f, args, SIGTERM, 100000, "DEAD", ": ");
-    struct ctl_run r = ctl(f.conf, "dead retry --all");
+    struct it_ctl_run r = it_ctl(f.conf, "dead retry --all");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
     ck_assert_int_eq(it_db_count_status(f.sql, "PENDING"), 100000);
     it_fx_close(&f);
 }
@@ -802,12 +751,12 @@ START_TEST(test_progress)
     free(out);
     /* Piped: the result only. */
     insert_rows(&f, "t", 300, "SENT");
-    struct ctl_run r = ctl(f.conf, "purge --sent-older-than 1h");
+    struct it_ctl_run r = it_ctl(f.conf, "purge --sent-older-than 1h");
     ck_assert_msg(r.rc == 0 && strstr(r.out, ": deleted 300 SENT rows"),
                   "rc %d: %s", r.rc, r.out);
     ck_assert_msg(r.err[0] == '\0' && !strchr(r.out, '\r'), "piped: %s%s",
                   r.out, r.err);
-    ctl_free(&r);
+    it_ctl_free(&r);
     it_fx_close(&f);
 }
 END_TEST
@@ -836,19 +785,19 @@ START_TEST(test_outboxes)
                         "    database: bill\n"
                         "    outboxes:\n"
                         "      - table: outbox_event\n");
-    struct ctl_run r = ctl(conf, "outboxes");
+    struct it_ctl_run r = it_ctl(conf, "outboxes");
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_str_eq(r.out, "orders.outbox_event\norders.audit_outbox\n"
                             "billing.outbox_event\n");
-    ctl_free(&r);
-    r = ctl(conf, "--json outboxes");
+    it_ctl_free(&r);
+    r = it_ctl(conf, "--json outboxes");
     ck_assert_str_eq(r.out, "{\"outboxes\":[\"orders.outbox_event\","
                             "\"orders.audit_outbox\",\"billing.outbox_event\"]}"
                             "\n");
-    ctl_free(&r);
-    r = ctl(conf, "outboxes --outbox orders.outbox_event");
+    it_ctl_free(&r);
+    r = it_ctl(conf, "outboxes --outbox orders.outbox_event");
     ck_assert_int_eq(r.rc, 64);
-    ctl_free(&r);
+    it_ctl_free(&r);
     unlink(conf);
 }
 END_TEST

@@ -889,6 +889,35 @@ it_file_read(const char *path)
     return buf;
 }
 
+struct it_ctl_run
+it_ctl(const char *conf, const char *fmt, ...)
+{
+    const char *bin = getenv("OUTBOXCTL_BIN");
+    ck_assert_msg(bin != NULL, "OUTBOXCTL_BIN is not set (run via make)");
+    char out[128], err[128];
+    va_list ap;
+    va_start(ap, fmt);
+    char *args = xvasprintf(fmt, ap);
+    va_end(ap);
+    it_unique_name(out, sizeof(out), "/tmp/it_ctl_out");
+    it_unique_name(err, sizeof(err), "/tmp/it_ctl_err");
+    struct it_ctl_run r;
+    r.rc = it_sh("'%s' -c '%s' %s >'%s' 2>'%s'", bin, conf, args, out, err);
+    r.out = it_file_read(out);
+    r.err = it_file_read(err);
+    unlink(out);
+    unlink(err);
+    free(args);
+    return r;
+}
+
+void
+it_ctl_free(struct it_ctl_run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
 bool
 it_file_has(const char *path, const char *needle)
 {

@@ -176,6 +176,16 @@ bool it_file_has(const char *path, const char *needle);
 /* The whole file, malloc'd ("" when it cannot be read). */
 char *it_file_read(const char *path);
 
+/* What one outboxctl run printed, and its exit code. */
+struct it_ctl_run {
+    int rc;
+    char *out, *err;
+};
+/* Runs $OUTBOXCTL_BIN -c conf <args>, capturing stdout and stderr. */
+struct it_ctl_run it_ctl(const char *conf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void it_ctl_free(struct it_ctl_run *r);
+
 /*
  * What a test of one relay over one outbox works on, as most daemon
  * suites set it up: a name unique to the test, the database
