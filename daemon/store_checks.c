@@ -4,11 +4,8 @@
  */
 #include "store_checks.h"
 
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#include "util.h"
 
 const char *const store_written_columns[] = {
     "status",       "retry_count", "next_retry_at", "locked_by",
@@ -35,56 +32,34 @@ word_is_column(const char *word, size_t len, const char *const *columns,
     return false;
 }
 
-bool
-check_clause_may_read(const char *clause, const char *const *columns, size_t n)
+/* Whether the n bytes at s hold a word naming one of the columns. */
+static bool
+span_names(const char *s, size_t n, const char *const *columns, size_t ncolumns)
 {
-    if (clause == NULL)
-        return true; /* unknown: assume the worst */
-    const char *c = clause;
-    while (*c != '\0') {
+    const char *c = s, *end = s + n;
+    while (c < end) {
         if (!is_word_char(*c)) {
             c++;
             continue;
         }
         const char *start = c;
-        while (is_word_char(*c))
+        while (c < end && is_word_char(*c))
             c++;
-        if (word_is_column(start, (size_t)(c - start), columns, n))
+        if (word_is_column(start, (size_t)(c - start), columns, ncolumns))
             return true;
     }
     return false;
 }
 
-/* The length of the line at s, without its newline. */
-static size_t
-line_len(const char *s)
+bool
+check_clause_may_read(const char *clause, const char *const *columns, size_t n)
 {
-    const char *nl = strchr(s, '\n');
-    return nl ? (size_t)(nl - s) : strlen(s);
+    if (clause == NULL)
+        return true; /* unknown: assume the worst */
+    return span_names(clause, strlen(clause), columns, n);
 }
 
-/* Whether the n bytes at s hold word (case-insensitive, whole). */
-static bool
-has_word(const char *s, size_t n, const char *word)
-{
-    char *line = xstrndup(s, n);
-    const char *const words[] = {word};
-    bool found = check_clause_may_read(line, words, 1);
-    free(line);
-    return found;
-}
-
-static bool
-line_may_read(const char *s, size_t n, const char *const *generated,
-              size_t ngenerated)
-{
-    char *line = xstrndup(s, n);
-    bool may = check_clause_may_read(line, store_written_columns,
-                                     store_nwritten_columns) ||
-               check_clause_may_read(line, generated, ngenerated);
-    free(line);
-    return may;
-}
+static const char *const check_word[] = {"CHECK"};
 
 enum store_checks
 store_checks_judge(const char *create_table, const char *const *generated,
@@ -94,9 +69,12 @@ store_checks_judge(const char *create_table, const char *const *generated,
         return CHECKS_NEEDED;
     enum store_checks verdict = CHECKS_NONE;
     for (const char *s = create_table; *s != '\0';) {
-        size_t n = line_len(s);
-        if (has_word(s, n, "CHECK")) {
-            if (line_may_read(s, n, generated, ngenerated))
+        const char *nl = strchr(s, '\n');
+        size_t n = nl ? (size_t)(nl - s) : strlen(s);
+        if (span_names(s, n, check_word, 1)) {
+            if (span_names(s, n, store_written_columns,
+                           store_nwritten_columns) ||
+                span_names(s, n, generated, ngenerated))
                 return CHECKS_NEEDED;
             verdict = CHECKS_SKIPPABLE;
         }
