@@ -113,6 +113,7 @@ static const struct opt relay_opts[] = {
     K_STR("listen", "127.0.0.1:9180", 0, RELAY(listen)),
     K_DUR("shutdown_timeout", "10s", OPT_RELOAD, 0, 0,
           RELAY(shutdown_timeout_ms)),
+    K_UINT("workers", "0", 0, 0, 1024, RELAY(workers)), /* 0: auto */
 };
 static const struct table relay_table =
     TABLE("relay", relay_opts, relay_finish);
@@ -1636,6 +1637,23 @@ config_errors_free(struct config_errors *errs)
     free(errs->msgs);
     errs->msgs = NULL;
     errs->n = 0;
+}
+
+unsigned
+config_workers(const struct relay_config *r, size_t noutboxes, long ncpus)
+{
+    /* The work waits on two servers' round trips, not on the CPU: a few
+     * loops per CPU keep an idle tenant's event from queueing behind
+     * others' batches, while each one costs a session per server and a
+     * connection per broker. */
+    size_t n = r->workers;
+    if (n == 0) {
+        n = ncpus > 0 ? (size_t)ncpus * 4 : 4;
+        n = n < 4 ? 4 : n > 32 ? 32 : n;
+    }
+    if (n > noutboxes)
+        n = noutboxes;
+    return n > 0 ? (unsigned)n : 1;
 }
 
 size_t

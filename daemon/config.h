@@ -116,6 +116,8 @@ struct relay_config {
     enum log_format log_format;
     char *listen; /* "" disables */
     uint64_t shutdown_timeout_ms;
+    /* Threads that serve the outboxes; 0: config_workers decides. */
+    unsigned workers;
 };
 
 struct config {
@@ -192,6 +194,12 @@ struct config_key {
 /* Calls fn for every key, in table order, each nested table after the
  * key that holds it (tls twice: under brokers and under databases). */
 void config_keys_walk(void (*fn)(const struct config_key *, void *), void *arg);
+
+/* The threads relay.workers asks for, for noutboxes outboxes on a
+ * machine of ncpus: 0 (auto) is 4 per CPU, 4 to 32; never more than
+ * one per outbox, and at least one. */
+unsigned config_workers(const struct relay_config *r, size_t noutboxes,
+                        long ncpus);
 
 /* Iteration helper: all outboxes of all databases, in file order. */
 size_t config_outbox_count(const struct config *cfg);

@@ -1,7 +1,8 @@
 /*
- * main: outboxd's entry point.  Loads the config, starts one worker per
- * outbox, and owns the main event loop: signals, SIGHUP reload, the HTTP
- * endpoints, systemd notifications and orderly shutdown.
+ * main: outboxd's entry point.  Loads the config, places one worker per
+ * outbox on the pool's threads, and owns the main event loop: signals,
+ * SIGHUP reload, the HTTP endpoints, systemd notifications and orderly
+ * shutdown.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <event2/event.h>
@@ -20,6 +21,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
+#include "pool.h"
 #include "util.h"
 #include "version.h"
 #include "worker.h"
@@ -33,6 +35,7 @@ struct daemon {
     struct config *cfg;
     bool verbose; /* -v: debug whatever log_level says */
     struct event_base *base;
+    struct pool *pool;
     struct worker **workers;
     size_t nworkers;
     struct binlog_stream **streams; /* one per database server and user */
@@ -305,13 +308,32 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 /* ---- start and stop ---- */
 
 static int
+start_pool(struct daemon *d)
+{
+    size_t n = config_outbox_count(d->cfg);
+    unsigned threads =
+        config_workers(&d->cfg->relay, n, sysconf(_SC_NPROCESSORS_ONLN));
+    struct pool_hooks hooks = worker_pool_hooks();
+    d->pool = pool_new(threads, &hooks);
+    if (d->pool == NULL || pool_start(d->pool) < 0) {
+        log_error(NULL, "cannot start the %u worker threads", threads);
+        return -1;
+    }
+    log_info(NULL, "%u worker thread%s for %zu outbox%s", threads,
+             threads == 1 ? "" : "s", n, n == 1 ? "" : "es");
+    return 0;
+}
+
+static int
 start_workers(struct daemon *d)
 {
+    if (start_pool(d) < 0)
+        return -1;
     d->nworkers = config_outbox_count(d->cfg);
     d->workers = xcalloc(d->nworkers, sizeof(*d->workers));
     for (size_t i = 0; i < d->nworkers; i++) {
         const struct outbox_config *ob = config_outbox_at(d->cfg, i);
-        d->workers[i] = worker_new(ob, d->cfg->relay.id);
+        d->workers[i] = worker_new(ob, d->cfg->relay.id, pool_assign(d->pool));
         if (worker_start(d->workers[i]) < 0) {
             log_error(LOG_KV("outbox", ob->name), "cannot start its worker");
             d->nworkers = i + 1; /* the rest were never created */
@@ -421,9 +443,13 @@ teardown(struct daemon *d)
     for (size_t i = 0; i < d->nstreams; i++)
         binlog_stream_free(d->streams[i]);
     free(d->streams);
+    /* The loops end first: then nothing runs a worker's events. */
+    if (d->pool != NULL)
+        pool_stop(d->pool);
     for (size_t i = 0; i < d->nworkers; i++)
         worker_free(d->workers[i]);
     free(d->workers);
+    pool_free(d->pool);
     http_free(d->http);
     event_free(d->sig_term);
     event_free(d->sig_int);

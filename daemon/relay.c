@@ -85,11 +85,19 @@ relay_init(struct relay *r, const struct outbox_config *ob,
     r->batch = &r->slot[0];
     r->scratch = xcalloc(1, sizeof(*r->scratch));
     helper_init(&r->helper, backend->thread_begin, backend->thread_end);
+    r->helper_in_use = &r->helper;
     pthread_mutex_init(&r->stats.waits.lock, NULL);
     histogram_init(&r->stats.commit_to_confirm, metrics_latency_bounds_us,
                    metrics_latency_nbounds);
     histogram_init(&r->stats.batch_duration, metrics_batch_bounds_us,
                    metrics_batch_nbounds);
+}
+
+void
+relay_share_helper(struct relay *r, struct helper *h)
+{
+    assert(!r->job.running);
+    r->helper_in_use = h;
 }
 
 void
@@ -787,7 +795,7 @@ job_start(struct relay *r, struct outbox_batch *prev, struct outbox_batch *next)
     if (prev == NULL && next == NULL)
         return;
     /* false: no thread to be had, the job already ran here, in line */
-    j->running = helper_submit(&r->helper, job_run, r);
+    j->running = helper_submit(r->helper_in_use, job_run, r);
 }
 
 /* Waits for the job; the store is ours again. */
@@ -796,7 +804,7 @@ job_wait(struct relay *r)
 {
     if (r->job.running) {
         wait_begin(r, WAIT_DATABASE);
-        helper_wait(&r->helper);
+        helper_wait(r->helper_in_use);
         wait_end(r);
     }
     r->job.running = false;

@@ -121,6 +121,9 @@ struct relay {
     uint64_t next_claim_ms;
     struct relay_job job;
     struct helper helper; /* runs job, started by the first one */
+    /* &helper, or the one its pool thread's relays share (relay_share_helper)
+     */
+    struct helper *helper_in_use;
     struct relay_stats stats;
     /* Set by another thread: stop waiting for confirms by this time. */
     _Atomic uint64_t stop_deadline_ms;
@@ -135,6 +138,10 @@ struct relay {
 /* The helper thread starts with the first job and ends in relay_fini. */
 void relay_init(struct relay *r, const struct outbox_config *ob,
                 const char *relay_id, const struct relay_backend *backend);
+/* Runs the jobs on h, shared with other relays whose cycles never
+ * overlap this one's (one pool thread's), rather than a thread of its
+ * own; before the first cycle. */
+void relay_share_helper(struct relay *r, struct helper *h);
 /* Time waited so far per server, in microseconds by enum relay_wait,
  * the wait in progress included; from any thread. */
 void relay_waits_read(struct relay *r, uint64_t us[WAIT_COUNT]);

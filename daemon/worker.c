@@ -1,7 +1,9 @@
 /*
- * worker: one thread per outbox with its own event loop and its own
- * database and broker connections, so that a hung server blocks only
- * that outbox and never the main loop that answers signals and health.
+ * worker: one outbox's relay on a thread of the pool (pool.h), beside
+ * the other outboxes placed there: its timers on that thread's event
+ * loop, its database and broker links, reconnects with capped backoff,
+ * heartbeats, and a clean stop.  The main thread only starts, watches
+ * and stops workers.
  */
 #include "worker.h"
 
@@ -15,6 +17,7 @@
 #include "log.h"
 #include "logrepeat.h"
 #include "pacer.h"
+#include "pool.h"
 #include "publisher.h"
 #include "stats_sql.h"
 #include "store.h"
@@ -60,9 +63,9 @@ struct worker {
     struct broker_config broker_live;
     const struct outbox_config *cfg_ob;
     const char *relay_id;
-    pthread_t thread;
+    struct pool_thread *thread; /* whose loop runs this outbox */
     bool started;
-    struct event_base *base;
+    struct event_base *base; /* the thread's */
     struct event *tick;
     struct event *wake;
     struct event *kick;   /* the binlog stream: claim now, or re-pace */
@@ -163,6 +166,13 @@ db_thread_begin_fn(void)
     mysql_thread_init();
 }
 
+struct pool_hooks
+worker_pool_hooks(void)
+{
+    return (struct pool_hooks){.thread_begin = db_thread_begin_fn,
+                               .thread_end = store_thread_end};
+}
+
 static bool
 is_blocked_fn(void *pub)
 {
@@ -176,9 +186,12 @@ wait_unblocked_fn(void *pub, uint64_t deadline_ms, char *err, size_t errlen)
 }
 
 struct worker *
-worker_new(const struct outbox_config *ob, const char *relay_id)
+worker_new(const struct outbox_config *ob, const char *relay_id,
+           struct pool_thread *thread)
 {
     struct worker *w = xcalloc(1, sizeof(*w));
+    w->thread = thread;
+    w->base = pool_thread_base(thread);
     w->cfg_ob = ob;
     w->broker_live = *ob->broker;
     w->ob_live = *ob;
@@ -207,6 +220,7 @@ worker_new(const struct outbox_config *ob, const char *relay_id)
         .thread_end = store_thread_end,
     };
     relay_init(&w->relay, w->ob, relay_id, &backend);
+    relay_share_helper(&w->relay, pool_thread_helper(thread));
     logrepeat_init(&w->db.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
     logrepeat_init(&w->broker.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
     struct pacer_limits lim = pace_limits(w);
@@ -423,10 +437,8 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     (void)fd;
     (void)what;
-    if (w->stopping) {
-        event_base_loopbreak(w->base);
+    if (w->stopping)
         return;
-    }
     connect_db(w);
     connect_broker(w);
     w->db_up = store_is_connected(w->store);
@@ -655,30 +667,27 @@ worker_wake_live(const struct worker *w)
     return w->wake_live;
 }
 
+/* Every event of the worker, for its last act on its thread. */
+static void
+events_del(struct worker *w)
+{
+    struct event *evs[] = {w->tick, w->kick, w->reload, w->stats, w->retention};
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
+        event_del(evs[i]);
+}
+
+/* worker_stop, on the worker's thread, between two of its cycles. */
 static void
 wake_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
     (void)fd;
     (void)what;
-    event_base_loopbreak(w->base);
-}
-
-static void *
-worker_main(void *arg)
-{
-    struct worker *w = arg;
-    struct timeval every = {STATS_INTERVAL_MS / 1000,
-                            (STATS_INTERVAL_MS % 1000) * 1000};
-    schedule(w, 0);
-    evtimer_add(w->stats, &every);
-    retention_schedule(w, w->ob->retention_interval_ms);
-    event_base_dispatch(w->base);
+    events_del(w);
     /* A batch claimed ahead goes back, the last outcome is recorded. */
     if (store_is_connected(w->store))
         relay_flush(&w->relay);
     store_disconnect(w->store);
-    store_thread_end();
     publisher_disconnect(w->pub);
     w->db_up = false;
     w->broker_up = false;
@@ -686,29 +695,27 @@ worker_main(void *arg)
     w->rows_known = false;
     log_debug(LOG_KV("outbox", w->ob->name), "worker stopped");
     w->done = true;
-    return NULL;
 }
 
 int
 worker_start(struct worker *w)
 {
-    w->base = event_base_new();
-    if (w->base == NULL)
-        return -1;
+    struct timeval every = {STATS_INTERVAL_MS / 1000,
+                            (STATS_INTERVAL_MS % 1000) * 1000};
     w->tick = evtimer_new(w->base, tick_cb, w);
     w->wake = event_new(w->base, -1, 0, wake_cb, w);
     w->kick = event_new(w->base, -1, 0, kick_cb, w);
     w->reload = event_new(w->base, -1, 0, reload_cb, w);
     w->stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
-    if (w->tick == NULL || w->wake == NULL || w->kick == NULL ||
-        w->reload == NULL || w->stats == NULL)
-        return -1;
     w->retention = evtimer_new(w->base, retention_cb, w);
-    if (w->retention == NULL)
+    if (w->tick == NULL || w->wake == NULL || w->kick == NULL ||
+        w->reload == NULL || w->stats == NULL || w->retention == NULL)
         return -1;
-    if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
-        return -1;
+    /* The loop may run these at once: the worker is complete by now. */
     w->started = true;
+    evtimer_add(w->stats, &every);
+    retention_schedule(w, w->ob->retention_interval_ms);
+    schedule(w, 0);
     return 0;
 }
 
@@ -727,20 +734,13 @@ worker_done(const struct worker *w)
     return !w->started || w->done;
 }
 
-void
-worker_join(struct worker *w)
-{
-    if (w->started)
-        pthread_join(w->thread, NULL);
-    w->started = false;
-}
-
+/* After worker_done, or with the pool's threads stopped. */
 void
 worker_free(struct worker *w)
 {
     if (w == NULL)
         return;
-    worker_join(w);
+    pool_unassign(w->thread);
     relay_fini(&w->relay);
     store_free(w->store);
     publisher_free(w->pub);
@@ -757,8 +757,6 @@ worker_free(struct worker *w)
     if (w->retention)
         event_free(w->retention);
     pthread_mutex_destroy(&w->pending_lock);
-    if (w->base)
-        event_base_free(w->base);
     free(w);
 }
 

@@ -1,8 +1,8 @@
 /*
- * worker: the thread that owns one outbox's database and broker
- * connections and its own event loop: a poll timer, reconnects with
- * capped backoff, heartbeats, and a clean stop.  The main thread only
- * starts, watches and stops workers.
+ * worker: one outbox's relay, run by a thread of the pool beside the
+ * other outboxes placed there: a poll timer, reconnects with capped
+ * backoff, heartbeats, and a clean stop.  The main thread only starts,
+ * watches and stops workers.
  */
 #ifndef OUTBOXD_WORKER_H
 #define OUTBOXD_WORKER_H
@@ -13,17 +13,23 @@
 #include "binlog.h"
 #include "config.h"
 #include "metrics.h"
+#include "pool.h"
 #include "relay.h"
 
 struct worker;
 
-struct worker *worker_new(const struct outbox_config *ob, const char *relay_id);
+/* ob's relay on thread, which pool_assign picked; worker_free gives it
+ * back. */
+struct worker *worker_new(const struct outbox_config *ob, const char *relay_id,
+                          struct pool_thread *thread);
 int worker_start(struct worker *w);
+/* What each thread of the workers' pool runs first and last. */
+struct pool_hooks worker_pool_hooks(void);
 /* Asks the worker to stop claiming and finish by deadline_ms (clock_ms). */
 void worker_stop(struct worker *w, uint64_t deadline_ms);
-/* True once the worker thread has returned. */
+/* True once the worker has recorded what it had and left its links. */
 bool worker_done(const struct worker *w);
-void worker_join(struct worker *w);
+/* Once worker_done, or with the pool stopped; also never started. */
 void worker_free(struct worker *w);
 
 bool worker_db_connected(const struct worker *w);

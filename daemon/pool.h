@@ -1,0 +1,48 @@
+/*
+ * pool: the relay's fixed set of worker threads (relay.workers).  Each
+ * runs one event loop that serves any number of outboxes in turn, and
+ * one helper thread for their database side; the outboxes of a thread
+ * share its sessions and connections, so neither threads nor
+ * connections grow with the number of outboxes.
+ */
+#ifndef OUTBOXD_POOL_H
+#define OUTBOXD_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "helper.h"
+
+struct event_base;
+struct pool;
+struct pool_thread;
+
+/* Run first and last on every thread of the pool, its helpers' too (a
+ * client library's per-thread state); either may be NULL. */
+struct pool_hooks {
+    void (*thread_begin)(void);
+    void (*thread_end)(void);
+};
+
+/* nthreads loops, not running yet; NULL when one cannot be set up. */
+struct pool *pool_new(unsigned nthreads, const struct pool_hooks *hooks);
+int pool_start(struct pool *p);
+/* Ends every loop once what runs now returns, and joins the threads. */
+void pool_stop(struct pool *p);
+void pool_free(struct pool *p);
+
+unsigned pool_size(const struct pool *p);
+/* The thread with the fewest outboxes, counted as one more. */
+struct pool_thread *pool_assign(struct pool *p);
+/* One outbox less on t: a later pool_assign may pick it again. */
+void pool_unassign(struct pool_thread *t);
+size_t pool_thread_load(const struct pool_thread *t);
+
+struct event_base *pool_thread_base(struct pool_thread *t);
+/* The helper its outboxes' relays share: one job in flight at a time is
+ * enough, for only one outbox's cycle runs on the thread at a time. */
+struct helper *pool_thread_helper(struct pool_thread *t);
+/* Threads the pool holds (its loops and their helpers): for /metrics. */
+unsigned pool_threads_running(const struct pool *p);
+
+#endif
