@@ -100,22 +100,45 @@ relay_share_helper(struct relay *r, struct helper *h)
     r->helper_in_use = h;
 }
 
+static void
+scratch_free(struct relay_scratch *s)
+{
+    free(s->order);
+    free(s->place);
+    free(s->blocked);
+    free(s->group_len);
+    free(s->wave_start);
+    free(s->wave);
+    free(s->marks);
+    *s = (struct relay_scratch){0};
+}
+
+/*
+ * An idle relay keeps no batch memory: a thousand idle tenants would
+ * otherwise each hold their high-water mark of rows and arenas.  What
+ * a refusing server left unrecorded stays.
+ */
+static void
+relay_trim(struct relay *r)
+{
+    if (r->prev != NULL || r->next != NULL || r->unrecorded[0] != NULL ||
+        r->unrecorded[1] != NULL)
+        return;
+    scratch_free(r->scratch);
+    for (int i = 0; i < RELAY_SLOTS; i++) {
+        batch_free(&r->slot[i]);
+        batch_init(&r->slot[i]);
+    }
+}
+
 void
 relay_fini(struct relay *r)
 {
     job_wait(r);
     helper_fini(&r->helper);
-    struct relay_scratch *s = r->scratch;
-    if (s != NULL) {
-        free(s->order);
-        free(s->place);
-        free(s->blocked);
-        free(s->group_len);
-        free(s->wave_start);
-        free(s->wave);
-        free(s->marks);
-        free(s);
-    }
+    if (r->scratch != NULL)
+        scratch_free(r->scratch);
+    free(r->scratch);
     for (int i = 0; i < RELAY_SLOTS; i++)
         batch_free(&r->slot[i]);
     pthread_mutex_destroy(&r->stats.waits.lock);
@@ -990,6 +1013,7 @@ relay_cycle(struct relay *r)
     if (r->batch->n == 0) {
         r->idle_due_ms = r->batch->due_in_ms;
         relay_flush(r);
+        relay_trim(r);
         return RELAY_IDLE;
     }
     enum relay_result rc = relay_batch(r);

@@ -10,6 +10,7 @@ Suite *batch_suite(void);
 Suite *config_suite(void);
 Suite *relay_suite(void);
 Suite *helper_suite(void);
+Suite *pool_suite(void);
 Suite *json_suite(void);
 Suite *metrics_suite(void);
 Suite *reload_suite(void);
@@ -34,6 +35,7 @@ main(void)
     srunner_add_suite(sr, config_suite());
     srunner_add_suite(sr, relay_suite());
     srunner_add_suite(sr, helper_suite());
+    srunner_add_suite(sr, pool_suite());
     srunner_add_suite(sr, json_suite());
     srunner_add_suite(sr, metrics_suite());
     srunner_add_suite(sr, reload_suite());
