@@ -8,6 +8,7 @@
 Suite *it_store_suite(void);
 Suite *it_publisher_suite(void);
 Suite *it_relay_suite(void);
+Suite *it_pool_suite(void);
 Suite *it_leaks_suite(void);
 Suite *it_tls_suite(void);
 Suite *it_secrets_suite(void);
@@ -32,6 +33,7 @@ main(void)
     SRunner *sr = srunner_create(it_store_suite());
     srunner_add_suite(sr, it_publisher_suite());
     srunner_add_suite(sr, it_relay_suite());
+    srunner_add_suite(sr, it_pool_suite());
     srunner_add_suite(sr, it_leaks_suite());
     srunner_add_suite(sr, it_tls_suite());
     srunner_add_suite(sr, it_secrets_suite());

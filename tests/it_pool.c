@@ -1,0 +1,111 @@
+/*
+ * it_pool: outboxes sharing one worker thread are served in turn: an
+ * event of an idle outbox goes out while another on the same thread
+ * drains a backlog, and the process holds the threads relay.workers
+ * asks for, not one per outbox.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "itest.h"
+
+Suite *it_pool_suite(void);
+
+/* Both outboxes in one file, on relay.workers threads. */
+static void
+write_two_outbox_config(const char *path, const char *relay_id, struct it_fx *a,
+                        struct it_fx *b, unsigned workers)
+{
+    char ua[64], pa[64], ub[64], pb[64];
+    it_db_grant_relay(a->db, "outbox_event", ua, sizeof(ua), pa, sizeof(pa));
+    it_db_grant_relay(b->db, "outbox_event", ub, sizeof(ub), pb, sizeof(pb));
+    const char *entry = "  %s:\n"
+                        "    host: 127.0.0.1\n"
+                        "    port: 3306\n"
+                        "    user: %s\n"
+                        "    password: %s\n"
+                        "    database: %s\n"
+                        "    outboxes:\n"
+                        "      - table: outbox_event\n"
+                        "        broker: main\n"
+                        "        exchange: \"%s\"\n";
+    char *ea = xasprintf(entry, a->db, ua, pa, a->db, a->ex);
+    char *eb = xasprintf(entry, b->db, ub, pb, b->db, b->ex);
+    it_write_file(path,
+                  "relay:\n"
+                  "  id: %s\n"
+                  "  log_level: debug\n"
+                  "  listen: \"\"\n"
+                  "  workers: %u\n"
+                  "brokers:\n"
+                  "  main:\n"
+                  "    url: %s\n"
+                  "databases:\n"
+                  "%s%s",
+                  relay_id, workers, IT_AMQP_URL, ea, eb);
+    free(ea);
+    free(eb);
+}
+
+static long
+daemon_threads(pid_t pid)
+{
+    char path[64], *text;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    text = it_file_read(path);
+    const char *p = strstr(text, "Threads:");
+    long n = p ? strtol(p + 8, NULL, 10) : -1;
+    free(text);
+    return n;
+}
+
+/*
+ * relay.workers: 1 puts both outboxes on one loop.  A's backlog drains
+ * a batch at a time; B's event, committed once A is under way, must go
+ * out between two of A's batches, long before A's backlog is done.
+ */
+START_TEST(test_idle_outbox_not_starved_by_a_backlog)
+{
+    const int backlog = 50000;
+    struct it_fx a, b;
+    it_fx_open(&a, "it_pool_a", "sql/outbox.sql");
+    it_fx_open(&b, "it_pool_b", "sql/outbox.sql");
+    a.consumer = it_consumer_new(a.ex, "#");
+    b.consumer = it_consumer_new(b.ex, "#");
+    it_db_insert_events(a.sql, "outbox_event", "a", backlog, 100, 64);
+    write_two_outbox_config(a.conf, a.name, &a, &b, 1);
+    it_fx_start(&a);
+    ck_assert_msg(IT_WAIT(30000, it_db_count_status(a.sql, "SENT") > 0),
+                  "A's drain did not start");
+    it_db_insert_events(b.sql, "outbox_event", "b", 1, 1, 64);
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(b.consumer, &m, 30000), 1);
+    long long a_sent = it_db_count_status(a.sql, "SENT");
+    ck_assert_str_eq(m.message_id, "b-0");
+    it_message_free(&m);
+    fprintf(stderr, "it_pool: B's event out with %lld of A's %d SENT\n", a_sent,
+            backlog);
+    ck_assert_msg(a_sent < backlog,
+                  "B's event waited for A's whole backlog (%lld SENT)", a_sent);
+    /* main, the one loop and its helper, and at most a binlog stream per
+     * database account: never a thread per outbox. */
+    long threads = daemon_threads(a.d.pid);
+    ck_assert_msg(threads > 0 && threads <= 5, "%ld threads", threads);
+    ck_assert(IT_WAIT(120000, it_db_count_status(a.sql, "SENT") == backlog));
+    it_fx_close(&a);
+    it_teardown(&b.d, b.consumer, b.sql, b.db, b.conf);
+}
+END_TEST
+
+Suite *
+it_pool_suite(void)
+{
+    Suite *s = suite_create("it_pool");
+    TCase *tc = tcase_create("pool");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_idle_outbox_not_starved_by_a_backlog);
+    suite_add_tcase(s, tc);
+    return s;
+}
