@@ -11,8 +11,18 @@
 
 #include "util.h"
 
+/* One shared object and how many outboxes use it. */
+struct share {
+    const struct pool_share_kind *kind;
+    void *obj;
+    size_t users;
+};
+
 struct pool_thread {
     struct pool *pool;
+    pthread_mutex_t shares_lock; /* main places, the thread reads */
+    struct share *shares;
+    size_t nshares;
     struct event_base *base;
     struct event *stop; /* pool_stop: leave the loop */
     pthread_t thread;
@@ -47,6 +57,7 @@ pool_new(unsigned nthreads, const struct pool_hooks *hooks)
     for (unsigned i = 0; i < nthreads; i++) {
         struct pool_thread *t = &p->threads[i];
         t->pool = p;
+        pthread_mutex_init(&t->shares_lock, NULL);
         helper_init(&t->helper, hooks->thread_begin, hooks->thread_end);
         t->base = event_base_new();
         if (t->base != NULL)
@@ -109,6 +120,10 @@ pool_free(struct pool *p)
     for (unsigned i = 0; i < p->n; i++) {
         struct pool_thread *t = &p->threads[i];
         helper_fini(&t->helper);
+        for (size_t k = 0; k < t->nshares; k++)
+            t->shares[k].kind->drop(t->shares[k].obj);
+        free(t->shares);
+        pthread_mutex_destroy(&t->shares_lock);
         if (t->stop)
             event_free(t->stop);
         if (t->base)
@@ -164,4 +179,53 @@ unsigned
 pool_threads_running(const struct pool *p)
 {
     return p->running;
+}
+
+void *
+pool_thread_share(struct pool_thread *t, const struct pool_share_kind *k,
+                  const void *key)
+{
+    pthread_mutex_lock(&t->shares_lock);
+    struct share *sh = NULL;
+    for (size_t i = 0; i < t->nshares && sh == NULL; i++)
+        if (t->shares[i].kind == k && k->serves(t->shares[i].obj, key))
+            sh = &t->shares[i];
+    if (sh == NULL) {
+        t->shares = xrealloc(t->shares, (t->nshares + 1) * sizeof(*sh));
+        sh = &t->shares[t->nshares++];
+        *sh = (struct share){.kind = k, .obj = k->make(key)};
+    }
+    sh->users++;
+    void *obj = sh->obj;
+    pthread_mutex_unlock(&t->shares_lock);
+    return obj;
+}
+
+void
+pool_thread_unshare(struct pool_thread *t, const struct pool_share_kind *k,
+                    void *obj)
+{
+    pthread_mutex_lock(&t->shares_lock);
+    for (size_t i = 0; i < t->nshares; i++) {
+        struct share *sh = &t->shares[i];
+        if (sh->kind != k || sh->obj != obj)
+            continue;
+        if (--sh->users == 0) {
+            k->drop(obj);
+            t->shares[i] = t->shares[--t->nshares];
+        }
+        break;
+    }
+    pthread_mutex_unlock(&t->shares_lock);
+}
+
+size_t
+pool_thread_shared(struct pool_thread *t, const struct pool_share_kind *k)
+{
+    pthread_mutex_lock(&t->shares_lock);
+    size_t n = 0;
+    for (size_t i = 0; i < t->nshares; i++)
+        n += t->shares[i].kind == k;
+    pthread_mutex_unlock(&t->shares_lock);
+    return n;
 }

@@ -42,6 +42,30 @@ struct event_base *pool_thread_base(struct pool_thread *t);
 /* The helper its outboxes' relays share: one job in flight at a time is
  * enough, for only one outbox's cycle runs on the thread at a time. */
 struct helper *pool_thread_helper(struct pool_thread *t);
+/*
+ * What the outboxes of one thread share: a database session per server,
+ * a broker connection per broker.  serves says whether obj may serve
+ * key (a struct database_config, say), make makes one for key, drop
+ * frees it once its last user let go.
+ */
+struct pool_share_kind {
+    bool (*serves)(const void *obj, const void *key);
+    void *(*make)(const void *key);
+    void (*drop)(void *obj);
+};
+
+/* t's object of kind k that serves key, made if none does; counted as
+ * one more user.  From any thread. */
+void *pool_thread_share(struct pool_thread *t, const struct pool_share_kind *k,
+                        const void *key);
+/* One user of obj less; the last one drops it.  Only with no outbox of
+ * t using obj at that moment: after its worker is done. */
+void pool_thread_unshare(struct pool_thread *t, const struct pool_share_kind *k,
+                         void *obj);
+/* How many objects of kind k the thread holds now. */
+size_t pool_thread_shared(struct pool_thread *t,
+                          const struct pool_share_kind *k);
+
 /* Threads the pool holds (its loops and their helpers): for /metrics. */
 unsigned pool_threads_running(const struct pool *p);
 

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -95,6 +96,59 @@ START_TEST(test_threads_run_their_loops)
 }
 END_TEST
 
+/* A fake shared object: a key's copy, dropped into a counter. */
+static int drops;
+
+static bool
+int_serves(const void *obj, const void *key)
+{
+    return *(const int *)obj == *(const int *)key;
+}
+
+static void *
+int_make(const void *key)
+{
+    int *obj = xmalloc(sizeof(*obj));
+    *obj = *(const int *)key;
+    return obj;
+}
+
+static void
+int_drop(void *obj)
+{
+    drops++;
+    free(obj);
+}
+
+static const struct pool_share_kind int_kind = {int_serves, int_make, int_drop};
+
+/* Outboxes of one server share one session per thread, never across
+ * threads; the last user's leaving closes it. */
+START_TEST(test_shares_per_thread_and_key)
+{
+    struct pool_hooks hooks = {0};
+    struct pool *p = pool_new(2, &hooks);
+    struct pool_thread *t1 = pool_assign(p), *t2 = pool_assign(p);
+    int k1 = 1, k2 = 2;
+    drops = 0;
+    void *a = pool_thread_share(t1, &int_kind, &k1);
+    void *b = pool_thread_share(t1, &int_kind, &k1);
+    void *c = pool_thread_share(t1, &int_kind, &k2);
+    void *d = pool_thread_share(t2, &int_kind, &k1);
+    ck_assert_ptr_eq(a, b);
+    ck_assert_ptr_ne(a, c);
+    ck_assert_ptr_ne(a, d);
+    ck_assert_uint_eq(pool_thread_shared(t1, &int_kind), 2);
+    pool_thread_unshare(t1, &int_kind, a);
+    ck_assert_int_eq(drops, 0); /* b still uses it */
+    pool_thread_unshare(t1, &int_kind, b);
+    ck_assert_int_eq(drops, 1);
+    ck_assert_uint_eq(pool_thread_shared(t1, &int_kind), 1);
+    pool_free(p); /* drops what is left: c and d */
+    ck_assert_int_eq(drops, 3);
+}
+END_TEST
+
 START_TEST(test_workers_fit_machine_and_outboxes)
 {
     struct relay_config r = {0};
@@ -116,6 +170,7 @@ pool_suite(void)
     TCase *tc = tcase_create("pool");
     tcase_add_test(tc, test_assign_least_loaded);
     tcase_add_test(tc, test_threads_run_their_loops);
+    tcase_add_test(tc, test_shares_per_thread_and_key);
     tcase_add_test(tc, test_workers_fit_machine_and_outboxes);
     suite_add_tcase(s, tc);
     return s;
