@@ -29,6 +29,7 @@ struct pool_thread {
     bool started;
     struct helper helper;
     size_t load; /* outboxes placed here; main thread only */
+    size_t busy; /* pool_thread_busy: this thread only */
 };
 
 struct pool {
@@ -167,6 +168,24 @@ struct event_base *
 pool_thread_base(struct pool_thread *t)
 {
     return t->base;
+}
+
+size_t
+pool_thread_busy(const struct pool_thread *t)
+{
+    return t->busy;
+}
+
+void
+pool_thread_set_busy(struct pool_thread *t, bool *flag, bool busy)
+{
+    if (*flag == busy)
+        return;
+    *flag = busy;
+    if (busy)
+        t->busy++;
+    else
+        t->busy--;
 }
 
 struct helper *

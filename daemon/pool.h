@@ -39,6 +39,14 @@ void pool_unassign(struct pool_thread *t);
 size_t pool_thread_load(const struct pool_thread *t);
 
 struct event_base *pool_thread_base(struct pool_thread *t);
+/*
+ * Outboxes of t with more rows waiting (their last cycle was full); on
+ * t's own thread.  A relay claims its next batch ahead only while it is
+ * the only one: with others waiting, the batch would sit in memory
+ * through their turns, a batch per busy tenant.
+ */
+size_t pool_thread_busy(const struct pool_thread *t);
+void pool_thread_set_busy(struct pool_thread *t, bool *flag, bool busy);
 /* The helper its outboxes' relays share: one job in flight at a time is
  * enough, for only one outbox's cycle runs on the thread at a time. */
 struct helper *pool_thread_helper(struct pool_thread *t);

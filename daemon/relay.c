@@ -86,6 +86,7 @@ relay_init(struct relay *r, const struct outbox_config *ob,
     r->scratch = xcalloc(1, sizeof(*r->scratch));
     helper_init(&r->helper, backend->thread_begin, backend->thread_end);
     r->helper_in_use = &r->helper;
+    r->claim_ahead = true;
     pthread_mutex_init(&r->stats.waits.lock, NULL);
     histogram_init(&r->stats.commit_to_confirm, metrics_latency_bounds_us,
                    metrics_latency_nbounds);
@@ -943,7 +944,7 @@ relay_batch(struct relay *r)
      * in flight either, so that if it kills us again it costs no other
      * row an attempt. */
     bool suspect = has_reclaimed_row(r->batch);
-    bool ahead = more && !suspect && r->stop_deadline_ms == 0;
+    bool ahead = more && !suspect && r->stop_deadline_ms == 0 && r->claim_ahead;
     if (suspect && r->prev != NULL) {
         job_wait(r);
         finalize(r, r->prev);

@@ -119,6 +119,9 @@ struct relay {
      * recorded on the next session, before any claim. */
     struct outbox_batch *unrecorded[2];
     uint64_t next_claim_ms;
+    /* The owner's say: claim the next batch while this one publishes
+     * (true unless other outboxes wait for the same thread). */
+    bool claim_ahead;
     struct relay_job job;
     struct helper helper; /* runs job, started by the first one */
     /* &helper, or the one its pool thread's relays share (relay_share_helper)

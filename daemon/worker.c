@@ -80,6 +80,7 @@ struct worker {
     struct store *store;
     struct publisher *pub;
     struct relay relay;
+    bool busy; /* the last cycle was full: pool_thread_busy counts it */
     struct link_state db, broker;
     struct pacer pacer;
     /* Set by the binlog stream's thread (binlog.h). */
@@ -399,7 +400,9 @@ run_cycle(struct worker *w)
         schedule(w, BLOCKED_POLL_MS);
         return;
     }
+    w->relay.claim_ahead = pool_thread_busy(w->thread) <= (w->busy ? 1 : 0);
     enum relay_result rc = relay_cycle(&w->relay);
+    pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
     if (rc != RELAY_STORE_DOWN && rc != RELAY_BROKER_DOWN) {
         link_clear(w, &w->db, "database");
         link_clear(w, &w->broker, "broker");
@@ -684,6 +687,7 @@ wake_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     events_del(w);
+    pool_thread_set_busy(w->thread, &w->busy, false);
     /* A batch claimed ahead goes back, the last outcome is recorded. */
     if (store_is_connected(w->store))
         relay_flush(&w->relay);
