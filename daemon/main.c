@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "pool.h"
+#include "tenants.h"
 #include "util.h"
 #include "version.h"
 #include "worker.h"
@@ -36,10 +37,12 @@ struct daemon {
     bool verbose; /* -v: debug whatever log_level says */
     struct event_base *base;
     struct pool *pool;
-    struct worker **workers;
+    struct worker **workers; /* the fixed outboxes' */
     size_t nworkers;
+    struct tenants *tenants;        /* the pattern entries'; NULL: none */
     struct binlog_stream **streams; /* one per database server and user */
     size_t nstreams;
+    bool streams_started; /* a stream made later starts at once */
     struct event *sig_term, *sig_int, *sig_hup, *shutdown_check;
     struct event *status_check, *watchdog;
     struct http_server *http;
@@ -93,6 +96,20 @@ apply_log_settings(const struct daemon *d)
 
 /* ---- readiness and metrics, read from the workers' atomics ---- */
 
+/* Every running worker: the fixed outboxes', then the tenants'. */
+static size_t
+all_count(const struct daemon *d)
+{
+    return d->nworkers + tenants_count(d->tenants);
+}
+
+static struct worker *
+all_at(const struct daemon *d, size_t i)
+{
+    return i < d->nworkers ? d->workers[i]
+                           : tenants_worker(d->tenants, i - d->nworkers);
+}
+
 /* True when every outbox has both links; else one line per outbox. */
 static bool
 daemon_ready(void *arg, char *err, size_t errlen)
@@ -104,12 +121,12 @@ daemon_ready(void *arg, char *err, size_t errlen)
         str_copy(err, "not ready: stopping\n", errlen);
         return false;
     }
-    for (size_t i = 0; i < d->nworkers && len < errlen; i++) {
-        bool db = worker_db_connected(d->workers[i]);
-        bool broker = worker_broker_connected(d->workers[i]);
-        const struct outbox_config *ob = worker_outbox(d->workers[i]);
+    for (size_t i = 0; i < all_count(d) && len < errlen; i++) {
+        bool db = worker_db_connected(all_at(d, i));
+        bool broker = worker_broker_connected(all_at(d, i));
+        const struct outbox_config *ob = worker_outbox(all_at(d, i));
         if (db && broker && ob->database->wake == WAKE_BINLOG &&
-            !worker_wake_live(d->workers[i])) {
+            !worker_wake_live(all_at(d, i))) {
             int n = snprintf(err + len, errlen - len,
                              "not ready: %s: wake: binlog, and its binlog "
                              "stream is not live\n",
@@ -121,7 +138,7 @@ daemon_ready(void *arg, char *err, size_t errlen)
             continue;
         int n = snprintf(
             err + len, errlen - len, "not ready: %s: %s%s%s not connected\n",
-            worker_outbox(d->workers[i])->name, db ? "" : "database",
+            worker_outbox(all_at(d, i))->name, db ? "" : "database",
             db || broker ? "" : " and ", broker ? "" : "broker");
         len += n > 0 ? (size_t)n : 0;
     }
@@ -132,16 +149,20 @@ static char *
 daemon_metrics_text(void *arg, size_t *len)
 {
     struct daemon *d = arg;
-    struct outbox_metrics *obs = xcalloc(d->nworkers + 1, sizeof(*obs));
-    for (size_t i = 0; i < d->nworkers; i++)
-        worker_metrics(d->workers[i], &obs[i]);
+    size_t n = all_count(d);
+    struct outbox_metrics *obs = xcalloc(n + 1, sizeof(*obs));
+    for (size_t i = 0; i < n; i++) {
+        worker_metrics(all_at(d, i), &obs[i]);
+        if (i >= d->nworkers)
+            obs[i].group = tenants_group(d->tenants, i - d->nworkers);
+    }
     struct daemon_metrics dm = {
         .version = OUTBOXD_VERSION,
         .last_reload_ok = d->last_reload_ok,
         .reloads_ok = d->reloads_ok,
         .reloads_failed = d->reloads_failed,
     };
-    char *text = metrics_render(&dm, obs, d->nworkers, len);
+    char *text = metrics_render(&dm, obs, n, len);
     free(obs);
     return text;
 }
@@ -157,8 +178,8 @@ status_check_cb(evutil_socket_t fd, short what, void *arg)
     if (d->stopping)
         return;
     if (daemon_ready(d, why, sizeof(why))) {
-        snprintf(status, sizeof(status), "relaying %zu outbox%s", d->nworkers,
-                 d->nworkers == 1 ? "" : "es");
+        snprintf(status, sizeof(status), "relaying %zu outbox%s", all_count(d),
+                 all_count(d) == 1 ? "" : "es");
     } else {
         /* One line: systemctl status shows STATUS= on a single line. */
         for (char *p = why; (p = strchr(p, '\n')) != NULL;)
@@ -188,7 +209,7 @@ all_workers_done(const struct daemon *d)
     for (size_t i = 0; i < d->nworkers; i++)
         if (!worker_done(d->workers[i]))
             return false;
-    return true;
+    return tenants_done(d->tenants);
 }
 
 static void
@@ -230,6 +251,7 @@ begin_shutdown(struct daemon *d, const char *why)
         binlog_stream_stop(d->streams[i]);
     for (size_t i = 0; i < d->nworkers; i++)
         worker_stop(d->workers[i], now + timeout * 3 / 4);
+    tenants_stop(d->tenants, now + timeout * 3 / 4);
     shutdown_check_cb(-1, 0, d);
 }
 
@@ -253,6 +275,10 @@ reload_apply(struct daemon *d, const struct config *next)
     apply_log_settings(d);
     for (size_t i = 0; i < d->nworkers; i++)
         worker_reload(d->workers[i], worker_outbox(d->workers[i]));
+    /* A tenant takes its entry's values: its own copy is the start's. */
+    for (size_t i = 0; i < tenants_count(d->tenants); i++)
+        worker_reload(tenants_worker(d->tenants, i),
+                      tenants_template(d->tenants, i));
     log_list(LOG_WARN, file, &refused);
     log_list(LOG_INFO, file, &changed);
     log_info(LOG_KV("file", file),
@@ -307,10 +333,27 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 
 /* ---- start and stop ---- */
 
-static int
-start_pool(struct daemon *d)
+/* Outboxes named in the file; a pattern entry's are templates. */
+static bool
+is_fixed(const struct outbox_config *ob)
 {
-    size_t n = config_outbox_count(d->cfg);
+    return ob->database->database_like == NULL;
+}
+
+static bool
+has_patterns(const struct config *cfg)
+{
+    for (size_t i = 0; i < cfg->ndatabases; i++)
+        if (cfg->databases[i].database_like != NULL)
+            return true;
+    return false;
+}
+
+static int
+start_pool(struct daemon *d, size_t nfixed)
+{
+    /* Tenants are not counted yet: a pattern entry may find any number. */
+    size_t n = has_patterns(d->cfg) ? SIZE_MAX : nfixed;
     unsigned threads =
         config_workers(&d->cfg->relay, n, sysconf(_SC_NPROCESSORS_ONLN));
     struct pool_hooks hooks = worker_pool_hooks();
@@ -319,24 +362,28 @@ start_pool(struct daemon *d)
         log_error(NULL, "cannot start the %u worker threads", threads);
         return -1;
     }
-    log_info(NULL, "%u worker thread%s for %zu outbox%s", threads,
-             threads == 1 ? "" : "s", n, n == 1 ? "" : "es");
+    log_info(NULL, "%u worker thread%s", threads, threads == 1 ? "" : "s");
     return 0;
 }
 
 static int
 start_workers(struct daemon *d)
 {
-    if (start_pool(d) < 0)
+    size_t total = config_outbox_count(d->cfg), nfixed = 0;
+    for (size_t i = 0; i < total; i++)
+        nfixed += is_fixed(config_outbox_at(d->cfg, i));
+    if (start_pool(d, nfixed) < 0)
         return -1;
-    d->nworkers = config_outbox_count(d->cfg);
-    d->workers = xcalloc(d->nworkers, sizeof(*d->workers));
-    for (size_t i = 0; i < d->nworkers; i++) {
+    d->workers = xcalloc(nfixed + 1, sizeof(*d->workers));
+    for (size_t i = 0; i < total; i++) {
         const struct outbox_config *ob = config_outbox_at(d->cfg, i);
-        d->workers[i] = worker_new(ob, d->cfg->relay.id, pool_assign(d->pool));
-        if (worker_start(d->workers[i]) < 0) {
+        if (!is_fixed(ob))
+            continue;
+        struct worker *w =
+            worker_new(ob, d->cfg->relay.id, pool_assign(d->pool));
+        d->workers[d->nworkers++] = w;
+        if (worker_start(w) < 0) {
             log_error(LOG_KV("outbox", ob->name), "cannot start its worker");
-            d->nworkers = i + 1; /* the rest were never created */
             return -1;
         }
         log_info(LOG_KV("outbox", ob->name, "broker", ob->broker->name),
@@ -352,27 +399,69 @@ stream_for(struct daemon *d, const struct database_config *db)
         if (binlog_stream_serves(d->streams[i], db))
             return d->streams[i];
     d->streams = xrealloc(d->streams, (d->nstreams + 1) * sizeof(*d->streams));
-    return d->streams[d->nstreams++] = binlog_stream_new(db);
+    struct binlog_stream *s = d->streams[d->nstreams++] = binlog_stream_new(db);
+    if (d->streams_started && binlog_stream_start(s) < 0)
+        log_error(LOG_KV("server", binlog_stream_name(s)),
+                  "cannot start the binlog stream's thread: its outboxes "
+                  "poll");
+    return s;
 }
 
 /* One binlog stream per database server (and user) wakes its outboxes,
  * however many databases and tables it holds. */
 static void
+stream_watch(struct daemon *d, struct worker *w)
+{
+    const struct outbox_config *ob = worker_outbox(w);
+    if (ob->database->wake == WAKE_POLL)
+        return;
+    struct binlog_client c = worker_binlog_client(w);
+    binlog_stream_add(stream_for(d, ob->database), ob->database->database,
+                      ob->table, &c);
+}
+
+static void
 start_streams(struct daemon *d)
 {
-    for (size_t i = 0; i < d->nworkers; i++) {
-        const struct outbox_config *ob = worker_outbox(d->workers[i]);
-        if (ob->database->wake == WAKE_POLL)
-            continue;
-        struct binlog_client c = worker_binlog_client(d->workers[i]);
-        binlog_stream_add(stream_for(d, ob->database), ob->database->database,
-                          ob->table, &c);
-    }
+    for (size_t i = 0; i < d->nworkers; i++)
+        stream_watch(d, d->workers[i]);
+    d->streams_started = true;
     for (size_t i = 0; i < d->nstreams; i++)
         if (binlog_stream_start(d->streams[i]) < 0)
             log_error(LOG_KV("server", binlog_stream_name(d->streams[i])),
                       "cannot start the binlog stream's thread: its "
                       "outboxes poll");
+}
+
+static void
+tenant_started(void *arg, struct worker *w)
+{
+    stream_watch(arg, w);
+}
+
+static void
+tenant_stopping(void *arg, struct worker *w)
+{
+    struct daemon *d = arg;
+    const struct outbox_config *ob = worker_outbox(w);
+    if (ob->database->wake != WAKE_POLL)
+        binlog_stream_remove(stream_for(d, ob->database), w);
+}
+
+/* After the streams: a tenant found is watched at once. */
+static int
+start_tenants(struct daemon *d)
+{
+    struct tenants_hooks hooks = {
+        .started = tenant_started, .stopping = tenant_stopping, .arg = d};
+    if (!has_patterns(d->cfg))
+        return 0;
+    d->tenants = tenants_new(d->cfg, d->pool, d->base, &hooks);
+    if (d->tenants == NULL || tenants_start(d->tenants) < 0) {
+        log_error(NULL, "cannot start the discovery of tenants");
+        return -1;
+    }
+    return 0;
 }
 
 /* A listen address that cannot be bound is the operator's to fix. */
@@ -446,6 +535,7 @@ teardown(struct daemon *d)
     /* The loops end first: then nothing runs a worker's events. */
     if (d->pool != NULL)
         pool_stop(d->pool);
+    tenants_free(d->tenants);
     for (size_t i = 0; i < d->nworkers; i++)
         worker_free(d->workers[i]);
     free(d->workers);
@@ -477,14 +567,15 @@ run(struct daemon *d)
         return 1;
     }
     bool start_failed = start_workers(d) < 0;
-    if (start_failed) {
-        begin_shutdown(d, "startup failure");
-    } else {
+    if (!start_failed) {
         /* READY means started: /readyz tells when the links are up. */
         notify(d, "READY=1\nSTATUS=started, connecting");
         start_streams(d);
         start_timers(d);
+        start_failed = start_tenants(d) < 0;
     }
+    if (start_failed)
+        begin_shutdown(d, "startup failure");
     event_base_dispatch(d->base);
     if (d->timed_out) {
         /* A worker is stuck in a network call: its rows come back after
