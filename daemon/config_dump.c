@@ -418,6 +418,11 @@ dump_opt(struct dump *d, const struct table *t, const struct opt *o,
     const void *field = o->off == NO_FIELD ? NULL : (const char *)base + o->off;
     if (dump_not_applicable(t, o, base)) {
         dump_unset(d, o->name, "only with database_like");
+    } else if (table_is(t, "outboxes") &&
+               strcmp(o->name, "cloudevents_source") == 0 &&
+               *(char *const *)field == NULL) {
+        /* A database_like template's: each tenant names its own. */
+        dump_unset(d, o->name, "outboxd://<database>/<schema>/<table>");
     } else if (field == NULL) {
         dump_computed(d, t, o, base);
     } else if (o->type == OPT_MAP && table_is(o->sub, "tls") &&
