@@ -209,7 +209,12 @@ static const struct opt database_opts[] = {
     K_STR("password", NULL, 0, NO_FIELD),
     K_STR("password_env", NULL, 0, NO_FIELD),
     K_STR("password_file", NULL, 0, NO_FIELD),
-    K_STR("database", NULL, OPT_REQUIRED, DB(database)),
+    /* One of the two: checked by database_finish. */
+    K_STR("database", NULL, 0, DB(database)),
+    K_STR("database_like", NULL, 0, DB(database_like)),
+    /* Read by main alone, between discoveries: live on SIGHUP. */
+    K_DUR("discover_interval", "30s", OPT_RELOAD | OPT_RELOAD_SHARED, 1 * SEC,
+          0, DB(discover_interval_ms)),
     K_DUR("connect_timeout", "5s", 0, 1, 0, DB(connect_timeout_ms)),
     K_ENUM("wake", "auto", 0, wakes, NULL, DB(wake)),
     K_MAP("tls", 0, DB(tls), &tls_table),
@@ -1189,6 +1194,9 @@ outbox_source(struct loader *ld, struct section *s)
 {
     struct outbox_config *ob = s->base;
     char why[128];
+    /* A template's default names each tenant: discover_tenant_new. */
+    if (ob->cloudevents_source == NULL && ob->database->database_like != NULL)
+        return;
     if (ob->cloudevents_source == NULL) {
         if (ob->table != NULL)
             ob->cloudevents_source =
@@ -1300,12 +1308,36 @@ outboxes_load(struct loader *ld, struct section *s, struct database_config *db)
     outboxes_unique(ld, s, db, list);
 }
 
+/* database names the schema, or database_like a pattern over schemas. */
+static void
+database_schema_check(struct loader *ld, struct section *s)
+{
+    static const char *const keys[] = {"database", "database_like"};
+    struct database_config *db = s->base;
+    int which = sec_pick_one(ld, s, keys, 2);
+    if (which == -1)
+        ld_error(ld, &s->map->start_mark,
+                 "missing required key \"database\" (or \"database_like\") "
+                 "in %s",
+                 s->path);
+    if (db->database_like != NULL && db->database_like[0] == '\0')
+        ld_error(ld, sec_mark(s, "database_like"),
+                 "%s.database_like: the pattern is empty (use %% to match "
+                 "every schema)",
+                 s->path);
+    if (db->database_like == NULL && sec_node(s, "discover_interval") != NULL)
+        ld_error(ld, sec_mark(s, "discover_interval"),
+                 "%s.discover_interval: applies only with database_like",
+                 s->path);
+}
+
 static void
 database_finish(struct loader *ld, struct section *s)
 {
     static const char *const sources[] = {"password", "password_env",
                                           "password_file"};
     struct database_config *db = s->base;
+    database_schema_check(ld, s);
     int which = sec_pick_one(ld, s, sources, 3);
     if (which >= 0) {
         db->password = secret_resolve(ld, s, sources, which);
@@ -1585,8 +1617,8 @@ outbox_free(struct outbox_config *ob)
     free(ob->columns);
 }
 
-static void
-database_free(struct database_config *db)
+void
+config_database_clear(struct database_config *db)
 {
     free(db->name);
     free(db->host);
@@ -1595,6 +1627,7 @@ database_free(struct database_config *db)
     free(db->password);
     free(db->password_source.ref);
     free(db->database);
+    free(db->database_like);
     tls_free(&db->tls);
     for (size_t i = 0; i < db->noutboxes; i++)
         outbox_free(&db->outboxes[i]);
@@ -1624,7 +1657,7 @@ config_free(struct config *cfg)
         broker_free(&cfg->brokers[i]);
     free(cfg->brokers);
     for (size_t i = 0; i < cfg->ndatabases; i++)
-        database_free(&cfg->databases[i]);
+        config_database_clear(&cfg->databases[i]);
     free(cfg->databases);
     free(cfg);
 }
@@ -1656,12 +1689,19 @@ config_workers(const struct relay_config *r, size_t noutboxes, long ncpus)
     return n > 0 ? (unsigned)n : 1;
 }
 
+/* The outboxes of a database_like entry are templates, not outboxes. */
+static size_t
+database_outbox_count(const struct database_config *db)
+{
+    return db->database_like != NULL ? 0 : db->noutboxes;
+}
+
 size_t
 config_outbox_count(const struct config *cfg)
 {
     size_t n = 0;
     for (size_t i = 0; i < cfg->ndatabases; i++)
-        n += cfg->databases[i].noutboxes;
+        n += database_outbox_count(&cfg->databases[i]);
     return n;
 }
 
@@ -1669,9 +1709,10 @@ struct outbox_config *
 config_outbox_at(const struct config *cfg, size_t i)
 {
     for (size_t d = 0; d < cfg->ndatabases; d++) {
-        if (i < cfg->databases[d].noutboxes)
+        size_t n = database_outbox_count(&cfg->databases[d]);
+        if (i < n)
             return &cfg->databases[d].outboxes[i];
-        i -= cfg->databases[d].noutboxes;
+        i -= n;
     }
     return NULL;
 }
@@ -1803,7 +1844,8 @@ opt_diff(const struct opt *o, const void *a, const void *b, const char *path,
         return;
     field_format(o, a, was, sizeof(was));
     field_format(o, b, now, sizeof(now));
-    if (config_opt_reloadable(o) && !d->fixed)
+    if (config_opt_reloadable(o) &&
+        (!d->fixed || (o->flags & OPT_RELOAD_SHARED)))
         diff_add(d, false, "%s.%s: %s -> %s", path, o->name, was, now);
     else
         diff_add(d, true,
@@ -2014,6 +2056,7 @@ config_reload_apply(struct config *cur, const struct config *next)
         const struct database_config *b = database_find(next, a->name);
         if (b == NULL)
             continue;
+        table_apply(&database_table, a, b); /* discover_interval alone */
         for (size_t j = 0; j < a->noutboxes; j++) {
             const struct outbox_config *ob =
                 outbox_find_table(b, a->outboxes[j].table);

@@ -58,6 +58,8 @@ struct broker_config {
 
 struct database_config;
 
+/* discover_tenant_new (discover.c) deep-copies an outbox: a new pointer
+ * field needs its line there too. */
 struct outbox_config {
     char *name; /* "<database>.<table>" */
     char *table;
@@ -101,9 +103,13 @@ struct database_config {
     char *user;
     char *password; /* password, password_env or password_file */
     struct secret_source password_source;
-    char *database;
-    uint64_t connect_timeout_ms; /* 5s */
-    enum wake_mode wake;         /* auto */
+    char *database; /* NULL when database_like is set */
+    /* A LIKE pattern over schema names instead of database: the outboxes
+     * below are templates, one instance per schema found (discover.h). */
+    char *database_like;
+    uint64_t discover_interval_ms; /* 30s: how often to look again */
+    uint64_t connect_timeout_ms;   /* 5s */
+    enum wake_mode wake;           /* auto */
     struct tls_config tls;
     struct outbox_config *outboxes;
     size_t noutboxes;
@@ -201,7 +207,12 @@ void config_keys_walk(void (*fn)(const struct config_key *, void *), void *arg);
 unsigned config_workers(const struct relay_config *r, size_t noutboxes,
                         long ncpus);
 
-/* Iteration helper: all outboxes of all databases, in file order. */
+/* Frees what db holds, not db itself: for discover_tenant_free. */
+void config_database_clear(struct database_config *db);
+
+/* Iteration helper: all outboxes of all databases, in file order; the
+ * templates of database_like entries are none of them (discover.h makes
+ * outboxes of them). */
 size_t config_outbox_count(const struct config *cfg);
 struct outbox_config *config_outbox_at(const struct config *cfg, size_t i);
 struct outbox_config *config_outbox_find(const struct config *cfg,

@@ -401,12 +401,29 @@ dump_computed(struct dump *d, const struct table *t, const struct opt *o,
         dump_outbox_key(d, o, base);
 }
 
+/* discover_interval is refused without database_like: left out there. */
+static bool
+dump_not_applicable(const struct table *t, const struct opt *o,
+                    const void *base)
+{
+    return table_is(t, "databases") &&
+           strcmp(o->name, "discover_interval") == 0 &&
+           ((const struct database_config *)base)->database_like == NULL;
+}
+
 static void
 dump_opt(struct dump *d, const struct table *t, const struct opt *o,
          const void *base)
 {
     const void *field = o->off == NO_FIELD ? NULL : (const char *)base + o->off;
-    if (field == NULL) {
+    if (dump_not_applicable(t, o, base)) {
+        dump_unset(d, o->name, "only with database_like");
+    } else if (table_is(t, "outboxes") &&
+               strcmp(o->name, "cloudevents_source") == 0 &&
+               *(char *const *)field == NULL) {
+        /* A database_like template's: each tenant names its own. */
+        dump_unset(d, o->name, "outboxd://<database>/<schema>/<table>");
+    } else if (field == NULL) {
         dump_computed(d, t, o, base);
     } else if (o->type == OPT_MAP && table_is(o->sub, "tls") &&
                !((const struct tls_config *)field)->enabled) {

@@ -13,6 +13,9 @@
 
 #define OPT_REQUIRED 0x1
 #define OPT_RELOAD 0x2 /* may change on SIGHUP without a restart */
+/* With OPT_RELOAD: live even in a section the workers read through the
+ * shared struct (databases), because only main reads this key. */
+#define OPT_RELOAD_SHARED 0x4
 
 enum opt_type {
     OPT_STRING,

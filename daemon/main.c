@@ -333,13 +333,6 @@ signal_cb(evutil_socket_t sig, short what, void *arg)
 
 /* ---- start and stop ---- */
 
-/* Outboxes named in the file; a pattern entry's are templates. */
-static bool
-is_fixed(const struct outbox_config *ob)
-{
-    return ob->database->database_like == NULL;
-}
-
 static bool
 has_patterns(const struct config *cfg)
 {
@@ -369,16 +362,13 @@ start_pool(struct daemon *d, size_t nfixed)
 static int
 start_workers(struct daemon *d)
 {
-    size_t total = config_outbox_count(d->cfg), nfixed = 0;
-    for (size_t i = 0; i < total; i++)
-        nfixed += is_fixed(config_outbox_at(d->cfg, i));
-    if (start_pool(d, nfixed) < 0)
+    /* A pattern entry's outboxes are templates: tenants.c runs them. */
+    size_t n = config_outbox_count(d->cfg);
+    if (start_pool(d, n) < 0)
         return -1;
-    d->workers = xcalloc(nfixed + 1, sizeof(*d->workers));
-    for (size_t i = 0; i < total; i++) {
+    d->workers = xcalloc(n + 1, sizeof(*d->workers));
+    for (size_t i = 0; i < n; i++) {
         const struct outbox_config *ob = config_outbox_at(d->cfg, i);
-        if (!is_fixed(ob))
-            continue;
         struct worker *w =
             worker_new(ob, d->cfg->relay.id, pool_assign(d->pool));
         d->workers[d->nworkers++] = w;

@@ -15,6 +15,7 @@
 
 #include "admin.h"
 #include "config.h"
+#include "discover.h"
 #include "outboxctl.h"
 #include "store.h"
 #include "stats_sql.h"
@@ -48,7 +49,9 @@ static const struct ctl_option ctl_options[] = {
 
 #define OUTBOX_HELP                                                            \
     "  --outbox NAME    only this outbox, named <database>.<table> "           \
-    "(default: all)\n"
+    "(default: all);\n"                                                        \
+    "                   of a database_like entry, <database>/<schema>.<table>" \
+    "\n                   or <database>/* for all its tenants\n"
 
 /* Every command, in the order of the help. */
 struct ctl_command {
@@ -776,52 +779,42 @@ cmd_dead_list(struct ctl *c)
 
 /* ---- outboxes ---- */
 
+static void
+outboxes_print(struct ctl *c, const char *name, size_t *k)
+{
+    if (!c->o->json) {
+        printf("%s\n", name);
+        return;
+    }
+    if ((*k)++ > 0)
+        putchar(',');
+    ctl_json_str(name);
+}
+
 /* The names --outbox takes, from the file alone: for scripts and
- * completion, and it works with every database down. */
+ * completion, and it works with every database down.  A database_like
+ * entry is its group, "<entry>/" and an asterisk: all its tenants. */
 static void
 cmd_outboxes(struct ctl *c)
 {
+    size_t k = 0;
     if (c->o->json)
         fputs("{\"outboxes\":[", stdout);
-    for (size_t i = 0; i < c->n; i++) {
-        if (c->o->json) {
-            if (i > 0)
-                putchar(',');
-            ctl_json_str(c->outboxes[i]->name);
-        } else {
-            printf("%s\n", c->outboxes[i]->name);
+    for (size_t i = 0; i < c->cfg->ndatabases; i++) {
+        const struct database_config *d = &c->cfg->databases[i];
+        if (d->database_like != NULL) {
+            char *group = discover_group_name(d);
+            outboxes_print(c, group, &k);
+            free(group);
         }
+        for (size_t j = 0; d->database_like == NULL && j < d->noutboxes; j++)
+            outboxes_print(c, d->outboxes[j].name, &k);
     }
     if (c->o->json)
         fputs("]}\n", stdout);
 }
 
 /* ---- main ---- */
-
-/* --outbox NAME or every outbox of the file, in file order. */
-static int
-select_outboxes(struct ctl *c)
-{
-    size_t total = config_outbox_count(c->cfg);
-    c->outboxes = xcalloc(total + 1, sizeof(*c->outboxes));
-    if (c->o->outbox == NULL) {
-        for (size_t i = 0; i < total; i++)
-            c->outboxes[c->n++] = config_outbox_at(c->cfg, i);
-        return 0;
-    }
-    c->outboxes[0] = config_outbox_find(c->cfg, c->o->outbox);
-    if (c->outboxes[0] != NULL) {
-        c->n = 1;
-        return 0;
-    }
-    fprintf(stderr,
-            "outboxctl: no outbox named %s in %s; there are:", c->o->outbox,
-            c->cfg->path ? c->cfg->path : c->o->config);
-    for (size_t i = 0; i < total; i++)
-        fprintf(stderr, " %s", config_outbox_at(c->cfg, i)->name);
-    fprintf(stderr, "\n");
-    return EXIT_USAGE;
-}
 
 /* dead release acts on the outboxes that hold, and on no other. */
 static int
@@ -884,7 +877,8 @@ run_command(struct ctl *c)
 static int
 run(struct ctl *c)
 {
-    int rc = select_outboxes(c);
+    /* outboxes reads the file alone: it works with every database down. */
+    int rc = ctl_select_outboxes(c, c->o->cmd->cmd != CMD_OUTBOXES);
     if (rc != 0)
         return rc;
     rc = run_command(c);
@@ -906,7 +900,7 @@ main(int argc, char **argv)
     if (c.cfg == NULL)
         return EXIT_CONFIG;
     rc = run(&c);
-    free(c.outboxes);
+    ctl_selection_free(&c);
     config_free(c.cfg);
     store_thread_end();
     mysql_library_end();

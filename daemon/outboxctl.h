@@ -53,6 +53,9 @@ struct ctl {
     struct config *cfg;
     struct outbox_config **outboxes;
     size_t n;
+    /* The discovered tenants whose outboxes are in outboxes. */
+    struct database_config **tenants;
+    size_t ntenants;
     bool unavailable; /* a database could not be reached: exit 69 */
     bool failed;      /* anything else went wrong: exit 1 */
 };
@@ -63,6 +66,15 @@ void ctl_json_str(const char *s);
 void ctl_report(struct ctl *c, const struct outbox_config *ob, const char *err);
 /* A connected store, or NULL once reported (exit 69 or 1). */
 struct store *ctl_open_store(struct ctl *c, const struct outbox_config *ob);
+
+/*
+ * outboxctl_select.c: fills outboxes with --outbox NAME or every outbox,
+ * in file order, a database_like entry's tenants discovered (when
+ * discover) in place of its templates.  0, or the exit code once
+ * explained.  _free frees what it made.
+ */
+int ctl_select_outboxes(struct ctl *c, bool discover);
+void ctl_selection_free(struct ctl *c);
 
 /* outboxctl_walk.c: the commands that change many rows. */
 void ctl_catch_stop_signals(void);

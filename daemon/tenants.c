@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dbconn.h"
 #include "discover.h"
 #include "helper.h"
 #include "log.h"
@@ -33,7 +32,7 @@ struct tenant {
 struct entry {
     struct tenants *t;
     const struct database_config *cfg;
-    char *group;          /* "<entry>/*", the metrics' name for all of them */
+    char *group; /* discover_group_name: the metrics name for all */
     MYSQL *session;       /* the helper's only */
     struct helper helper; /* runs the discovery beside the main loop */
     struct event *timer;  /* time to ask again */
@@ -43,6 +42,7 @@ struct entry {
     char **names;
     size_t nnames;
     char err[ERR_LEN];
+    char warned[ERR_LEN]; /* the last schema skipped, told once */
     struct logrepeat log;
     struct tenant **tenants; /* sorted by schema */
     size_t ntenants;
@@ -81,13 +81,10 @@ static void
 discover_job(void *arg)
 {
     struct entry *e = arg;
-    unsigned code;
     e->rc = -1;
-    if (e->session == NULL) {
-        unsigned io = dbconn_seconds(e->cfg->connect_timeout_ms);
-        e->session = dbconn_open(e->cfg, false, io, e->cfg->name, &code, e->err,
-                                 sizeof(e->err));
-    }
+    e->err[0] = '\0';
+    if (e->session == NULL)
+        e->session = discover_connect(e->cfg, e->err, sizeof(e->err));
     if (e->session != NULL) {
         e->rc = discover_schemas(e->session, e->cfg, &e->names, &e->nnames,
                                  e->err, sizeof(e->err));
@@ -245,9 +242,7 @@ apply_answer(struct entry *e)
 static void
 free_names(struct entry *e)
 {
-    for (size_t i = 0; i < e->nnames; i++)
-        free(e->names[i]);
-    free(e->names);
+    discover_names_free(e->names, e->nnames);
     e->names = NULL;
     e->nnames = 0;
 }
@@ -265,6 +260,9 @@ log_answer(struct entry *e)
 {
     uint64_t since, ms, n;
     if (e->rc == 0) {
+        if (e->err[0] != '\0' && strcmp(e->err, e->warned) != 0)
+            log_warn(LOG_KV("database", e->cfg->name), "%s", e->err);
+        str_copy(e->warned, e->err, sizeof(e->warned));
         if (logrepeat_success(&e->log, clock_ms(), &ms, &n))
             log_info(LOG_KV("database", e->cfg->name),
                      "discovery works again, after %llu failures",
@@ -325,7 +323,7 @@ entry_init(struct tenants *t, struct entry *e, const struct database_config *db)
     struct pool_hooks hooks = worker_pool_hooks();
     e->t = t;
     e->cfg = db;
-    e->group = xasprintf("%s/*", db->name);
+    e->group = discover_group_name(db);
     helper_init(&e->helper, hooks.thread_begin, hooks.thread_end);
     logrepeat_init(&e->log, 1000, DISCOVER_LOG_MAX_MS);
     e->timer = evtimer_new(t->base, timer_cb, e);

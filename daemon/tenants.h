@@ -39,7 +39,7 @@ size_t tenants_count(const struct tenants *t);
 struct worker *tenants_worker(const struct tenants *t, size_t i);
 /* The template outbox a tenant's worker was made from (for a reload). */
 const struct outbox_config *tenants_template(const struct tenants *t, size_t i);
-/* The metrics group of a tenant's worker: "<entry>/*". */
+/* The metrics group of a tenant's worker (discover_group_name). */
 const char *tenants_group(const struct tenants *t, size_t i);
 /* Counters since start, for /metrics. */
 struct tenants_stats {

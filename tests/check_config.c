@@ -36,7 +36,7 @@ static const char *const bad_inputs[] = {
     "bad_relay",          "bad_tls",
     "bad_many",           "bad_poll",
     "bad_size",           "bad_cloudevents",
-    "bad_hold",
+    "bad_hold",           "bad_pattern",
 };
 
 static char *
@@ -515,6 +515,78 @@ START_TEST(test_cloudevents_keys_need_restart)
 }
 END_TEST
 
+/* database_like: the entry's outboxes are templates, no outboxes of
+ * their own; a default CloudEvents source is left for each tenant. */
+START_TEST(test_pattern)
+{
+    struct config *cfg = load_good("good_pattern");
+    const struct database_config *t = &cfg->databases[0];
+    ck_assert_str_eq(t->name, "tenants");
+    ck_assert_ptr_null(t->database);
+    ck_assert_str_eq(t->database_like, "tenant\\_%");
+    ck_assert_uint_eq(t->discover_interval_ms, 120000);
+    ck_assert_uint_eq(t->noutboxes, 2);
+    ck_assert_str_eq(t->outboxes[0].name, "tenants.outbox");
+    ck_assert_ptr_null(t->outboxes[0].cloudevents_source);
+    ck_assert_str_eq(t->outboxes[1].cloudevents_source, "/audit");
+    ck_assert_uint_eq(t->outboxes[1].ncolumns,
+                      3); /* region and the key's two */
+    ck_assert_str_eq(cfg->databases[1].database, "orders");
+    ck_assert_ptr_null(cfg->databases[1].database_like);
+    ck_assert_uint_eq(cfg->databases[1].discover_interval_ms, 30000);
+    ck_assert_uint_eq(config_outbox_count(cfg), 1);
+    ck_assert_str_eq(config_outbox_at(cfg, 0)->name, "orders.outbox_event");
+    ck_assert_ptr_null(config_outbox_find(cfg, "tenants.outbox"));
+    config_free(cfg);
+}
+END_TEST
+
+static struct config *
+load_pattern(const char *like, const char *interval)
+{
+    char text[512];
+    snprintf(text, sizeof(text),
+             "brokers: { main: { url: amqp://h/ } }\n"
+             "databases:\n"
+             "  tenants:\n"
+             "    user: relay\n"
+             "    database_like: \"%s\"\n"
+             "    discover_interval: %s\n"
+             "    outboxes:\n"
+             "      - table: outbox\n",
+             like, interval);
+    struct config_errors errs = {0};
+    struct config *cfg =
+        config_load_buffer("/nonexistent/p.yaml", text, strlen(text), &errs);
+    ck_assert_msg(cfg != NULL, "%s", errs.n ? errs.msgs[0] : "");
+    return cfg;
+}
+
+/* SIGHUP: discover_interval changes live, the pattern needs a restart. */
+START_TEST(test_pattern_reload)
+{
+    struct config *cur = load_pattern("t%", "30s");
+    struct config *next = load_pattern("t%", "5s");
+    struct config_errors refused = {0}, changed = {0};
+    ck_assert_uint_eq(config_reload_check(cur, next, &refused, &changed), 0);
+    ck_assert_uint_eq(changed.n, 1);
+    ck_assert_str_eq(changed.msgs[0],
+                     "databases.tenants.discover_interval: 30s -> 5s");
+    config_reload_apply(cur, next);
+    ck_assert_uint_eq(cur->databases[0].discover_interval_ms, 5000);
+    config_free(next);
+    next = load_pattern("u%", "5s");
+    ck_assert_uint_eq(config_reload_check(cur, next, &refused, NULL), 1);
+    ck_assert_ptr_nonnull(strstr(refused.msgs[0],
+                                 "databases.tenants.database_like: cannot "
+                                 "change without a restart"));
+    config_errors_free(&refused);
+    config_errors_free(&changed);
+    config_free(next);
+    config_free(cur);
+}
+END_TEST
+
 /* Errors of a second load are appended; a NULL errs is allowed. */
 START_TEST(test_errors_append)
 {
@@ -552,6 +624,8 @@ config_suite(void)
                         sizeof(good_sources) / sizeof(*good_sources));
     tcase_add_test(tc, test_cloudevents_default_source);
     tcase_add_test(tc, test_cloudevents_keys_need_restart);
+    tcase_add_test(tc, test_pattern);
+    tcase_add_test(tc, test_pattern_reload);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -229,9 +229,9 @@ END_TEST
 
 START_TEST(test_every_good_file_round_trips)
 {
-    static const char *const names[] = {"good_full", "good_minimal",
+    static const char *const names[] = {"good_full",  "good_minimal",
                                         "good_multi", "good_secrets",
-                                        "good_amqps"};
+                                        "good_amqps", "good_pattern"};
     set_test_env();
     for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++) {
         char path[128];
@@ -273,8 +273,9 @@ START_TEST(test_keys_walk)
     ck_assert(ks.saw_listen);
     ck_assert(ks.saw_tls_under_databases);
     /* The keys conf/outboxd.yaml marks (reload): 3 of relay, 1 of each
-     * broker, 10 of each outbox with 2 of backoff and 3 of retention. */
-    ck_assert_uint_eq(ks.reloadable, 19);
+     * broker, 1 of each database (discover_interval), 10 of each outbox
+     * with 2 of backoff and 3 of retention. */
+    ck_assert_uint_eq(ks.reloadable, 20);
     ck_assert_uint_gt(ks.n, 50);
 }
 END_TEST

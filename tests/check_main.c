@@ -25,6 +25,7 @@ Suite *config_dump_suite(void);
 Suite *version_suite(void);
 Suite *store_checks_suite(void);
 Suite *store_suite(void);
+Suite *discover_suite(void);
 
 int
 main(void)
@@ -50,6 +51,7 @@ main(void)
     srunner_add_suite(sr, version_suite());
     srunner_add_suite(sr, store_checks_suite());
     srunner_add_suite(sr, store_suite());
+    srunner_add_suite(sr, discover_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -48,6 +48,12 @@ databases:
     outboxes:
       - table: outbox_event
       - table: audit_outbox
+  tenants:
+    port: 1
+    user: u
+    database_like: 'tenant\_%'
+    outboxes:
+      - table: outbox_event
 YAML
 touch "$tmp/other.txt"
 
@@ -66,7 +72,8 @@ expect "outboxctl purge --sent-older-than 7d --d" "--dry-run"
 expect "outboxctl purge --" \
     "--dry-run --help --json --limit --outbox --sent-older-than --version"
 expect "outboxctl -c $tmp/outboxd.yaml purge --outbox " \
-    "orders.audit_outbox orders.outbox_event"
+    "orders.audit_outbox orders.outbox_event tenants/\\*"
+expect "outboxctl -c $tmp/outboxd.yaml status --outbox t" "tenants/\\*"
 expect "outboxctl status --outbox orders.o -c $tmp/outboxd.yaml" \
     "$tmp/outboxd.yaml"
 expect "outboxctl -c $tmp/outboxd.yaml dead list --outbox orders.a" \
