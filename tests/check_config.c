@@ -132,6 +132,7 @@ check_full_relay_brokers(const struct config *cfg)
     ck_assert_int_eq(cfg->relay.log_format, LOG_FORMAT_JSON);
     ck_assert_str_eq(cfg->relay.listen, "0.0.0.0:9999");
     ck_assert_uint_eq(cfg->relay.shutdown_timeout_ms, 25000);
+    ck_assert_uint_eq(cfg->relay.metrics_outbox_series, 0);
 
     ck_assert_uint_eq(cfg->nbrokers, 2);
     const struct broker_config *b = &cfg->brokers[0];
@@ -235,6 +236,7 @@ check_default_relay_broker(const struct config *cfg)
     ck_assert_int_eq(cfg->relay.log_format, LOG_FORMAT_TEXT);
     ck_assert_str_eq(cfg->relay.listen, "127.0.0.1:9180");
     ck_assert_uint_eq(cfg->relay.shutdown_timeout_ms, 10000);
+    ck_assert_uint_eq(cfg->relay.metrics_outbox_series, 100);
 
     ck_assert_uint_eq(cfg->nbrokers, 1);
     const struct broker_config *b = &cfg->brokers[0];
