@@ -251,9 +251,10 @@ metrics_view_build(struct metrics_view *v, const struct outbox_metrics *obs,
             fold_remember(&folds[k], mg);
     }
     bool folding = grouped > limit;
-    v->obs = xcalloc(n + 1, sizeof(*v->obs));
-    v->members = xcalloc(n + 1, sizeof(*v->members));
-    v->live = xcalloc(n + 1, sizeof(*v->live));
+    size_t cap = n + nf + 1; /* ample for either way */
+    v->obs = xcalloc(cap, sizeof(*v->obs));
+    v->members = xcalloc(cap, sizeof(*v->members));
+    v->live = xcalloc(cap, sizeof(*v->live));
     v->hists = xcalloc(2 * nf + 1, sizeof(*v->hists));
     v->n = 0;
     for (size_t i = 0; i < n; i++)
