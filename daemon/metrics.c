@@ -1,6 +1,7 @@
 /*
  * metrics: atomic histograms for the relay's latencies and the Prometheus
- * text exposition (format 0.0.4) that the HTTP handler serves.
+ * text exposition (format 0.0.4) that the HTTP handler serves, of the
+ * series metrics_group.c makes of the outboxes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
@@ -303,9 +304,9 @@ render_pacing(struct strbuf *o, const struct metrics_view *v)
     const struct outbox_metrics *obs = v->obs;
     size_t n = v->n;
     family(o, "outboxd_wake_source", "gauge",
-           "Outboxes (1 for an outbox, its members for a group) that what "
-           "wakes them now: binlog (a live binlog stream) or poll (the poll "
-           "alone, up to poll_interval).");
+           "1 for what wakes the outbox now (for a group, how many of its "
+           "members each wakes): binlog (a live binlog stream) or poll (the "
+           "poll alone, up to poll_interval).");
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) {
             sample_start(o, "outboxd_wake_source", obs[i].outbox);
@@ -382,12 +383,16 @@ render_series(struct strbuf *o, const struct metrics_view *v)
     render_rows(o, obs, n);
     render_holds(o, obs, n);
     render_flag(o, obs, n, "outboxd_database_connected",
-                "1 while the outbox's database session is up.", OM(db_up));
+                "1 while the outbox's database session is up (a group's: "
+                "every member's).",
+                OM(db_up));
     render_flag(o, obs, n, "outboxd_broker_connected",
-                "1 while the outbox's broker connection is up.", OM(broker_up));
+                "1 while the outbox's broker connection is up (a group's: "
+                "every member's).",
+                OM(broker_up));
     render_flag(o, obs, n, "outboxd_broker_blocked",
                 "1 while the broker blocks publishing (memory or disk "
-                "alarm).",
+                "alarm; a group's: any member's).",
                 OM(broker_blocked));
     render_pacing(o, v);
     render_histograms(o, obs, n);
