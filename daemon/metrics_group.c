@@ -135,11 +135,28 @@ fold_add(struct fold *f, const struct outbox_metrics *o)
     fold_histogram(f->hist[1], &f->shape[1], o->batch_duration);
 }
 
+/* A fold for one more group: a few groups however many members, so the
+ * array grows rather than being sized by the outboxes. */
+static struct fold *
+fold_new(struct fold **folds, size_t *nf, size_t *cap, const char *group)
+{
+    if (*nf == *cap) {
+        *cap = *cap ? 2 * *cap : 4;
+        *folds = xrealloc(*folds, *cap * sizeof(**folds));
+    }
+    struct fold *f = &(*folds)[(*nf)++];
+    memset(f, 0, sizeof(*f));
+    f->m.outbox = f->m.group = group;
+    f->m.db_up = f->m.broker_up = true; /* until a member's is down */
+    return f;
+}
+
 /* The groups in order of their first member; *nf of them, malloc'd. */
 static struct fold *
 fold_groups(const struct outbox_metrics *obs, size_t n, size_t *nf)
 {
-    struct fold *folds = xcalloc(n + 1, sizeof(*folds));
+    struct fold *folds = NULL;
+    size_t cap = 0;
     *nf = 0;
     for (size_t i = 0; i < n; i++) {
         if (obs[i].group == NULL)
@@ -147,12 +164,9 @@ fold_groups(const struct outbox_metrics *obs, size_t n, size_t *nf)
         size_t k = 0;
         while (k < *nf && strcmp(folds[k].m.outbox, obs[i].group) != 0)
             k++;
-        if (k == *nf) {
-            folds[k].m.outbox = folds[k].m.group = obs[i].group;
-            folds[k].m.db_up = folds[k].m.broker_up = true;
-            (*nf)++;
-        }
-        fold_add(&folds[k], &obs[i]);
+        struct fold *f =
+            k < *nf ? &folds[k] : fold_new(&folds, nf, &cap, obs[i].group);
+        fold_add(f, &obs[i]);
     }
     return folds;
 }
