@@ -113,6 +113,8 @@ static const struct opt relay_opts[] = {
     K_STR("listen", "127.0.0.1:9180", 0, RELAY(listen)),
     K_DUR("shutdown_timeout", "10s", OPT_RELOAD, 0, 0,
           RELAY(shutdown_timeout_ms)),
+    K_UINT("metrics_outbox_series", "100", OPT_RELOAD, 0, 1000000,
+           RELAY(metrics_outbox_series)),
 };
 static const struct table relay_table =
     TABLE("relay", relay_opts, relay_finish);

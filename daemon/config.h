@@ -122,6 +122,8 @@ struct relay_config {
     enum log_format log_format;
     char *listen; /* "" disables */
     uint64_t shutdown_timeout_ms;
+    /* Past this many outboxes in groups, one series per group. */
+    unsigned metrics_outbox_series;
 };
 
 struct config {
