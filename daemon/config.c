@@ -114,6 +114,8 @@ static const struct opt relay_opts[] = {
     K_DUR("shutdown_timeout", "10s", OPT_RELOAD, 0, 0,
           RELAY(shutdown_timeout_ms)),
     K_UINT("workers", "0", 0, 0, 1024, RELAY(workers)), /* 0: auto */
+    K_UINT("metrics_outbox_series", "100", OPT_RELOAD, 0, 1000000,
+           RELAY(metrics_outbox_series)),
 };
 static const struct table relay_table =
     TABLE("relay", relay_opts, relay_finish);

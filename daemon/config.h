@@ -124,6 +124,8 @@ struct relay_config {
     uint64_t shutdown_timeout_ms;
     /* Threads that serve the outboxes; 0: config_workers decides. */
     unsigned workers;
+    /* Past this many outboxes in groups, one series per group. */
+    unsigned metrics_outbox_series;
 };
 
 struct config {

@@ -46,6 +46,7 @@ struct daemon {
     struct event *sig_term, *sig_int, *sig_hup, *shutdown_check;
     struct event *status_check, *watchdog;
     struct http_server *http;
+    struct metrics_groups *metrics_groups; /* made at the first scrape */
     uint64_t hard_deadline_ms;
     bool stopping;
     bool timed_out;
@@ -161,7 +162,11 @@ daemon_metrics_text(void *arg, size_t *len)
         .last_reload_ok = d->last_reload_ok,
         .reloads_ok = d->reloads_ok,
         .reloads_failed = d->reloads_failed,
+        .outbox_series = d->cfg->relay.metrics_outbox_series,
     };
+    if (d->metrics_groups == NULL)
+        d->metrics_groups = metrics_groups_new();
+    dm.groups = d->metrics_groups;
     char *text = metrics_render(&dm, obs, n, len);
     free(obs);
     return text;
@@ -531,6 +536,7 @@ teardown(struct daemon *d)
     free(d->workers);
     pool_free(d->pool);
     http_free(d->http);
+    metrics_groups_free(d->metrics_groups);
     event_free(d->sig_term);
     event_free(d->sig_int);
     event_free(d->sig_hup);

@@ -1,9 +1,11 @@
 /*
  * metrics: atomic histograms for the relay's latencies and the Prometheus
- * text exposition (format 0.0.4) that the HTTP handler serves.
+ * text exposition (format 0.0.4) that the HTTP handler serves, of the
+ * series metrics_group.c makes of the outboxes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
+#include "metrics_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,14 +148,8 @@ histogram_samples(struct strbuf *o, const char *name, const char *outbox,
     sample_u64(o, sub, outbox, cumulative);
 }
 
-/* Offsets into struct outbox_metrics for the counter families. */
-struct counter_family {
-    const char *name, *help;
-    size_t off;
-};
-
 #define OM(f) offsetof(struct outbox_metrics, f)
-static const struct counter_family counters[] = {
+const struct counter_family metrics_counters[] = {
     {"outboxd_events_published_total", "Events confirmed by the broker.",
      OM(published)},
     {"outboxd_events_failed_total",
@@ -192,16 +188,20 @@ static const struct counter_family counters[] = {
     {"outboxd_broker_errors_total",
      "Failed broker connects and broker connections lost.", OM(broker_errors)},
 };
+_Static_assert(sizeof(metrics_counters) / sizeof(*metrics_counters) ==
+                   METRICS_NCOUNTERS,
+               "METRICS_NCOUNTERS counts the table");
 
 static void
 render_counters(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
 {
-    for (size_t c = 0; c < sizeof(counters) / sizeof(*counters); c++) {
-        family(o, counters[c].name, "counter", counters[c].help);
+    for (size_t c = 0; c < METRICS_NCOUNTERS; c++) {
+        const struct counter_family *cf = &metrics_counters[c];
+        family(o, cf->name, "counter", cf->help);
         for (size_t i = 0; i < n; i++) {
             uint64_t v;
-            memcpy(&v, (const char *)&obs[i] + counters[c].off, sizeof(v));
-            sample_u64(o, counters[c].name, obs[i].outbox, v);
+            memcpy(&v, (const char *)&obs[i] + cf->off, sizeof(v));
+            sample_u64(o, cf->name, obs[i].outbox, v);
         }
     }
 }
@@ -295,22 +295,28 @@ render_holds(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
 }
 
 /* Which source wakes each outbox: one sample per source, 1 for the one
- * in force, so that a dashboard can count outboxes by source. */
+ * in force, so that a dashboard can count outboxes by source.  A group
+ * counts its members by source: summed, the count stays right, and a
+ * member left to the poll shows as poll above 0. */
 static void
-render_pacing(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
+render_pacing(struct strbuf *o, const struct metrics_view *v)
 {
+    const struct outbox_metrics *obs = v->obs;
+    size_t n = v->n;
     family(o, "outboxd_wake_source", "gauge",
-           "1 for what wakes the outbox now: binlog (a live binlog stream) "
-           "or poll (the poll alone, up to poll_interval).");
+           "1 for what wakes the outbox now (for a group, how many of its "
+           "members each wakes): binlog (a live binlog stream) or poll (the "
+           "poll alone, up to poll_interval).");
     for (size_t i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) {
             sample_start(o, "outboxd_wake_source", obs[i].outbox);
-            strbuf_addf(o, ",source=\"%s\"} %d\n", k ? "poll" : "binlog",
-                        obs[i].wake_live == !k);
+            strbuf_addf(o, ",source=\"%s\"} %zu\n", k ? "poll" : "binlog",
+                        k ? v->members[i] - v->live[i] : v->live[i]);
         }
     family(o, "outboxd_poll_interval_seconds", "gauge",
-           "The wait before the outbox's next claim: 0 while claims fill "
-           "batches, up to the ceiling while they find nothing.");
+           "The wait before the outbox's next claim (a group's longest): 0 "
+           "while claims fill batches, up to the ceiling while they find "
+           "nothing.");
     for (size_t i = 0; i < n; i++) {
         sample_start(o, "outboxd_poll_interval_seconds", obs[i].outbox);
         strbuf_addf(o, "} %.3f\n", obs[i].poll_wait_s);
@@ -353,27 +359,57 @@ render_daemon(struct strbuf *o, const struct daemon_metrics *dm)
                 (unsigned long long)dm->reloads_failed);
 }
 
+/* How many outboxes each series stands for: sum() counts them all. */
+static void
+render_outboxes(struct strbuf *o, const struct metrics_view *v, size_t total)
+{
+    family(o, "outboxd_outboxes_running", "gauge",
+           "Outboxes this process relays, each group's members included.");
+    strbuf_addf(o, "outboxd_outboxes_running %zu\n", total);
+    family(o, "outboxd_outboxes", "gauge",
+           "Outboxes in the series: 1, or a group's members once its "
+           "outboxes are folded into one series.");
+    for (size_t i = 0; i < v->n; i++)
+        sample_u64(o, "outboxd_outboxes", v->obs[i].outbox, v->members[i]);
+}
+
+static void
+render_series(struct strbuf *o, const struct metrics_view *v)
+{
+    const struct outbox_metrics *obs = v->obs;
+    size_t n = v->n;
+    render_counters(o, obs, n);
+    render_waits(o, obs, n);
+    render_rows(o, obs, n);
+    render_holds(o, obs, n);
+    render_flag(o, obs, n, "outboxd_database_connected",
+                "1 while the outbox's database session is up (a group's: "
+                "every member's).",
+                OM(db_up));
+    render_flag(o, obs, n, "outboxd_broker_connected",
+                "1 while the outbox's broker connection is up (a group's: "
+                "every member's).",
+                OM(broker_up));
+    render_flag(o, obs, n, "outboxd_broker_blocked",
+                "1 while the broker blocks publishing (memory or disk "
+                "alarm; a group's: any member's).",
+                OM(broker_blocked));
+    render_pacing(o, v);
+    render_histograms(o, obs, n);
+}
+
 char *
 metrics_render(const struct daemon_metrics *dm,
                const struct outbox_metrics *obs, size_t n, size_t *len)
 {
     struct strbuf o = {0};
+    struct metrics_view v;
+    metrics_view_build(&v, obs, n, dm->outbox_series, dm->groups);
     strbuf_reserve(&o, 8192);
     render_daemon(&o, dm);
-    render_counters(&o, obs, n);
-    render_waits(&o, obs, n);
-    render_rows(&o, obs, n);
-    render_holds(&o, obs, n);
-    render_flag(&o, obs, n, "outboxd_database_connected",
-                "1 while the outbox's database session is up.", OM(db_up));
-    render_flag(&o, obs, n, "outboxd_broker_connected",
-                "1 while the outbox's broker connection is up.", OM(broker_up));
-    render_flag(&o, obs, n, "outboxd_broker_blocked",
-                "1 while the broker blocks publishing (memory or disk "
-                "alarm).",
-                OM(broker_blocked));
-    render_pacing(&o, obs, n);
-    render_histograms(&o, obs, n);
+    render_outboxes(&o, &v, n);
+    render_series(&o, &v);
+    metrics_view_free(&v);
     *len = o.len;
     return o.p;
 }

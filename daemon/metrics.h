@@ -44,6 +44,11 @@ uint64_t metrics_clock_us(void);
 /* One outbox's numbers as read at scrape time. */
 struct outbox_metrics {
     const char *outbox; /* "<database>.<table>" */
+    /* NULL: always its own series.  Else its group (the outboxes found
+     * by one database_like entry), whose members are folded into one series
+     * labelled with it once more than outbox_series outboxes have a group;
+     * never an outbox's name. */
+    const char *group;
     uint64_t published, failed, retried, dead, released, lost, batches;
     uint64_t expired; /* DEAD past expires_at, not counted in dead */
     /* Time the relay waited on each server (relay.h, enum relay_wait). */
@@ -75,7 +80,19 @@ struct daemon_metrics {
     const char *version;
     bool last_reload_ok;
     uint64_t reloads_ok, reloads_failed;
+    unsigned outbox_series; /* relay.metrics_outbox_series */
+    /* What the folded counters remember between scrapes; NULL: none. */
+    struct metrics_groups *groups;
 };
+
+/*
+ * Remembers, per group, what its members' counters added up to at the
+ * last scrape, so that a folded counter never goes down when a member
+ * leaves or restarts (Prometheus would read that as a reset and count
+ * the whole sum again).  One per process, used by one thread.
+ */
+struct metrics_groups *metrics_groups_new(void);
+void metrics_groups_free(struct metrics_groups *mg);
 
 /* The whole exposition; malloc'd, *len set.  Never fails (xmalloc). */
 char *metrics_render(const struct daemon_metrics *dm,

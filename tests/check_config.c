@@ -132,6 +132,7 @@ check_full_relay_brokers(const struct config *cfg)
     ck_assert_int_eq(cfg->relay.log_format, LOG_FORMAT_JSON);
     ck_assert_str_eq(cfg->relay.listen, "0.0.0.0:9999");
     ck_assert_uint_eq(cfg->relay.shutdown_timeout_ms, 25000);
+    ck_assert_uint_eq(cfg->relay.metrics_outbox_series, 0);
 
     ck_assert_uint_eq(cfg->nbrokers, 2);
     const struct broker_config *b = &cfg->brokers[0];
@@ -235,6 +236,7 @@ check_default_relay_broker(const struct config *cfg)
     ck_assert_int_eq(cfg->relay.log_format, LOG_FORMAT_TEXT);
     ck_assert_str_eq(cfg->relay.listen, "127.0.0.1:9180");
     ck_assert_uint_eq(cfg->relay.shutdown_timeout_ms, 10000);
+    ck_assert_uint_eq(cfg->relay.metrics_outbox_series, 100);
 
     ck_assert_uint_eq(cfg->nbrokers, 1);
     const struct broker_config *b = &cfg->brokers[0];
@@ -587,6 +589,54 @@ START_TEST(test_pattern_reload)
 }
 END_TEST
 
+/* relay.metrics_outbox_series: a count from 0, refused past its range
+ * with the key and where, changed by a reload. */
+static struct config *
+load_series(const char *value, struct config_errors *errs)
+{
+    char text[512];
+    snprintf(text, sizeof(text),
+             "relay:\n"
+             "  metrics_outbox_series: %s\n"
+             "brokers: { main: { url: amqp://h/ } }\n"
+             "databases:\n"
+             "  shop:\n"
+             "    user: relay\n"
+             "    database: shop\n"
+             "    outboxes: [{ table: outbox_event }]\n",
+             value);
+    return config_load_buffer("/nonexistent/ms.yaml", text, strlen(text), errs);
+}
+
+START_TEST(test_metrics_outbox_series)
+{
+    struct config_errors errs = {0};
+    ck_assert_ptr_null(load_series("-1", &errs));
+    ck_assert_ptr_null(load_series("1000001", &errs));
+    ck_assert_uint_eq(errs.n, 2);
+    ck_assert_str_eq(errs.msgs[0],
+                     "/nonexistent/ms.yaml:2:26: relay.metrics_outbox_series: "
+                     "expected a whole number from 0 to 1000000, got \"-1\"");
+    ck_assert_str_eq(errs.msgs[1],
+                     "/nonexistent/ms.yaml:2:26: relay.metrics_outbox_series: "
+                     "1000001 is out of range (0 to 1000000)");
+    config_errors_free(&errs);
+    struct config *a = load_series("0", NULL), *b = load_series("1000", NULL);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(a->relay.metrics_outbox_series, 0);
+    struct config_errors changed = {0};
+    ck_assert_uint_eq(config_reload_check(a, b, NULL, &changed), 0);
+    ck_assert_uint_eq(changed.n, 1);
+    ck_assert_str_eq(changed.msgs[0], "relay.metrics_outbox_series: 0 -> 1000");
+    config_reload_apply(a, b);
+    ck_assert_uint_eq(a->relay.metrics_outbox_series, 1000);
+    config_errors_free(&changed);
+    config_free(a);
+    config_free(b);
+}
+END_TEST
+
 /* Errors of a second load are appended; a NULL errs is allowed. */
 START_TEST(test_errors_append)
 {
@@ -626,6 +676,7 @@ config_suite(void)
     tcase_add_test(tc, test_cloudevents_keys_need_restart);
     tcase_add_test(tc, test_pattern);
     tcase_add_test(tc, test_pattern_reload);
+    tcase_add_test(tc, test_metrics_outbox_series);
     suite_add_tcase(s, tc);
     return s;
 }
