@@ -105,7 +105,7 @@ store_open(struct fx *fx)
 {
     char err[ERR_LEN] = "";
     ck_assert_uint_lt(fx->nstores, FX_STORES);
-    struct store *st = store_new(&fx->ob);
+    struct store *st = store_new(&fx->ob, NULL);
     ck_assert_ptr_nonnull(st);
     fx->stores[fx->nstores++] = st;
     ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "connect: %s", err);
@@ -431,7 +431,7 @@ drain_thread(void *arg)
 {
     struct drain_relay *r = arg;
     char err[ERR_LEN];
-    struct store *st = store_new(r->d->ob);
+    struct store *st = store_new(r->d->ob, NULL);
     if (store_connect(st, err, sizeof(err)) < 0)
         drain_fail(r->d, err);
     else
@@ -1038,7 +1038,7 @@ connect_fails(struct store *st, char *err, size_t errlen,
 START_TEST(test_missing_table)
 {
     struct fx *fx = fx_setup(-1);
-    struct store *st = store_new(&fx->ob);
+    struct store *st = store_new(&fx->ob, NULL);
     char where[128], err[ERR_LEN];
     snprintf(where, sizeof(where), "%s.outbox_event", fx->db);
     connect_fails(st, err, sizeof(err),
@@ -1064,7 +1064,7 @@ START_TEST(test_missing_columns)
     struct fx *fx = fx_setup(1);
     it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP COLUMN locked_by, "
                         "DROP COLUMN last_error");
-    struct store *st = store_new(&fx->ob);
+    struct store *st = store_new(&fx->ob, NULL);
     char err[ERR_LEN];
     connect_fails(st, err, sizeof(err),
                   (const char *[]){"locked_by", "last_error", NULL});
@@ -1076,7 +1076,7 @@ START_TEST(test_missing_columns)
     it_db_exec(fx->sql, "ALTER TABLE outbox_event ADD COLUMN locked_by "
                         "VARCHAR(128) NULL, ADD COLUMN last_error "
                         "VARCHAR(1024) NULL");
-    st = store_new(&fx->ob);
+    st = store_new(&fx->ob, NULL);
     connect_fails(st, err, sizeof(err), (const char *[]){"region", NULL});
     ck_assert_msg(strstr(err, "event_type") == NULL, "%s", err);
     store_free(st);
