@@ -24,6 +24,7 @@ Suite *config_dump_suite(void);
 Suite *version_suite(void);
 Suite *store_checks_suite(void);
 Suite *store_suite(void);
+Suite *dbsession_suite(void);
 
 int
 main(void)
@@ -47,6 +48,7 @@ main(void)
     srunner_add_suite(sr, config_dump_suite());
     srunner_add_suite(sr, version_suite());
     srunner_add_suite(sr, store_checks_suite());
+    srunner_add_suite(sr, dbsession_suite());
     srunner_add_suite(sr, store_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
