@@ -56,7 +56,8 @@ void store_disconnect(struct store *st);
 /*
  * store_connect refuses a server with read_only on (a replica, a demoted
  * primary), so that a relay does not settle there; outboxctl, which may
- * only read, calls this first to connect anyway.
+ * only read, calls this first to connect anyway.  On a shared session it
+ * holds for every store on it.
  */
 void store_allow_read_only(struct store *st);
 /* The session is open and the table checked under its generation. */
@@ -75,7 +76,8 @@ bool store_last_error_is_schema(const struct store *st);
  * store_connect resolves the host again and can reach a new primary.
  */
 bool store_last_error_is_read_only(const struct store *st);
-/* Statements sent since store_new (the claim's cost, for tests). */
+/* Statements this store sent since store_new (the claim's cost, for
+ * tests); the session's own setup counts in dbsession_statement_count. */
 uint64_t store_statement_count(const struct store *st);
 /*
  * The open session while connected, else NULL: for the read-only counts
