@@ -1813,7 +1813,7 @@ tenants_teardown(void)
 static void
 tenants_insert(struct tenants *t, size_t i, int n)
 {
-    char prefix[16];
+    char prefix[32];
     snprintf(prefix, sizeof(prefix), "t%zu", i);
     it_db_insert_events(t->fx[i].sql, "outbox_event", prefix, n, n, 50);
 }
@@ -1832,7 +1832,7 @@ static size_t
 tenant_claim(struct tenants *t, size_t i)
 {
     struct outbox_batch *b = &t->fx[i].b;
-    char prefix[16];
+    char prefix[32];
     snprintf(prefix, sizeof(prefix), "t%zu-", i);
     batch_reset(b);
     claim_ok(t->st[i], b);
