@@ -1925,6 +1925,63 @@ START_TEST(test_shared_schema_fault_isolated)
 }
 END_TEST
 
+/* Tenant i's table granted to the relay account of tenant 0, which all
+ * the tenants then log in with (one account, one session). */
+static void
+tenants_one_account(struct tenants *t, char *user, size_t ulen, char *pass,
+                    size_t plen)
+{
+    it_db_grant_relay(t->fx[0].db, "outbox_event", user, ulen, pass, plen);
+    for (size_t i = 0; i < t->n; i++) {
+        for (size_t h = 0; h < 2 && i > 0; h++)
+            it_db_exec(t->fx[0].sql,
+                       "GRANT SELECT, UPDATE, DELETE ON `%s`.`outbox_event` "
+                       "TO '%s'@'%s'",
+                       t->fx[i].db, user, h ? "localhost" : "127.0.0.1");
+        t->fx[i].dbc.user = user;
+        t->fx[i].dbc.password = pass;
+    }
+}
+
+/*
+ * UPDATE revoked on one tenant's table: its claim fails (1142) and its
+ * check names the privilege, while the other tenant, on the same
+ * account and session, claims on.
+ */
+START_TEST(test_shared_privilege_fault_isolated)
+{
+    struct tenants *t = tenants_setup(0, 2);
+    char user[64], pass[64], err[ERR_LEN] = "";
+    tenants_one_account(t, user, sizeof(user), pass, sizeof(pass));
+    for (size_t i = 0; i < t->n; i++) {
+        tenants_insert(t, i, 4);
+        t->fx[i].ob.batch_size = 2;
+        tenant_connect(t, i);
+    }
+    unsigned long id = dbsession_connection_id(t->sess);
+    for (size_t h = 0; h < 2; h++)
+        it_db_exec(t->fx[0].sql,
+                   "REVOKE UPDATE ON `%s`.`outbox_event` FROM '%s'@'%s'",
+                   t->fx[0].db, user, h ? "localhost" : "127.0.0.1");
+    batch_reset(&t->fx[0].b);
+    ck_assert_int_eq(
+        store_claim_batch(t->st[0], RELAY, &t->fx[0].b, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "1142") != NULL, "%s", err);
+    ck_assert(store_last_error_is_schema(t->st[0]));
+    ck_assert(!store_is_connected(t->st[0]));
+    ck_assert_uint_eq(tenant_claim(t, 1), 2);
+    ack_all(&t->fx[1].b);
+    ck_assert_uint_eq(finalize_ok(t->st[1], &t->fx[1].b), 0);
+    connect_fails(t->st[0], err, sizeof(err),
+                  (const char *[]){"UPDATE privilege", t->fx[0].db, NULL});
+    ck_assert_uint_eq(tenant_claim(t, 1), 2);
+    release_all(t->st[1], &t->fx[1].b);
+    ck_assert_int_eq(it_db_count_status(t->fx[0].sql, "PENDING"), 4);
+    ck_assert_uint_eq(dbsession_connection_id(t->sess), id);
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 1);
+}
+END_TEST
+
 /*
  * The shared session killed: the store that meets it fails, every store
  * is not connected, one reconnects, the other only checks its table
@@ -2096,6 +2153,7 @@ it_store_suite(void)
     tcase_add_checked_fixture(shared, NULL, tenants_teardown);
     tcase_add_loop_test(shared, test_shared_claim_and_finalize, 0, NSCHEMAS);
     tcase_add_loop_test(shared, test_shared_schema_fault_isolated, 0, NSCHEMAS);
+    tcase_add_test(shared, test_shared_privilege_fault_isolated);
     tcase_add_test(shared, test_shared_session_killed);
     tcase_add_loop_test(shared, test_shared_check_constraints_per_table, 0,
                         NSCHEMAS);
