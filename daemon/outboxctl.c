@@ -447,7 +447,7 @@ struct store *
 ctl_open_store(struct ctl *c, const struct outbox_config *ob)
 {
     char err[ERR_LEN];
-    struct store *st = store_new(ob);
+    struct store *st = store_new(ob, NULL);
     /* status and dead list may read a replica; a write there fails on
      * its own statement, with the server's reason. */
     store_allow_read_only(st);
@@ -494,8 +494,8 @@ status_collect(struct ctl *c, struct status_result *r)
     r->holds = held != NULL;
     if (admin_status(store_session(st), r->ob->table, &r->s, err, sizeof(err)) <
             0 ||
-        (held != NULL && stats_sql_holds(store_session(st), r->ob->table, held,
-                                         &r->h, err, sizeof(err)) < 0))
+        (held != NULL && stats_sql_holds(store_session(st), store_table_sql(st),
+                                         held, &r->h, err, sizeof(err)) < 0))
         ctl_report(c, r->ob, err);
     else
         r->ok = true;

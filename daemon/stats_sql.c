@@ -29,14 +29,15 @@ static int
 count_statuses(MYSQL *db, const char *table, struct outbox_counts *out,
                char *err, size_t errlen)
 {
-    char sql[256];
     MYSQL_RES *res;
     MYSQL_ROW row;
-    snprintf(sql, sizeof(sql),
-             "SELECT `status`, COUNT(*) FROM `%s` WHERE `status` IN "
-             "('PENDING', 'PROCESSING', 'RETRY', 'DEAD') GROUP BY `status`",
-             table);
-    if (query(db, sql, &res, err, errlen) < 0)
+    char *sql = xasprintf(
+        "SELECT `status`, COUNT(*) FROM %s WHERE `status` IN "
+        "('PENDING', 'PROCESSING', 'RETRY', 'DEAD') GROUP BY `status`",
+        table);
+    int rc = query(db, sql, &res, err, errlen);
+    free(sql);
+    if (rc < 0)
         return -1;
     while ((row = mysql_fetch_row(res)) != NULL) {
         int s = row[0] ? outbox_status_parse(row[0]) : -1;
@@ -62,26 +63,28 @@ static int
 oldest_pending(MYSQL *db, const char *table, struct outbox_counts *out,
                char *err, size_t errlen)
 {
-    char sql[768];
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
-    snprintf(sql, sizeof(sql),
-             "SELECT GREATEST(COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, "
-             "`created_at`, NOW(6)) FROM `%s` WHERE `id` = (SELECT MIN(`id`) "
-             "FROM `%s` WHERE `status` = 'PENDING' AND `available_at` IS "
-             "NULL)), -1), COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT "
-             "MIN(`available_at`) FROM `%s` WHERE `status` = 'PENDING'), "
-             "NOW(6)), -1))",
-             table, table, table);
+    char *sql = xasprintf(
+        "SELECT GREATEST(COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, "
+        "`created_at`, NOW(6)) FROM %s WHERE `id` = (SELECT MIN(`id`) "
+        "FROM %s WHERE `status` = 'PENDING' AND `available_at` IS "
+        "NULL)), -1), COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT "
+        "MIN(`available_at`) FROM %s WHERE `status` = 'PENDING'), "
+        "NOW(6)), -1))",
+        table, table, table);
     if (mysql_query(db, sql) == 0)
         res = mysql_store_result(db);
-    else if (mysql_errno(db) == ERRNO_BAD_FIELD)
-        snprintf(sql, sizeof(sql),
-                 "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) "
-                 "FROM `%s` WHERE `id` = (SELECT MIN(`id`) FROM `%s` WHERE "
-                 "`status` = 'PENDING')",
-                 table, table);
-    if (res == NULL && query(db, sql, &res, err, errlen) < 0)
+    else if (mysql_errno(db) == ERRNO_BAD_FIELD) {
+        free(sql);
+        sql = xasprintf("SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, "
+                        "NOW(6)) FROM %s WHERE `id` = (SELECT MIN(`id`) "
+                        "FROM %s WHERE `status` = 'PENDING')",
+                        table, table);
+    }
+    int rc = res == NULL ? query(db, sql, &res, err, errlen) : 0;
+    free(sql);
+    if (rc < 0)
         return -1;
     row = mysql_fetch_row(res);
     out->oldest_pending_us = row && row[0] ? strtoll(row[0], NULL, 10) : 0;
@@ -123,7 +126,7 @@ stats_sql_holds(MYSQL *db, const char *table, const char *held_cond,
     char *sql =
         xasprintf("SELECT COUNT(DISTINCT `aggregate_type`, `aggregate_id`), "
                   "TIMESTAMPDIFF(MICROSECOND, MIN(COALESCE(`locked_until`, "
-                  "`created_at`)), NOW(6)) FROM `%s` WHERE %s",
+                  "`created_at`)), NOW(6)) FROM %s WHERE %s",
                   table, held_cond);
     MYSQL_RES *res;
     memset(out, 0, sizeof(*out));

@@ -20,9 +20,9 @@ struct outbox_counts {
 };
 
 /*
- * Counts the rows of table (a name config checked: letters, digits, _ and
- * $) per status and the age of the next PENDING row, then ends the
- * transaction.  -1 with err filled on an SQL error.
+ * Counts the rows of table (quoted as statements name it:
+ * store_table_sql) per status and the age of the next PENDING row, then ends
+ * the transaction.  -1 with err filled on an SQL error.
  */
 int stats_sql_count(MYSQL *db, const char *table, struct outbox_counts *out,
                     char *err, size_t errlen);

@@ -1,30 +1,16 @@
 /*
- * store: the life of one MySQL/MariaDB session serving one outbox table:
- * store_new and store_free, connecting (version, session settings, the
- * read_only check, then the schema check) and the accessors.  Only the
- * blocking client API is used, so this builds against MariaDB
- * Connector/C and MySQL's libmysqlclient alike.
+ * store: the life of one outbox table's store on a MySQL/MariaDB session
+ * (dbsession.c), its own or shared with the other tables of that server:
+ * store_new and store_free, connecting (the session if it is closed,
+ * then the schema check under each new generation of it) and the
+ * accessors.  Only the blocking client API is used, so this builds
+ * against MariaDB Connector/C and MySQL's libmysqlclient alike.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dbconn.h"
 #include "store_int.h"
-
-/* Lock waits fail well before the read timeout would drop the session. */
-#define STORE_LOCK_WAIT_S "10"
-#define STORE_IO_TIMEOUT_MIN_MS 30000
-
-static pthread_once_t library_once = PTHREAD_ONCE_INIT;
-
-/* mysql_init() would do this too, but not safely from several threads. */
-static void
-library_init(void)
-{
-    mysql_library_init(0, NULL, NULL);
-}
 
 void
 store_thread_end(void)
@@ -33,82 +19,38 @@ store_thread_end(void)
     mysql_thread_end();
 }
 
-static int
-db_open(struct store *st, char *err, size_t errlen)
-{
-    uint64_t io_ms = st->ob->lease_ms > STORE_IO_TIMEOUT_MIN_MS
-                         ? st->ob->lease_ms
-                         : STORE_IO_TIMEOUT_MIN_MS;
-    st->conn.db = dbconn_open(st->ob->database, true, dbconn_seconds(io_ms),
-                              st->where, &st->conn.last_errno, err, errlen);
-    return st->conn.db != NULL ? 0 : -1;
-}
-
-/* "5.5.5-10.11.6-MariaDB": the prefix MySQL's client library keeps. */
 unsigned long
 store_parse_version(const char *s)
 {
-    unsigned major = 0, minor = 0, patch = 0;
-    sscanf(s, "%u.%u.%u", &major, &minor, &patch);
-    return major * 10000UL + minor * 100UL + patch;
+    return dbsession_parse_version(s);
 }
 
-static int
-check_version(struct store *st, char *err, size_t errlen)
+/* `schema`.`table`: the one name every statement uses, on a shared
+ * session (no default schema) and a private one alike. */
+static char *
+qualified_table(const struct outbox_config *ob)
 {
-    const char *info = mysql_get_server_info(st->conn.db);
-    bool mariadb = info != NULL && strstr(info, "MariaDB") != NULL;
-    unsigned long v = mysql_get_server_version(st->conn.db);
-    if (mariadb && strncmp(info, "5.5.5-", 6) == 0)
-        v = store_parse_version(info + 6);
-    st->conn.mariadb = mariadb;
-    unsigned long min = mariadb ? STORE_MIN_MARIADB : STORE_MIN_MYSQL;
-    if (v >= min)
-        return 0;
-    err_set(err, errlen,
-            "%s: server %s is too old: outboxd needs %s %lu.%lu.%lu or "
-            "later (for SKIP LOCKED)",
-            st->where, info ? info : "?", mariadb ? "MariaDB" : "MySQL",
-            min / 10000, min / 100 % 100, min % 100);
-    st->conn.schema_error = true;
-    return -1;
-}
-
-/*
- * READ COMMITTED: no gap locks against the application's inserts, and
- * the ordering check sees what other relays committed.  UTC so that
- * UNIX_TIMESTAMP() and NOW() mean the same on every relay.
- */
-static int
-setup_session(struct store *st, char *err, size_t errlen)
-{
-    if (store_run_text(st,
-                       "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-                       "session", err, errlen) < 0 ||
-        store_run_text(st,
-                       "SET SESSION time_zone = '+00:00', "
-                       "innodb_lock_wait_timeout = " STORE_LOCK_WAIT_S ", "
-                       "lock_wait_timeout = " STORE_LOCK_WAIT_S,
-                       "session", err, errlen) < 0)
-        return -1;
-    st->conn.statements++;
-    if (mysql_autocommit(st->conn.db, 0) != 0)
-        return store_fail(st, "session", err, errlen);
-    return 0;
+    struct strbuf q = {0};
+    strbuf_reset(&q);
+    sql_add_ident(&q, ob->database->database ? ob->database->database : "");
+    strbuf_adds(&q, ".");
+    sql_add_ident(&q, ob->table);
+    return q.p;
 }
 
 struct store *
-store_new(const struct outbox_config *ob)
+store_new(const struct outbox_config *ob, struct dbsession *shared)
 {
-    pthread_once(&library_once, library_init);
     struct store *st = xcalloc(1, sizeof(*st));
     st->ob = ob;
     const char *schema = ob->database->database;
     st->where = xasprintf("%s.%s", schema ? schema : "?", ob->table);
-    struct strbuf q = {0};
-    strbuf_reset(&q);
-    sql_add_ident(&q, ob->table);
-    st->table = q.p;
+    st->table = qualified_table(ob);
+    st->conn.own = shared == NULL;
+    st->conn.sess = shared != NULL
+                        ? shared
+                        : dbsession_new_private(ob->database, st->where);
+    dbsession_need_io_ms(st->conn.sess, ob->lease_ms);
     return st;
 }
 
@@ -117,7 +59,9 @@ store_free(struct store *st)
 {
     if (st == NULL)
         return;
-    store_close(st);
+    store_disconnect(st);
+    if (st->conn.own)
+        dbsession_free(st->conn.sess);
     free(st->plan.select_list);
     for (int s = 0; s < SRC_COUNT; s++) {
         free(st->plan.claim_where[s]);
@@ -144,7 +88,8 @@ store_free(struct store *st)
     free(st);
 }
 
-/* Ends the session on a server found read-only (see check_writable). */
+/* Ends the session on a server found read-only (a claim's probe saw
+ * @@read_only): no store on it may write there. */
 int
 store_refuse_read_only(struct store *st, char *err, size_t errlen)
 {
@@ -153,46 +98,35 @@ store_refuse_read_only(struct store *st, char *err, size_t errlen)
             st->where);
     st->conn.read_only = true;
     st->conn.last_errno = 0;
-    store_close(st);
+    st->conn.ready = false;
+    dbsession_refuse_read_only(st->conn.sess);
     return -1;
 }
 
-/*
- * A server with read_only on is a replica or a demoted primary: even an
- * account that could write there (SUPER, READ_ONLY ADMIN) must not, so
- * the session is refused as a claim's 1290 would be, and the caller
- * reconnects until the address leads to the primary.
- */
-static int
-check_writable(struct store *st, char *err, size_t errlen)
-{
-    if (st->conn.allow_read_only)
-        return 0;
-    strbuf_reset(&st->sql);
-    strbuf_adds(&st->sql, "SELECT @@global.read_only");
-    MYSQL_RES *res = store_run_select(st, "session", err, errlen);
-    if (res == NULL)
-        return -1;
-    MYSQL_ROW row = mysql_fetch_row(res);
-    bool ro = row != NULL && row[0] != NULL && strcmp(row[0], "0") != 0;
-    mysql_free_result(res);
-    return ro ? store_refuse_read_only(st, err, errlen) : 0;
-}
-
-/* A fresh session: open, version, session settings, writable. */
+/* Opens the session if it is closed; a failure is the session's, and
+ * says how (a too old server counts as a schema error). */
 static int
 open_session(struct store *st, char *err, size_t errlen)
 {
-    st->conn.read_only = false;
-    st->conn.checks_off = false; /* a new session evaluates them */
-    if (db_open(st, err, errlen) < 0)
+    struct dbsession *s = st->conn.sess;
+    if (dbsession_open(s, err, errlen) == 0)
+        return 0;
+    st->conn.ready = false;
+    st->conn.last_errno = dbsession_last_errno(s);
+    st->conn.read_only = dbsession_last_error_is_read_only(s);
+    st->conn.schema_error = dbsession_last_error_is_version(s);
+    return -1;
+}
+
+/* Checks the table on the open session and marks it ready under the
+ * session's generation. */
+static int
+check_table(struct store *st, char *err, size_t errlen)
+{
+    if (store_check_schema(st, err, errlen) < 0)
         return -1;
-    if (check_version(st, err, errlen) < 0 ||
-        setup_session(st, err, errlen) < 0 ||
-        check_writable(st, err, errlen) < 0) {
-        store_close(st);
-        return -1;
-    }
+    st->conn.ready = true;
+    st->conn.checked_gen = dbsession_generation(st->conn.sess);
     return 0;
 }
 
@@ -204,43 +138,66 @@ int
 store_connect(struct store *st, char *err, size_t errlen)
 {
     st->conn.schema_error = false;
+    st->conn.read_only = false;
     st->conn.last_errno = 0;
-    if (st->conn.db != NULL && st->conn.ready)
+    if (store_is_connected(st))
         return 0;
-    if (st->conn.db == NULL && open_session(st, err, errlen) < 0)
+    bool kept = dbsession_is_open(st->conn.sess);
+    if (open_session(st, err, errlen) < 0)
         return -1;
-    if (store_check_schema(st, err, errlen) == 0) {
-        st->conn.ready = true;
+    if (check_table(st, err, errlen) == 0)
         return 0;
+    if (dbsession_is_open(st->conn.sess)) {
+        /* This table's fault: the session stays, idle, for the others. */
+        store_rollback(st);
+        return -1;
     }
-    if (st->conn.db == NULL || st->conn.schema_error)
+    if (!kept || st->conn.schema_error || st->conn.read_only)
         return -1;
     /* The kept session died meanwhile: start a fresh one, once. */
-    store_rollback(st);
-    store_close(st);
-    if (open_session(st, err, errlen) < 0 ||
-        store_check_schema(st, err, errlen) < 0)
+    if (open_session(st, err, errlen) < 0 || check_table(st, err, errlen) < 0) {
+        store_rollback(st);
         return -1;
-    st->conn.ready = true;
+    }
     return 0;
 }
 
+/* A shared session stays for the other stores: this one only lets go
+ * of it, its transaction ended. */
 void
 store_disconnect(struct store *st)
 {
-    store_close(st);
+    if (st->conn.own) {
+        store_close(st);
+        return;
+    }
+    store_rollback(st);
+    st->conn.ready = false;
 }
 
 bool
 store_is_connected(const struct store *st)
 {
-    return st->conn.db != NULL && st->conn.ready;
+    return store_db(st) != NULL && st->conn.ready &&
+           st->conn.checked_gen == dbsession_generation(st->conn.sess);
 }
 
 MYSQL *
 store_session(struct store *st)
 {
-    return store_is_connected(st) ? st->conn.db : NULL;
+    return store_is_connected(st) ? store_db(st) : NULL;
+}
+
+const char *
+store_table_sql(const struct store *st)
+{
+    return st->table;
+}
+
+struct dbsession *
+store_dbsession(const struct store *st)
+{
+    return st->conn.sess;
 }
 
 bool
@@ -252,7 +209,7 @@ store_last_error_is_schema(const struct store *st)
 void
 store_allow_read_only(struct store *st)
 {
-    st->conn.allow_read_only = true;
+    dbsession_allow_read_only(st->conn.sess);
 }
 
 bool
@@ -278,7 +235,7 @@ static int
 require(struct store *st, bool checked, const char *what, char *err,
         size_t errlen)
 {
-    if (st->conn.db != NULL && (st->conn.ready || !checked))
+    if (store_db(st) != NULL && (store_is_connected(st) || !checked))
         return 0;
     err_set(err, errlen, "%s %s: not connected", what, st->where);
     st->conn.last_errno = 0;

@@ -1,5 +1,6 @@
 /*
- * store: one MySQL/MariaDB connection serving one outbox table: connect
+ * store: one outbox table on a MySQL/MariaDB session, its own or shared
+ * (dbsession.h) with other tables of the same server: connect
  * and check the table, claim a batch under a fenced lease, record its
  * outcomes (finalize, mark sent early) and delete old SENT rows
  * (retention).  Library style: returns -1 and fills err; the caller
@@ -17,33 +18,49 @@
 
 #include "batch.h"
 #include "config.h"
+#include "dbsession.h"
 
 struct store;
 
 /* Minimum versions with SKIP LOCKED (docs/contract.md section 5). */
-#define STORE_MIN_MYSQL 80001UL
-#define STORE_MIN_MARIADB 100600UL
+#define STORE_MIN_MYSQL DBSESSION_MIN_MYSQL
+#define STORE_MIN_MARIADB DBSESSION_MIN_MARIADB
 
-struct store *store_new(const struct outbox_config *ob);
+/*
+ * A store of ob's table on shared, a session to ob's server
+ * (dbsession_serves) that the caller frees after every store on it; NULL:
+ * the store makes its own, with ob's database as the default schema too
+ * (outboxctl's admin statements name the table alone).  Either way the
+ * store's statements name `schema`.`table`.
+ */
+struct store *store_new(const struct outbox_config *ob,
+                        struct dbsession *shared);
 void store_free(struct store *st);
 /* Frees the client library's per-thread state; call as a thread ends. */
 void store_thread_end(void);
 
 /*
- * Connects with the database's timeouts, checks the server version, sets
- * the session (READ COMMITTED, UTC, autocommit off, no auto-reconnect)
- * and checks the outbox table and its columns.  Error messages name the
- * server version, table or column at fault.
+ * Opens the session if it is closed (the database's timeouts, the server
+ * version, READ COMMITTED, UTC, autocommit off, no auto-reconnect), then
+ * checks the outbox table and its columns if it was not checked under
+ * this session's generation (a reconnect by any store on a shared session
+ * has each check again).  Error messages name the server version, table
+ * or column at fault.  A failure of the table leaves a shared session
+ * open for the other stores; a lost session is lost for all of them.
  */
 int store_connect(struct store *st, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+/* Closes the store's own session; lets go of a shared one (which stays
+ * open for the others) after ending the store's transaction. */
 void store_disconnect(struct store *st);
 /*
  * store_connect refuses a server with read_only on (a replica, a demoted
  * primary), so that a relay does not settle there; outboxctl, which may
- * only read, calls this first to connect anyway.
+ * only read, calls this first to connect anyway.  On a shared session it
+ * holds for every store on it.
  */
 void store_allow_read_only(struct store *st);
+/* The session is open and the table checked under its generation. */
 bool store_is_connected(const struct store *st);
 /*
  * True when the last failure was about the table, its columns, a
@@ -59,7 +76,8 @@ bool store_last_error_is_schema(const struct store *st);
  * store_connect resolves the host again and can reach a new primary.
  */
 bool store_last_error_is_read_only(const struct store *st);
-/* Statements sent since store_new (the claim's cost, for tests). */
+/* Statements this store sent since store_new (the claim's cost, for
+ * tests); the session's own setup counts in dbsession_statement_count. */
 uint64_t store_statement_count(const struct store *st);
 /*
  * The open session while connected, else NULL: for the read-only counts
@@ -67,6 +85,11 @@ uint64_t store_statement_count(const struct store *st);
  * uses it must end the transaction its statements open.
  */
 MYSQL *store_session(struct store *st);
+/* The table as statements on store_session must name it, quoted:
+ * `schema`.`table`. */
+const char *store_table_sql(const struct store *st);
+/* The session the store runs on (its own or the shared one). */
+struct dbsession *store_dbsession(const struct store *st);
 
 /*
  * A DEAD row released by `outboxctl dead release` keeps its status and

@@ -161,7 +161,7 @@ run_select_stream(struct store *st, const char *what, char *err, size_t errlen)
 {
     if (store_run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
         return NULL;
-    MYSQL_RES *res = mysql_use_result(st->conn.db);
+    MYSQL_RES *res = mysql_use_result(store_db(st));
     if (res == NULL)
         store_fail(st, what, err, errlen);
     return res;
@@ -173,9 +173,9 @@ static int
 stream_fail(struct store *st, MYSQL_RES *res, const char *what, char *err,
             size_t errlen)
 {
-    unsigned code = mysql_errno(st->conn.db);
+    unsigned code = mysql_errno(store_db(st));
     err_set(err, errlen, "%s %s: %s (error %u)", what, st->where,
-            mysql_error(st->conn.db), code);
+            mysql_error(store_db(st)), code);
     st->conn.last_errno = code;
     mysql_free_result(res);
     if (store_errno_is_connection(code))
@@ -253,7 +253,7 @@ add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
         add_candidate(st, b, r, len, source_status[src]);
         added++;
     }
-    if (mysql_errno(st->conn.db) != 0)
+    if (mysql_errno(store_db(st)) != 0)
         return stream_fail(st, res, "claim", err, errlen);
     mysql_free_result(res);
     return 0;
@@ -765,7 +765,7 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
     note_due(r, nf, 1, now, due_in_ms); /* a lease */
     note_due(r, nf, 3, now, due_in_ms); /* a delayed row */
     mysql_free_result(res);
-    if (ro && !st->conn.allow_read_only)
+    if (ro && !dbsession_read_only_allowed(st->conn.sess))
         return store_refuse_read_only(st, err, errlen);
     /* A lease that ran out is what the claim's look for them finds; a
      * delayed row come due, what its look finds. */

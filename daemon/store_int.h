@@ -12,6 +12,7 @@
 
 #include "batch.h"
 #include "config.h"
+#include "dbsession.h"
 #include "store.h"
 #include "store_plan.h"
 #include "util.h"
@@ -84,15 +85,18 @@ struct earlier {
     uint64_t id;
 };
 
-/* The session and how its last statement failed. */
+/* This store's use of its session, shared or its own, and how its last
+ * statement failed. */
 struct store_conn {
-    MYSQL *db;            /* open, version checked, session set up */
-    bool ready;           /* table checked, claim statements built */
+    struct dbsession *sess; /* shared, or made by store_new (own) */
+    bool own;
+    bool ready;           /* table checked, claim statements built... */
+    uint64_t checked_gen; /* ...under this generation of the session */
+    bool checking;        /* in the schema check: leave checks as they are */
     bool schema_error;    /* last failure: schema, version or privilege */
     bool read_only;       /* last failure: the server refuses writes */
-    bool allow_read_only; /* store_allow_read_only: no read_only check */
-    bool mariadb;         /* the server is MariaDB, not MySQL */
-    bool checks_off;      /* session: check_constraint_checks = 0 */
+    bool checks_off;      /* this table's verdict: check_constraint_checks
+                             may be 0 for its updates */
     unsigned last_errno;
     uint64_t statements; /* sent since store_new */
 };
@@ -176,7 +180,7 @@ struct purge_cursor {
 struct store {
     const struct outbox_config *ob;
     char *where;       /* "schema.table" for messages */
-    char *table;       /* quoted identifier */
+    char *table;       /* `schema`.`table`, quoted */
     struct strbuf sql; /* the statement being built, reused */
     struct store_conn conn;
     struct claim_plan plan;
@@ -184,6 +188,13 @@ struct store {
     struct fin_scratch fin;
     struct purge_cursor purge;
 };
+
+/* The session's connection: NULL while it is closed. */
+static inline MYSQL *
+store_db(const struct store *st)
+{
+    return dbsession_db(st->conn.sess);
+}
 
 /* store_sql.c: scratch arrays, building (on util's strbuf) and running
  * statements. */
@@ -196,6 +207,7 @@ void sql_add_id(struct strbuf *q, uint64_t id, bool first);
 bool store_errno_is_connection(unsigned code);
 bool store_errno_is_lock(unsigned code);
 void store_close(struct store *st);
+void sql_add_schema(struct store *st);
 int store_fail(struct store *st, const char *what, char *err, size_t errlen);
 int store_run_query(struct store *st, const char *sql, size_t len,
                     const char *what, char *err, size_t errlen);

@@ -104,7 +104,8 @@ static void
 purge_fail(struct store *st, char *err, size_t errlen)
 {
     store_rollback(st);
-    if (st->conn.last_errno != ERRNO_TABLE_ACCESS_DENIED || st->conn.db == NULL)
+    if (st->conn.last_errno != ERRNO_TABLE_ACCESS_DENIED ||
+        store_db(st) == NULL)
         return;
     st->conn.ready = true;
     st->conn.schema_error = false;

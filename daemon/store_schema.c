@@ -145,7 +145,9 @@ load_columns(struct store *st, struct schema *sc, char *err, size_t errlen)
     strbuf_adds(q, "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, "
                    "CHARACTER_SET_NAME, GENERATION_EXPRESSION, COLLATION_NAME "
                    "FROM information_schema.COLUMNS "
-                   "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
+                   "WHERE TABLE_SCHEMA = ");
+    sql_add_schema(st);
+    strbuf_adds(q, " AND TABLE_NAME = ");
     sql_add_string(st, st->ob->table);
     MYSQL_RES *res = store_run_select(st, "schema check", err, errlen);
     if (res == NULL)
@@ -177,9 +179,10 @@ judge_checks(struct store *st, const struct schema *sc,
         return 0;
     strbuf_reset(&st->sql);
     strbuf_adds(&st->sql, "SELECT COUNT(*) FROM information_schema.TRIGGERS "
-                          "WHERE EVENT_OBJECT_SCHEMA = DATABASE() AND "
-                          "EVENT_MANIPULATION = 'UPDATE' AND "
-                          "EVENT_OBJECT_TABLE = ");
+                          "WHERE EVENT_MANIPULATION = 'UPDATE' AND "
+                          "EVENT_OBJECT_SCHEMA = ");
+    sql_add_schema(st);
+    strbuf_adds(&st->sql, " AND EVENT_OBJECT_TABLE = ");
     sql_add_string(st, st->ob->table);
     if ((res = store_run_select(st, "schema check", err, errlen)) == NULL)
         return -1;
@@ -204,20 +207,19 @@ static int
 set_check_constraints(struct store *st, const struct schema *sc, char *err,
                       size_t errlen)
 {
-    if (!st->conn.mariadb)
+    if (!dbsession_is_mariadb(st->conn.sess))
         return 0;
     enum store_checks verdict;
     if (judge_checks(st, sc, &verdict, err, errlen) < 0)
         return -1;
-    bool off = verdict == CHECKS_SKIPPABLE;
-    if (off == st->conn.checks_off)
+    st->conn.checks_off = verdict == CHECKS_SKIPPABLE;
+    /* Set now, as the verdict's store will write next; another store's
+     * statements set the session to theirs (store_sql.c, sync_checks). */
+    if (dbsession_checks_off(st->conn.sess) == st->conn.checks_off)
         return 0;
-    if (store_run_text(st,
-                       off ? "SET SESSION check_constraint_checks = 0"
-                           : "SET SESSION check_constraint_checks = 1",
-                       "schema check", err, errlen) < 0)
-        return -1;
-    st->conn.checks_off = off;
+    st->conn.statements++;
+    if (dbsession_set_checks_off(st->conn.sess, st->conn.checks_off) != 0)
+        return store_fail(st, "schema check", err, errlen);
     return 0;
 }
 
@@ -410,7 +412,9 @@ load_claim_order(struct store *st, char *err, size_t errlen)
     strbuf_reset(q);
     strbuf_adds(q, "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART, NON_UNIQUE "
                    "FROM information_schema.STATISTICS "
-                   "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ");
+                   "WHERE TABLE_SCHEMA = ");
+    sql_add_schema(st);
+    strbuf_adds(q, " AND TABLE_NAME = ");
     sql_add_string(st, st->ob->table);
     strbuf_adds(q, " ORDER BY INDEX_NAME, SEQ_IN_INDEX");
     MYSQL_RES *res = store_run_select(st, "schema check", err, errlen);
@@ -701,11 +705,11 @@ check_privilege(struct store *st, const char *sql, const char *privilege,
         mysql_free_result(res);
         return 0;
     }
-    if (st->conn.db != NULL &&
+    if (store_db(st) != NULL &&
         (st->conn.last_errno == ERRNO_TABLE_ACCESS_DENIED ||
          st->conn.last_errno == ERRNO_COLUMN_ACCESS_DENIED)) {
         char cause[ERR_LEN]; /* the server's own words, before err is set */
-        str_copy(cause, mysql_error(st->conn.db), sizeof(cause));
+        str_copy(cause, mysql_error(store_db(st)), sizeof(cause));
         err_set(err, errlen,
                 "user %s lacks the %s privilege on %s, needed %s (see "
                 "sql/grants.sql): %s (error %u)",
@@ -742,8 +746,8 @@ check_privileges(struct store *st, char *err, size_t errlen)
                            err, errlen);
 }
 
-int
-store_check_schema(struct store *st, char *err, size_t errlen)
+static int
+check_schema(struct store *st, char *err, size_t errlen)
 {
     struct schema sc = {0};
     sc.extra = xcalloc(st->ob->ncolumns + 1, sizeof(bool));
@@ -780,6 +784,17 @@ out:
     for (size_t i = 0; i < sc.ngenerated; i++)
         free((char *)sc.generated[i]);
     free(sc.generated);
+    return rc;
+}
+
+/* The check's statements read only: they leave check_constraint_checks
+ * as another store set it (sync_checks). */
+int
+store_check_schema(struct store *st, char *err, size_t errlen)
+{
+    st->conn.checking = true;
+    int rc = check_schema(st, err, errlen);
+    st->conn.checking = false;
     return rc;
 }
 

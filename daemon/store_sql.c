@@ -46,7 +46,7 @@ sql_add_string(struct store *st, const char *s)
     size_t n = strlen(s);
     strbuf_reserve(q, 2 * n + 2);
     q->p[q->len++] = '\'';
-    q->len += mysql_real_escape_string(st->conn.db, q->p + q->len, s, n);
+    q->len += mysql_real_escape_string(store_db(st), q->p + q->len, s, n);
     q->p[q->len++] = '\'';
     q->p[q->len] = '\0';
 }
@@ -60,9 +60,7 @@ sql_add_id(struct strbuf *q, uint64_t id, bool first)
 bool
 store_errno_is_connection(unsigned code)
 {
-    return (code >= ERRNO_CLIENT_FIRST && code <= ERRNO_CLIENT_LAST) ||
-           code == ERRNO_SERVER_SHUTDOWN || code == ERRNO_CONNECTION_KILLED ||
-           code == ERRNO_INTERACTION_TIMEOUT;
+    return dbsession_errno_is_connection(code);
 }
 
 static bool
@@ -73,62 +71,89 @@ is_schema_errno(unsigned code)
            code == ERRNO_COLUMN_ACCESS_DENIED;
 }
 
-/*
- * "This server no longer takes writes": a demoted primary left up
- * read-only, or a Galera node out of the primary component.  Another
- * session to the same address may reach the new primary (DNS, a VIP or
- * a proxy moved), this one never will (docs/contract.md section 9).
- */
-static bool
-is_read_only_errno(unsigned code)
-{
-    return code == ERRNO_OPTION_PREVENTS || code == ERRNO_READ_ONLY_MODE ||
-           code == ERRNO_UNKNOWN_COM;
-}
-
 bool
 store_errno_is_lock(unsigned code)
 {
     return code == ERRNO_DEADLOCK || code == ERRNO_LOCK_WAIT_TIMEOUT;
 }
 
+/* The session failed: it ends for every store on it, and each checks
+ * its table again once it is open anew. */
 void
 store_close(struct store *st)
 {
-    if (st->conn.db != NULL)
-        mysql_close(st->conn.db);
-    st->conn.db = NULL;
+    dbsession_close(st->conn.sess);
     st->conn.ready = false;
 }
 
+/* The schema of the table: its string literal, for information_schema. */
+void
+sql_add_schema(struct store *st)
+{
+    const char *schema = st->ob->database->database;
+    sql_add_string(st, schema != NULL ? schema : "");
+}
+
 /*
- * Fills err from the connection's last error and classifies it.  Never
- * reconnects: a new session would have lost the transaction and the
- * session settings, so the caller reconnects through store_connect.
+ * Fills err from the connection's last error and classifies it: what
+ * belongs to this table (a schema error, a lock wait, a refused CHECK)
+ * leaves a shared session open for the other stores; what ends the
+ * session (dbsession_fail) ends it for all.  Never reconnects: a new
+ * session would have lost the transaction and the session settings, so
+ * the caller reconnects through store_connect.
  */
 int
 store_fail(struct store *st, const char *what, char *err, size_t errlen)
 {
-    unsigned code = mysql_errno(st->conn.db);
+    unsigned code = mysql_errno(store_db(st));
     err_set(err, errlen, "%s %s: %s (error %u)", what, st->where,
-            mysql_error(st->conn.db), code);
+            mysql_error(store_db(st)), code);
     st->conn.last_errno = code;
     if (is_schema_errno(code)) {
         st->conn.schema_error = true;
         st->conn.ready = false;
     }
-    st->conn.read_only = is_read_only_errno(code);
-    if (store_errno_is_connection(code) || st->conn.read_only)
-        store_close(st);
+    st->conn.read_only = dbsession_errno_is_read_only(code);
+    if (dbsession_fail(st->conn.sess, code))
+        st->conn.ready = false;
     return -1;
+}
+
+/*
+ * check_constraint_checks is the session's, the verdict this table's:
+ * set it to this store's before its statements.  Tenant tables alike
+ * agree, so this sends nothing in the normal case.  Off only while the
+ * verdict is current; during the check itself nothing is written.
+ */
+static int
+sync_checks(struct store *st, const char *what, char *err, size_t errlen)
+{
+    struct dbsession *s = st->conn.sess;
+    if (st->conn.checking || !dbsession_is_mariadb(s))
+        return 0;
+    bool off = st->conn.checks_off && st->conn.ready &&
+               st->conn.checked_gen == dbsession_generation(s);
+    if (dbsession_checks_off(s) == off)
+        return 0;
+    st->conn.statements++;
+    if (dbsession_set_checks_off(s, off) != 0)
+        return store_fail(st, what, err, errlen);
+    return 0;
 }
 
 int
 store_run_query(struct store *st, const char *sql, size_t len, const char *what,
                 char *err, size_t errlen)
 {
+    if (store_db(st) == NULL) {
+        err_set(err, errlen, "%s %s: not connected", what, st->where);
+        st->conn.last_errno = 0;
+        return -1;
+    }
+    if (sync_checks(st, what, err, errlen) < 0)
+        return -1;
     st->conn.statements++;
-    if (mysql_real_query(st->conn.db, sql, len) != 0)
+    if (dbsession_query(st->conn.sess, sql, len) != 0)
         return store_fail(st, what, err, errlen);
     return 0;
 }
@@ -145,7 +170,7 @@ store_run_select(struct store *st, const char *what, char *err, size_t errlen)
 {
     if (store_run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
         return NULL;
-    MYSQL_RES *res = mysql_store_result(st->conn.db);
+    MYSQL_RES *res = mysql_store_result(store_db(st));
     if (res == NULL)
         store_fail(st, what, err, errlen);
     return res;
@@ -157,7 +182,7 @@ store_run_update(struct store *st, const char *what, uint64_t *affected,
 {
     if (store_run_query(st, st->sql.p, st->sql.len, what, err, errlen) < 0)
         return -1;
-    uint64_t n = (uint64_t)mysql_affected_rows(st->conn.db);
+    uint64_t n = (uint64_t)mysql_affected_rows(store_db(st));
     *affected = n == UINT64_MAX ? 0 : n;
     return 0;
 }
@@ -166,7 +191,7 @@ int
 store_commit(struct store *st, const char *what, char *err, size_t errlen)
 {
     st->conn.statements++;
-    if (mysql_commit(st->conn.db) != 0)
+    if (mysql_commit(store_db(st)) != 0)
         return store_fail(st, what, err, errlen);
     return 0;
 }
@@ -175,11 +200,11 @@ store_commit(struct store *st, const char *what, char *err, size_t errlen)
 void
 store_rollback(struct store *st)
 {
-    if (st->conn.db == NULL)
+    if (store_db(st) == NULL)
         return;
     st->conn.statements++;
-    if (mysql_rollback(st->conn.db) != 0 &&
-        store_errno_is_connection(mysql_errno(st->conn.db)))
+    if (mysql_rollback(store_db(st)) != 0 &&
+        store_errno_is_connection(mysql_errno(store_db(st))))
         store_close(st);
 }
 

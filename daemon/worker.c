@@ -202,7 +202,7 @@ worker_new(const struct outbox_config *ob, const char *relay_id,
     w->pending_broker = w->broker_live;
     pthread_mutex_init(&w->pending_lock, NULL);
     w->relay_id = relay_id;
-    w->store = store_new(w->ob);
+    w->store = store_new(w->ob, NULL);
     char *name = xasprintf("outboxd %s %s", relay_id, ob->name);
     w->pub = publisher_new(w->ob->broker, name);
     free(name);
@@ -518,7 +518,8 @@ stats_holds(struct worker *w, MYSQL *db)
     char err[ERR_LEN];
     if (held == NULL)
         return;
-    if (stats_sql_holds(db, w->ob->table, held, &h, err, sizeof(err)) < 0) {
+    if (stats_sql_holds(db, store_table_sql(w->store), held, &h, err,
+                        sizeof(err)) < 0) {
         if (w->holds_known)
             log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
         w->holds_known = false;
@@ -547,7 +548,8 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
         return;
     w->stats_changes = w->changes;
     w->stats_ms = clock_ms();
-    if (stats_sql_count(db, w->ob->table, &counts, err, sizeof(err)) < 0) {
+    if (stats_sql_count(db, store_table_sql(w->store), &counts, err,
+                        sizeof(err)) < 0) {
         /* The claim that follows meets the same fault and handles it. */
         if (w->rows_known)
             log_warn(LOG_KV("outbox", w->ob->name), "%s", err);

@@ -26,6 +26,7 @@ Suite *version_suite(void);
 Suite *store_checks_suite(void);
 Suite *store_suite(void);
 Suite *discover_suite(void);
+Suite *dbsession_suite(void);
 
 int
 main(void)
@@ -50,6 +51,7 @@ main(void)
     srunner_add_suite(sr, config_dump_suite());
     srunner_add_suite(sr, version_suite());
     srunner_add_suite(sr, store_checks_suite());
+    srunner_add_suite(sr, dbsession_suite());
     srunner_add_suite(sr, store_suite());
     srunner_add_suite(sr, discover_suite());
     srunner_run_all(sr, CK_NORMAL);

@@ -11,7 +11,9 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "dbsession.h"
 #include "itest.h"
+#include "stats_sql.h"
 #include "store.h"
 #include "util.h"
 
@@ -50,10 +52,9 @@ static struct fx fixture;
  * schema_files[schema] (-1: no table), the outbox config of one relay
  * over it and an empty batch.
  */
-static struct fx *
-fx_setup(int schema)
+static void
+fx_init(struct fx *fx, int schema)
 {
-    struct fx *fx = &fixture;
     char prefix[32];
     memset(fx, 0, sizeof(*fx));
     snprintf(prefix, sizeof(prefix), "it_store_%d", (int)runner_pid);
@@ -80,15 +81,20 @@ fx_setup(int schema)
     fx->ob.backoff_max_ms = 300000;
     fx->ob.on_sent = ON_SENT_MARK;
     batch_init(&fx->b);
-    return fx;
+}
+
+static struct fx *
+fx_setup(int schema)
+{
+    fx_init(&fixture, schema);
+    return &fixture;
 }
 
 /* The checked teardown of every test; after a failed check in a forked
  * test it does not run, and runner_teardown drops the database. */
 static void
-fx_teardown(void)
+fx_free(struct fx *fx)
 {
-    struct fx *fx = &fixture;
     for (size_t i = 0; i < fx->nstores; i++)
         store_free(fx->stores[i]);
     batch_free(&fx->b);
@@ -99,13 +105,19 @@ fx_teardown(void)
     memset(fx, 0, sizeof(*fx));
 }
 
+static void
+fx_teardown(void)
+{
+    fx_free(&fixture);
+}
+
 /* A store connected to the test's database; fx_teardown frees it. */
 static struct store *
 store_open(struct fx *fx)
 {
     char err[ERR_LEN] = "";
     ck_assert_uint_lt(fx->nstores, FX_STORES);
-    struct store *st = store_new(&fx->ob);
+    struct store *st = store_new(&fx->ob, NULL);
     ck_assert_ptr_nonnull(st);
     fx->stores[fx->nstores++] = st;
     ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "connect: %s", err);
@@ -431,7 +443,7 @@ drain_thread(void *arg)
 {
     struct drain_relay *r = arg;
     char err[ERR_LEN];
-    struct store *st = store_new(r->d->ob);
+    struct store *st = store_new(r->d->ob, NULL);
     if (store_connect(st, err, sizeof(err)) < 0)
         drain_fail(r->d, err);
     else
@@ -1038,9 +1050,9 @@ connect_fails(struct store *st, char *err, size_t errlen,
 START_TEST(test_missing_table)
 {
     struct fx *fx = fx_setup(-1);
-    struct store *st = store_new(&fx->ob);
+    struct store *st = store_new(&fx->ob, NULL);
     char where[128], err[ERR_LEN];
-    snprintf(where, sizeof(where), "%s.outbox_event", fx->db);
+    snprintf(where, sizeof(where), "%.63s.outbox_event", fx->db);
     connect_fails(st, err, sizeof(err),
                   (const char *[]){where, "does not exist", NULL});
     ck_assert_int_eq(it_sh("mariadb -h127.0.0.1 -u%s -p%s %s < '%s'",
@@ -1064,7 +1076,7 @@ START_TEST(test_missing_columns)
     struct fx *fx = fx_setup(1);
     it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP COLUMN locked_by, "
                         "DROP COLUMN last_error");
-    struct store *st = store_new(&fx->ob);
+    struct store *st = store_new(&fx->ob, NULL);
     char err[ERR_LEN];
     connect_fails(st, err, sizeof(err),
                   (const char *[]){"locked_by", "last_error", NULL});
@@ -1076,7 +1088,7 @@ START_TEST(test_missing_columns)
     it_db_exec(fx->sql, "ALTER TABLE outbox_event ADD COLUMN locked_by "
                         "VARCHAR(128) NULL, ADD COLUMN last_error "
                         "VARCHAR(1024) NULL");
-    st = store_new(&fx->ob);
+    st = store_new(&fx->ob, NULL);
     connect_fails(st, err, sizeof(err), (const char *[]){"region", NULL});
     ck_assert_msg(strstr(err, "event_type") == NULL, "%s", err);
     store_free(st);
@@ -1756,6 +1768,309 @@ START_TEST(test_delay_claim_uses_index)
 }
 END_TEST
 
+/*
+ * Tenants (issue 19): schemas of one server holding the same table, one
+ * store each, all on one shared session.
+ */
+#define NTENANTS 3
+struct tenants {
+    struct fx fx[NTENANTS];
+    struct dbsession *sess;
+    struct store *st[NTENANTS];
+    size_t n;
+};
+
+static struct tenants tenants;
+
+static struct tenants *
+tenants_setup(int schema, size_t n)
+{
+    struct tenants *t = &tenants;
+    memset(t, 0, sizeof(*t));
+    t->n = n;
+    for (size_t i = 0; i < n; i++)
+        fx_init(&t->fx[i], schema);
+    t->sess = dbsession_new(&t->fx[0].dbc);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert(dbsession_serves(t->sess, &t->fx[i].dbc));
+        t->st[i] = store_new(&t->fx[i].ob, t->sess);
+    }
+    return t;
+}
+
+static void
+tenants_teardown(void)
+{
+    struct tenants *t = &tenants;
+    for (size_t i = 0; i < t->n; i++)
+        store_free(t->st[i]);
+    dbsession_free(t->sess);
+    for (size_t i = 0; i < t->n; i++)
+        fx_free(&t->fx[i]);
+    memset(t, 0, sizeof(*t));
+}
+
+static void
+tenants_insert(struct tenants *t, size_t i, int n)
+{
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "t%zu", i);
+    it_db_insert_events(t->fx[i].sql, "outbox_event", prefix, n, n, 50);
+}
+
+static void
+tenant_connect(struct tenants *t, size_t i)
+{
+    char err[ERR_LEN] = "";
+    ck_assert_msg(store_connect(t->st[i], err, sizeof(err)) == 0,
+                  "connect %zu: %s", i, err);
+    ck_assert(store_is_connected(t->st[i]));
+}
+
+/* A claim of tenant i's rows, and of its rows alone. */
+static size_t
+tenant_claim(struct tenants *t, size_t i)
+{
+    struct outbox_batch *b = &t->fx[i].b;
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "t%zu-", i);
+    batch_reset(b);
+    claim_ok(t->st[i], b);
+    for (size_t r = 0; r < b->n; r++)
+        ck_assert_msg(strncmp(b->rows[r].event_id, prefix, strlen(prefix)) == 0,
+                      "tenant %zu claimed %s", i, b->rows[r].event_id);
+    return b->n;
+}
+
+/* Statements one claim of tenant i sends (its SET included). */
+static uint64_t
+tenant_claim_cost(struct tenants *t, size_t i)
+{
+    uint64_t s0 = store_statement_count(t->st[i]);
+    tenant_claim(t, i);
+    return store_statement_count(t->st[i]) - s0;
+}
+
+START_TEST(test_shared_claim_and_finalize)
+{
+    struct tenants *t = tenants_setup(_i, NTENANTS);
+    for (size_t i = 0; i < t->n; i++) {
+        tenants_insert(t, i, 4);
+        tenant_connect(t, i);
+    }
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 1);
+    /* No default schema: every statement named its table's schema. */
+    MYSQL *db = dbsession_db(t->sess);
+    ck_assert_int_eq(mysql_query(db, "SELECT DATABASE()"), 0);
+    MYSQL_RES *res = mysql_store_result(db);
+    ck_assert_ptr_null(mysql_fetch_row(res)[0]);
+    mysql_free_result(res);
+    for (size_t i = 0; i < t->n; i++)
+        ck_assert_uint_eq(tenant_claim(t, i), 4);
+    for (size_t i = 0; i < t->n; i++) {
+        struct outbox_counts c;
+        char err[ERR_LEN] = "";
+        ck_assert_msg(stats_sql_count(store_session(t->st[i]),
+                                      store_table_sql(t->st[i]), &c, err,
+                                      sizeof(err)) == 0,
+                      "%s", err);
+        ck_assert_uint_eq(c.rows[OUTBOX_PROCESSING], 4);
+        ack_all(&t->fx[i].b);
+        ck_assert_uint_eq(finalize_ok(t->st[i], &t->fx[i].b), 0);
+    }
+    for (size_t i = 0; i < t->n; i++)
+        ck_assert_int_eq(it_db_count_status(t->fx[i].sql, "SENT"), 4);
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 1);
+}
+END_TEST
+
+/*
+ * A column dropped under one tenant: its claim fails (1054) and its
+ * check names the column, while the other tenant claims on, on the same
+ * session, never reconnected.
+ */
+START_TEST(test_shared_schema_fault_isolated)
+{
+    struct tenants *t = tenants_setup(_i, 2);
+    for (size_t i = 0; i < t->n; i++) {
+        tenants_insert(t, i, 4);
+        t->fx[i].ob.batch_size = 2;
+        tenant_connect(t, i);
+    }
+    unsigned long id = dbsession_connection_id(t->sess);
+    it_db_exec(t->fx[0].sql, "ALTER TABLE outbox_event DROP COLUMN event_type");
+    char err[ERR_LEN] = "";
+    batch_reset(&t->fx[0].b);
+    ck_assert_int_eq(
+        store_claim_batch(t->st[0], RELAY, &t->fx[0].b, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "event_type") != NULL, "%s", err);
+    ck_assert(store_last_error_is_schema(t->st[0]));
+    ck_assert(!store_is_connected(t->st[0]));
+    ck_assert(store_is_connected(t->st[1]));
+    ck_assert_uint_eq(tenant_claim(t, 1), 2);
+    release_all(t->st[1], &t->fx[1].b);
+    connect_fails(t->st[0], err, sizeof(err),
+                  (const char *[]){t->fx[0].db, "event_type", NULL});
+    ck_assert_uint_eq(tenant_claim(t, 1), 2);
+    ack_all(&t->fx[1].b);
+    ck_assert_uint_eq(finalize_ok(t->st[1], &t->fx[1].b), 0);
+    ck_assert_int_eq(it_db_count_status(t->fx[1].sql, "SENT"), 2);
+    it_db_exec(t->fx[0].sql, "ALTER TABLE outbox_event ADD COLUMN event_type "
+                             "VARCHAR(255) NOT NULL DEFAULT 'Readded'");
+    tenant_connect(t, 0);
+    ck_assert_uint_eq(tenant_claim(t, 0), 2);
+    release_all(t->st[0], &t->fx[0].b);
+    ck_assert_uint_eq(dbsession_connection_id(t->sess), id);
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 1);
+}
+END_TEST
+
+/* Tenant i's table granted to the relay account of tenant 0, which all
+ * the tenants then log in with (one account, one session). */
+static void
+tenants_one_account(struct tenants *t, char *user, size_t ulen, char *pass,
+                    size_t plen)
+{
+    it_db_grant_relay(t->fx[0].db, "outbox_event", user, ulen, pass, plen);
+    for (size_t i = 0; i < t->n; i++) {
+        for (size_t h = 0; h < 2 && i > 0; h++)
+            it_db_exec(t->fx[0].sql,
+                       "GRANT SELECT, UPDATE, DELETE ON `%s`.`outbox_event` "
+                       "TO '%s'@'%s'",
+                       t->fx[i].db, user, h ? "localhost" : "127.0.0.1");
+        t->fx[i].dbc.user = user;
+        t->fx[i].dbc.password = pass;
+    }
+}
+
+/*
+ * UPDATE revoked on one tenant's table: its claim fails (1142) and its
+ * check names the privilege, while the other tenant, on the same
+ * account and session, claims on.
+ */
+START_TEST(test_shared_privilege_fault_isolated)
+{
+    struct tenants *t = tenants_setup(0, 2);
+    char user[64], pass[64], err[ERR_LEN] = "";
+    tenants_one_account(t, user, sizeof(user), pass, sizeof(pass));
+    for (size_t i = 0; i < t->n; i++) {
+        tenants_insert(t, i, 4);
+        t->fx[i].ob.batch_size = 2;
+        tenant_connect(t, i);
+    }
+    unsigned long id = dbsession_connection_id(t->sess);
+    for (size_t h = 0; h < 2; h++)
+        it_db_exec(t->fx[0].sql,
+                   "REVOKE UPDATE ON `%s`.`outbox_event` FROM '%s'@'%s'",
+                   t->fx[0].db, user, h ? "localhost" : "127.0.0.1");
+    batch_reset(&t->fx[0].b);
+    ck_assert_int_eq(
+        store_claim_batch(t->st[0], RELAY, &t->fx[0].b, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "1142") != NULL, "%s", err);
+    ck_assert(store_last_error_is_schema(t->st[0]));
+    ck_assert(!store_is_connected(t->st[0]));
+    ck_assert_uint_eq(tenant_claim(t, 1), 2);
+    ack_all(&t->fx[1].b);
+    ck_assert_uint_eq(finalize_ok(t->st[1], &t->fx[1].b), 0);
+    connect_fails(t->st[0], err, sizeof(err),
+                  (const char *[]){"UPDATE privilege", t->fx[0].db, NULL});
+    ck_assert_uint_eq(tenant_claim(t, 1), 2);
+    release_all(t->st[1], &t->fx[1].b);
+    ck_assert_int_eq(it_db_count_status(t->fx[0].sql, "PENDING"), 4);
+    ck_assert_uint_eq(dbsession_connection_id(t->sess), id);
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 1);
+}
+END_TEST
+
+/*
+ * The shared session killed: the store that meets it fails, every store
+ * is not connected, one reconnects, the other only checks its table
+ * again, and both record the batches they had in flight.
+ */
+START_TEST(test_shared_session_killed)
+{
+    struct tenants *t = tenants_setup(0, 2);
+    for (size_t i = 0; i < t->n; i++) {
+        tenants_insert(t, i, 4);
+        t->fx[i].ob.batch_size = 2;
+        tenant_connect(t, i);
+        ck_assert_uint_eq(tenant_claim(t, i), 2);
+        ack_all(&t->fx[i].b);
+    }
+    unsigned long id = dbsession_connection_id(t->sess);
+    MYSQL *killer = it_db_connect(NULL); /* the same user may KILL it */
+    it_db_exec(killer, "KILL %lu", id);
+    mysql_close(killer);
+    char err[ERR_LEN] = "";
+    size_t lost = 0;
+    ck_assert_int_eq(
+        store_finalize_batch(t->st[0], &t->fx[0].b, &lost, err, sizeof(err)),
+        -1);
+    ck_assert(!store_last_error_is_schema(t->st[0]));
+    ck_assert(!dbsession_is_open(t->sess));
+    ck_assert(!store_is_connected(t->st[0]));
+    ck_assert(!store_is_connected(t->st[1]));
+    tenant_connect(t, 1);
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 2);
+    ck_assert_uint_ne(dbsession_connection_id(t->sess), id);
+    ck_assert(!store_is_connected(t->st[0])); /* not checked since */
+    tenant_connect(t, 0);
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 2);
+    for (size_t i = 0; i < t->n; i++) {
+        ck_assert_uint_eq(finalize_ok(t->st[i], &t->fx[i].b), 0);
+        ck_assert_int_eq(it_db_count_status(t->fx[i].sql, "SENT"), 2);
+        ck_assert_uint_eq(tenant_claim(t, i), 2);
+        release_all(t->st[i], &t->fx[i].b);
+    }
+}
+END_TEST
+
+/*
+ * check_constraint_checks follows each table's verdict on the shared
+ * session: tenants alike send no SET between them; a CHECK constraint
+ * on one table turns the checks on for its statements only (its
+ * constraint refuses, on a session the others had set off), and the
+ * others' verdict stays off.
+ */
+START_TEST(test_shared_check_constraints_per_table)
+{
+    struct tenants *t = tenants_setup(_i, NTENANTS);
+    tenants_insert(t, 0, 3);
+    for (size_t i = 0; i < t->n; i++)
+        tenant_connect(t, i);
+    ck_assert_int_eq(session_checks(t->st[1]), 0);
+    tenant_claim(t, 1); /* the first empty claims probe more */
+    tenant_claim(t, 2);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_uint_eq(tenant_claim_cost(t, 1), 2); /* probe, commit */
+        ck_assert_uint_eq(tenant_claim_cost(t, 2), 2);
+    }
+    it_db_exec(t->fx[0].sql, "ALTER TABLE outbox_event ADD CONSTRAINT "
+                             "few_tries CHECK (retry_count < 1)");
+    store_recheck_schema(t->st[0]);
+    ck_assert_uint_eq(tenant_claim(t, 0), 3);
+    ck_assert_int_eq(session_checks(t->st[0]), 1);
+    ck_assert_uint_eq(tenant_claim_cost(t, 1), 3); /* its SET back to 0 */
+    ck_assert_int_eq(session_checks(t->st[1]), 0);
+    ck_assert_uint_eq(tenant_claim_cost(t, 2), 2);
+    struct outbox_batch *b = &t->fx[0].b;
+    for (size_t i = 0; i < b->n; i++)
+        set_outcome(b, &b->rows[i], ROW_FAILED, "broker said no");
+    char err[ERR_LEN] = "";
+    size_t lost = 0;
+    unsigned long id = dbsession_connection_id(t->sess);
+    ck_assert_int_eq(store_finalize_batch(t->st[0], b, &lost, err, sizeof(err)),
+                     -1);
+    ck_assert_msg(strstr(err, "few_tries") != NULL, "%s", err);
+    ck_assert_int_eq(it_db_count_status(t->fx[0].sql, "PROCESSING"), 3);
+    /* The refusal was the table's: the session goes on for the others. */
+    ck_assert_uint_eq(dbsession_connection_id(t->sess), id);
+    ck_assert(store_is_connected(t->st[0]));
+    ck_assert_uint_eq(tenant_claim_cost(t, 2), 3);
+    ck_assert_int_eq(session_checks(t->st[2]), 0);
+}
+END_TEST
+
 static void
 runner_setup(void)
 {
@@ -1832,5 +2147,16 @@ it_store_suite(void)
     tcase_add_test(delay, test_delay_probe_due);
     tcase_add_test(delay, test_delay_claim_uses_index);
     suite_add_tcase(s, delay);
+    TCase *shared = tcase_create("shared");
+    tcase_set_timeout(shared, 60);
+    tcase_add_unchecked_fixture(shared, runner_setup, runner_teardown);
+    tcase_add_checked_fixture(shared, NULL, tenants_teardown);
+    tcase_add_loop_test(shared, test_shared_claim_and_finalize, 0, NSCHEMAS);
+    tcase_add_loop_test(shared, test_shared_schema_fault_isolated, 0, NSCHEMAS);
+    tcase_add_test(shared, test_shared_privilege_fault_isolated);
+    tcase_add_test(shared, test_shared_session_killed);
+    tcase_add_loop_test(shared, test_shared_check_constraints_per_table, 0,
+                        NSCHEMAS);
+    suite_add_tcase(s, shared);
     return s;
 }

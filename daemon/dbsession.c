@@ -1,0 +1,400 @@
+/*
+ * dbsession: opening, setting up and ending one session to a database
+ * server, and which errors end it, for the stores that share it.
+ */
+#include "dbsession.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dbconn.h"
+#include "util.h"
+
+/* Lock waits fail well before the read timeout would drop the session. */
+#define LOCK_WAIT_S "10"
+#define IO_TIMEOUT_MIN_MS 30000
+
+enum {
+    ERRNO_UNKNOWN_COM = 1047, /* Galera: node not primary (WSREP not ready) */
+    ERRNO_SERVER_SHUTDOWN = 1053,
+    ERRNO_OPTION_PREVENTS = 1290,   /* --read-only, --super-read-only */
+    ERRNO_READ_ONLY_MODE = 1836,    /* MySQL: super_read_only */
+    ERRNO_CONNECTION_KILLED = 1927, /* MariaDB */
+    ERRNO_CLIENT_FIRST = 2000,      /* CR_*: the client library's own */
+    ERRNO_CLIENT_LAST = 2999,
+    ERRNO_INTERACTION_TIMEOUT = 4031, /* MySQL 8.0.24+ */
+};
+
+struct dbsession {
+    const struct database_config *dc;
+    char *where;      /* for messages */
+    bool with_schema; /* a private session: dc's database is the default */
+    MYSQL *db;        /* open, version checked, session set up */
+    uint64_t io_ms;
+    bool allow_read_only;
+    bool mariadb;
+    bool checks_off; /* check_constraint_checks = 0 on this session */
+    bool read_only;  /* last failure: the server refuses writes */
+    bool version;    /* last failure: the server is too old */
+    unsigned last_errno;
+    uint64_t generation, statements, connects;
+};
+
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
+
+/* mysql_init() would do this too, but not safely from several threads. */
+static void
+library_init(void)
+{
+    mysql_library_init(0, NULL, NULL);
+}
+
+static struct dbsession *
+session_new(const struct database_config *dc, bool with_schema, char *where)
+{
+    pthread_once(&library_once, library_init);
+    struct dbsession *s = xcalloc(1, sizeof(*s));
+    s->dc = dc;
+    s->where = where;
+    s->with_schema = with_schema;
+    s->io_ms = IO_TIMEOUT_MIN_MS;
+    return s;
+}
+
+struct dbsession *
+dbsession_new(const struct database_config *dc)
+{
+    return session_new(dc, false, xstrdup(dc->name ? dc->name : "database"));
+}
+
+struct dbsession *
+dbsession_new_private(const struct database_config *dc, const char *where)
+{
+    return session_new(dc, true, xstrdup(where));
+}
+
+void
+dbsession_free(struct dbsession *s)
+{
+    if (s == NULL)
+        return;
+    dbsession_close(s);
+    free(s->where);
+    free(s);
+}
+
+static bool
+str_eq_null(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+static bool
+tls_eq(const struct tls_config *a, const struct tls_config *b)
+{
+    return a->enabled == b->enabled && a->verify_peer == b->verify_peer &&
+           a->verify_hostname == b->verify_hostname &&
+           str_eq_null(a->ca_file, b->ca_file) &&
+           str_eq_null(a->cert_file, b->cert_file) &&
+           str_eq_null(a->key_file, b->key_file);
+}
+
+/* A private session serves its own database alone (it is the default
+ * schema admin's statements rely on). */
+bool
+dbsession_serves(const struct dbsession *s, const struct database_config *dc)
+{
+    const struct database_config *o = s->dc;
+    if (s->with_schema)
+        return o == dc;
+    return str_eq_null(o->host, dc->host) && o->port == dc->port &&
+           str_eq_null(o->socket, dc->socket) &&
+           str_eq_null(o->user, dc->user) &&
+           str_eq_null(o->password, dc->password) &&
+           o->connect_timeout_ms == dc->connect_timeout_ms &&
+           tls_eq(&o->tls, &dc->tls);
+}
+
+unsigned long
+dbsession_parse_version(const char *s)
+{
+    unsigned major = 0, minor = 0, patch = 0;
+    sscanf(s, "%u.%u.%u", &major, &minor, &patch);
+    return major * 10000UL + minor * 100UL + patch;
+}
+
+static int
+check_version(struct dbsession *s, char *err, size_t errlen)
+{
+    const char *info = mysql_get_server_info(s->db);
+    bool mariadb = info != NULL && strstr(info, "MariaDB") != NULL;
+    unsigned long v = mysql_get_server_version(s->db);
+    if (mariadb && strncmp(info, "5.5.5-", 6) == 0)
+        v = dbsession_parse_version(info + 6);
+    s->mariadb = mariadb;
+    unsigned long min = mariadb ? DBSESSION_MIN_MARIADB : DBSESSION_MIN_MYSQL;
+    if (v >= min)
+        return 0;
+    err_set(err, errlen,
+            "%s: server %s is too old: outboxd needs %s %lu.%lu.%lu or "
+            "later (for SKIP LOCKED)",
+            s->where, info ? info : "?", mariadb ? "MariaDB" : "MySQL",
+            min / 10000, min / 100 % 100, min % 100);
+    s->version = true;
+    return -1;
+}
+
+static int
+session_error(struct dbsession *s, const char *what, char *err, size_t errlen)
+{
+    unsigned code = mysql_errno(s->db);
+    err_set(err, errlen, "%s %s: %s (error %u)", what, s->where,
+            mysql_error(s->db), code);
+    s->last_errno = code;
+    s->read_only = dbsession_errno_is_read_only(code);
+    return -1;
+}
+
+static int
+run_text(struct dbsession *s, const char *sql, char *err, size_t errlen)
+{
+    if (dbsession_query(s, sql, strlen(sql)) != 0)
+        return session_error(s, "session", err, errlen);
+    return 0;
+}
+
+/*
+ * READ COMMITTED: no gap locks against the application's inserts, and
+ * the ordering check sees what other relays committed.  UTC so that
+ * UNIX_TIMESTAMP() and NOW() mean the same on every relay.  None of it
+ * differs between outboxes, so it is set once per session.
+ */
+static int
+setup_session(struct dbsession *s, char *err, size_t errlen)
+{
+    if (run_text(s, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                 err, errlen) < 0 ||
+        run_text(s,
+                 "SET SESSION time_zone = '+00:00', "
+                 "innodb_lock_wait_timeout = " LOCK_WAIT_S ", "
+                 "lock_wait_timeout = " LOCK_WAIT_S,
+                 err, errlen) < 0)
+        return -1;
+    s->statements++;
+    if (mysql_autocommit(s->db, 0) != 0)
+        return session_error(s, "session", err, errlen);
+    return 0;
+}
+
+/*
+ * A server with read_only on is a replica or a demoted primary: even an
+ * account that could write there (SUPER, READ_ONLY ADMIN) must not, so
+ * the session is refused as a claim's 1290 would be, and the caller
+ * reconnects until the address leads to the primary.
+ */
+static int
+check_writable(struct dbsession *s, char *err, size_t errlen)
+{
+    if (s->allow_read_only)
+        return 0;
+    const char *sql = "SELECT @@global.read_only";
+    MYSQL_RES *res = NULL;
+    if (dbsession_query(s, sql, strlen(sql)) != 0 ||
+        (res = mysql_store_result(s->db)) == NULL)
+        return session_error(s, "session", err, errlen);
+    MYSQL_ROW row = mysql_fetch_row(res);
+    bool ro = row != NULL && row[0] != NULL && strcmp(row[0], "0") != 0;
+    mysql_free_result(res);
+    if (!ro)
+        return 0;
+    err_set(err, errlen,
+            "%s: the server has read_only on: a replica or a demoted primary",
+            s->where);
+    s->read_only = true;
+    return -1;
+}
+
+int
+dbsession_open(struct dbsession *s, char *err, size_t errlen)
+{
+    if (s->db != NULL)
+        return 0;
+    s->read_only = s->version = false;
+    s->checks_off = false; /* a new session evaluates them */
+    s->db = dbconn_open(s->dc, s->with_schema, dbconn_seconds(s->io_ms),
+                        s->where, &s->last_errno, err, errlen);
+    if (s->db == NULL)
+        return -1;
+    s->last_errno = 0;
+    if (check_version(s, err, errlen) < 0 ||
+        setup_session(s, err, errlen) < 0 ||
+        check_writable(s, err, errlen) < 0) {
+        dbsession_close(s);
+        return -1;
+    }
+    s->generation++;
+    s->connects++;
+    return 0;
+}
+
+void
+dbsession_close(struct dbsession *s)
+{
+    if (s->db != NULL)
+        mysql_close(s->db);
+    s->db = NULL;
+}
+
+bool
+dbsession_is_open(const struct dbsession *s)
+{
+    return s->db != NULL;
+}
+
+MYSQL *
+dbsession_db(const struct dbsession *s)
+{
+    return s->db;
+}
+
+uint64_t
+dbsession_generation(const struct dbsession *s)
+{
+    return s->generation;
+}
+
+unsigned long
+dbsession_connection_id(const struct dbsession *s)
+{
+    return s->db != NULL ? mysql_thread_id(s->db) : 0;
+}
+
+uint64_t
+dbsession_statement_count(const struct dbsession *s)
+{
+    return s->statements;
+}
+
+uint64_t
+dbsession_connect_count(const struct dbsession *s)
+{
+    return s->connects;
+}
+
+bool
+dbsession_is_mariadb(const struct dbsession *s)
+{
+    return s->mariadb;
+}
+
+void
+dbsession_need_io_ms(struct dbsession *s, uint64_t ms)
+{
+    if (ms > s->io_ms)
+        s->io_ms = ms;
+}
+
+void
+dbsession_allow_read_only(struct dbsession *s)
+{
+    s->allow_read_only = true;
+}
+
+bool
+dbsession_read_only_allowed(const struct dbsession *s)
+{
+    return s->allow_read_only;
+}
+
+int
+dbsession_query(struct dbsession *s, const char *sql, size_t len)
+{
+    s->statements++;
+    return mysql_real_query(s->db, sql, len);
+}
+
+bool
+dbsession_errno_is_connection(unsigned code)
+{
+    return (code >= ERRNO_CLIENT_FIRST && code <= ERRNO_CLIENT_LAST) ||
+           code == ERRNO_SERVER_SHUTDOWN || code == ERRNO_CONNECTION_KILLED ||
+           code == ERRNO_INTERACTION_TIMEOUT;
+}
+
+/*
+ * "This server no longer takes writes": a demoted primary left up
+ * read-only, or a Galera node out of the primary component.  Another
+ * session to the same address may reach the new primary (DNS, a VIP or
+ * a proxy moved), this one never will (docs/contract.md section 9).
+ */
+bool
+dbsession_errno_is_read_only(unsigned code)
+{
+    return code == ERRNO_OPTION_PREVENTS || code == ERRNO_READ_ONLY_MODE ||
+           code == ERRNO_UNKNOWN_COM;
+}
+
+bool
+dbsession_errno_ends_session(unsigned code)
+{
+    return dbsession_errno_is_connection(code) ||
+           dbsession_errno_is_read_only(code);
+}
+
+bool
+dbsession_fail(struct dbsession *s, unsigned code)
+{
+    s->last_errno = code;
+    s->read_only = dbsession_errno_is_read_only(code);
+    if (!dbsession_errno_ends_session(code))
+        return false;
+    dbsession_close(s);
+    return true;
+}
+
+unsigned
+dbsession_last_errno(const struct dbsession *s)
+{
+    return s->last_errno;
+}
+
+bool
+dbsession_last_error_is_read_only(const struct dbsession *s)
+{
+    return s->read_only;
+}
+
+bool
+dbsession_last_error_is_version(const struct dbsession *s)
+{
+    return s->version;
+}
+
+void
+dbsession_refuse_read_only(struct dbsession *s)
+{
+    s->read_only = true;
+    s->last_errno = 0;
+    dbsession_close(s);
+}
+
+bool
+dbsession_checks_off(const struct dbsession *s)
+{
+    return s->checks_off;
+}
+
+int
+dbsession_set_checks_off(struct dbsession *s, bool off)
+{
+    if (s->checks_off == off)
+        return 0;
+    const char *sql = off ? "SET SESSION check_constraint_checks = 0"
+                          : "SET SESSION check_constraint_checks = 1";
+    if (dbsession_query(s, sql, strlen(sql)) != 0)
+        return -1;
+    s->checks_off = off;
+    return 0;
+}

@@ -1,0 +1,96 @@
+/*
+ * dbsession: one MySQL/MariaDB session to one server, set up for the
+ * store (READ COMMITTED, UTC, autocommit off) and shared by the stores
+ * of every outbox on that server that one thread serves.
+ */
+#ifndef OUTBOXD_DBSESSION_H
+#define OUTBOXD_DBSESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <mysql.h>
+
+#include "config.h"
+
+/* Minimum versions with SKIP LOCKED (docs/contract.md section 5). */
+#define DBSESSION_MIN_MYSQL 80001UL
+#define DBSESSION_MIN_MARIADB 100600UL
+
+struct dbsession;
+
+/* A session to dc's server, with no default schema: its users name
+ * their tables `schema`.`table`.  Closed until dbsession_open. */
+struct dbsession *dbsession_new(const struct database_config *dc);
+/*
+ * A store's own session (outboxctl, tests): dc's database is also the
+ * default schema, so that admin's unqualified statements run on it;
+ * where names it in messages.
+ */
+struct dbsession *dbsession_new_private(const struct database_config *dc,
+                                        const char *where);
+void dbsession_free(struct dbsession *s);
+/* Same server and credentials: may serve dc's tables. */
+bool dbsession_serves(const struct dbsession *s,
+                      const struct database_config *dc);
+
+/*
+ * Opens the session if it is closed: connects, checks the server
+ * version, sets the session up and, unless allowed, refuses a server
+ * with read_only on.  Each open that succeeds starts a new generation.
+ */
+int dbsession_open(struct dbsession *s, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/* Ends the session for every user of it; the next open starts anew. */
+void dbsession_close(struct dbsession *s);
+bool dbsession_is_open(const struct dbsession *s);
+MYSQL *dbsession_db(const struct dbsession *s);
+/* Grows at every successful open: a user that checked its table under
+ * another generation checks it again. */
+uint64_t dbsession_generation(const struct dbsession *s);
+/* The server's id of the open session (0 when closed), for KILL. */
+unsigned long dbsession_connection_id(const struct dbsession *s);
+/* Statements sent since dbsession_new, and successful opens. */
+uint64_t dbsession_statement_count(const struct dbsession *s);
+uint64_t dbsession_connect_count(const struct dbsession *s);
+bool dbsession_is_mariadb(const struct dbsession *s);
+
+/* Reads and writes wait at least ms (a lease) from the next open on. */
+void dbsession_need_io_ms(struct dbsession *s, uint64_t ms);
+/* No read_only check at open (outboxctl, which may only read). */
+void dbsession_allow_read_only(struct dbsession *s);
+bool dbsession_read_only_allowed(const struct dbsession *s);
+
+/* Runs one statement, counted; mysql_real_query's result. */
+int dbsession_query(struct dbsession *s, const char *sql, size_t len);
+/*
+ * Records that a statement failed with code and ends the session when
+ * the code means it cannot go on (dbsession_errno_ends_session):
+ * true then.
+ */
+bool dbsession_fail(struct dbsession *s, unsigned code);
+/* The connection is gone or unusable: lost, killed, shut down, 2xxx. */
+bool dbsession_errno_is_connection(unsigned code);
+/* The server refuses writes (1290, 1836, Galera's 1047). */
+bool dbsession_errno_is_read_only(unsigned code);
+bool dbsession_errno_ends_session(unsigned code);
+
+/* How the last open or dbsession_fail ended. */
+unsigned dbsession_last_errno(const struct dbsession *s);
+bool dbsession_last_error_is_read_only(const struct dbsession *s);
+bool dbsession_last_error_is_version(const struct dbsession *s);
+/* Ends the session on a server found read-only. */
+void dbsession_refuse_read_only(struct dbsession *s);
+
+/*
+ * MariaDB's check_constraint_checks, a session variable whose right
+ * value is per table: the session keeps the value it last set (on at
+ * open), and this sets it only when it differs.
+ */
+bool dbsession_checks_off(const struct dbsession *s);
+int dbsession_set_checks_off(struct dbsession *s, bool off);
+
+/* "5.5.5-10.11.6-MariaDB" to 101106. */
+unsigned long dbsession_parse_version(const char *s);
+
+#endif
