@@ -28,7 +28,16 @@ enum {
 };
 
 struct dbsession {
-    const struct database_config *dc;
+    const struct database_config *dc; /* &server, or a private one's own */
+    /* A shared session's copy of what it connects with: the entry it was
+     * made for (a tenant's, say) may go while others still use it. */
+    struct database_config server;
+    /* A shared session that failed to open refuses again, with the same
+     * error, until retry_ms: a server that hangs on connect would
+     * otherwise cost every outbox on the thread its connect timeout. */
+    unsigned open_failures;
+    uint64_t retry_ms;
+    char open_err[ERR_LEN];
     char *where;      /* for messages */
     bool with_schema; /* a private session: dc's database is the default */
     MYSQL *db;        /* open, version checked, session set up */
@@ -63,10 +72,53 @@ session_new(const struct database_config *dc, bool with_schema, char *where)
     return s;
 }
 
+static char *
+dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+/* What dbconn_open reads of an entry, with no schema and no outboxes. */
+static void
+server_copy(struct database_config *to, const struct database_config *dc)
+{
+    *to = (struct database_config){
+        .name = dup_or_null(dc->name),
+        .host = dup_or_null(dc->host),
+        .port = dc->port,
+        .socket = dup_or_null(dc->socket),
+        .user = dup_or_null(dc->user),
+        .password = dup_or_null(dc->password),
+        .connect_timeout_ms = dc->connect_timeout_ms,
+        .wake = dc->wake,
+        .tls = dc->tls,
+    };
+    to->tls.ca_file = dup_or_null(dc->tls.ca_file);
+    to->tls.cert_file = dup_or_null(dc->tls.cert_file);
+    to->tls.key_file = dup_or_null(dc->tls.key_file);
+}
+
+static void
+server_free(struct database_config *c)
+{
+    free(c->name);
+    free(c->host);
+    free(c->socket);
+    free(c->user);
+    free(c->password);
+    free(c->tls.ca_file);
+    free(c->tls.cert_file);
+    free(c->tls.key_file);
+}
+
 struct dbsession *
 dbsession_new(const struct database_config *dc)
 {
-    return session_new(dc, false, xstrdup(dc->name ? dc->name : "database"));
+    struct dbsession *s =
+        session_new(dc, false, xstrdup(dc->name ? dc->name : "database"));
+    server_copy(&s->server, dc);
+    s->dc = &s->server;
+    return s;
 }
 
 struct dbsession *
@@ -81,6 +133,8 @@ dbsession_free(struct dbsession *s)
     if (s == NULL)
         return;
     dbsession_close(s);
+    if (s->dc == &s->server)
+        server_free(&s->server);
     free(s->where);
     free(s);
 }
@@ -216,26 +270,44 @@ check_writable(struct dbsession *s, char *err, size_t errlen)
     return -1;
 }
 
+/* Half the workers' own reconnect backoff (1 s doubling to 30 s): the
+ * first of them to come back after it connects for all. */
+static void
+open_failed(struct dbsession *s, const char *err)
+{
+    s->retry_ms = clock_ms() + backoff_ms(s->open_failures++, 500, 15000);
+    str_copy(s->open_err, err, sizeof(s->open_err));
+}
+
 int
 dbsession_open(struct dbsession *s, char *err, size_t errlen)
 {
     if (s->db != NULL)
         return 0;
+    if (!s->with_schema && clock_ms() < s->retry_ms) {
+        str_copy(err, s->open_err, errlen);
+        return -1;
+    }
     s->read_only = s->version = false;
     s->checks_off = false; /* a new session evaluates them */
     s->db = dbconn_open(s->dc, s->with_schema, dbconn_seconds(s->io_ms),
                         s->where, &s->last_errno, err, errlen);
-    if (s->db == NULL)
+    if (s->db == NULL) {
+        open_failed(s, err);
         return -1;
+    }
     s->last_errno = 0;
     if (check_version(s, err, errlen) < 0 ||
         setup_session(s, err, errlen) < 0 ||
         check_writable(s, err, errlen) < 0) {
         dbsession_close(s);
+        open_failed(s, err);
         return -1;
     }
     s->generation++;
     s->connects++;
+    s->open_failures = 0;
+    s->retry_ms = 0;
     return 0;
 }
 

@@ -32,7 +32,7 @@ struct tenant {
 struct entry {
     struct tenants *t;
     const struct database_config *cfg;
-    char *group; /* discover_group_name: the metrics name for all */
+    char *group;          /* discover_group_name: the metrics name for all */
     MYSQL *session;       /* the helper's only */
     struct helper helper; /* runs the discovery beside the main loop */
     struct event *timer;  /* time to ask again */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "dbsession.h"
 #include "logrepeat.h"
 #include "pacer.h"
 #include "pool.h"
@@ -78,6 +79,7 @@ struct worker {
     struct broker_config pending_broker;
     bool pending;
     struct store *store;
+    struct dbsession *session; /* the thread's, for this server */
     struct publisher *pub;
     struct relay relay;
     bool busy; /* the last cycle was full: pool_thread_busy counts it */
@@ -186,6 +188,28 @@ wait_unblocked_fn(void *pub, uint64_t deadline_ms, char *err, size_t errlen)
     return publisher_wait_unblocked(pub, deadline_ms, err, errlen);
 }
 
+/* The outboxes of a thread share a session per server (dbsession.h). */
+static bool
+session_serves(const void *obj, const void *key)
+{
+    return dbsession_serves(obj, key);
+}
+
+static void *
+session_make(const void *key)
+{
+    return dbsession_new(key);
+}
+
+static void
+session_drop(void *obj)
+{
+    dbsession_free(obj);
+}
+
+static const struct pool_share_kind session_kind = {session_serves,
+                                                    session_make, session_drop};
+
 struct worker *
 worker_new(const struct outbox_config *ob, const char *relay_id,
            struct pool_thread *thread)
@@ -202,7 +226,8 @@ worker_new(const struct outbox_config *ob, const char *relay_id,
     w->pending_broker = w->broker_live;
     pthread_mutex_init(&w->pending_lock, NULL);
     w->relay_id = relay_id;
-    w->store = store_new(w->ob, NULL);
+    w->session = pool_thread_share(thread, &session_kind, ob->database);
+    w->store = store_new(w->ob, w->session);
     char *name = xasprintf("outboxd %s %s", relay_id, ob->name);
     w->pub = publisher_new(w->ob->broker, name);
     free(name);
@@ -748,7 +773,8 @@ worker_free(struct worker *w)
         return;
     pool_unassign(w->thread);
     relay_fini(&w->relay);
-    store_free(w->store);
+    store_free(w->store); /* before its session, which it may be last on */
+    pool_thread_unshare(w->thread, &session_kind, w->session);
     publisher_free(w->pub);
     if (w->tick)
         event_free(w->tick);
