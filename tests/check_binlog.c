@@ -161,7 +161,7 @@ notify(void *arg, bool inserted)
 
 struct fixture {
     struct binlog_format fmt;
-    struct binlog_watch w[2];
+    struct binlog_watchset ws;
     struct binlog_tracker t;
     bool crc;
 };
@@ -172,20 +172,21 @@ fx_init(struct fixture *f, bool crc)
     memset(f, 0, sizeof(*f));
     memset(seen, 0, sizeof(seen));
     f->crc = crc;
-    f->w[0] = (struct binlog_watch){.schema = "shop",
-                                    .table = "outbox_event",
-                                    .notify = notify,
-                                    .arg = &seen[0]};
-    f->w[1] = (struct binlog_watch){.schema = "billing",
-                                    .table = "outbox",
-                                    .notify = notify,
-                                    .arg = &seen[1]};
-    binlog_tracker_init(&f->t, f->w, 2);
+    binlog_watchset_init(&f->ws);
+    binlog_watch_add(&f->ws, "shop", "outbox_event", notify, &seen[0]);
+    binlog_watch_add(&f->ws, "billing", "outbox", notify, &seen[1]);
+    binlog_tracker_init(&f->t, &f->ws);
     struct pkt p;
     struct binlog_event ev;
     build_format(&p, crc);
     ck_assert_int_eq(binlog_parse(&f->fmt, p.b, p.n, &ev, NULL, 0), 0);
     ck_assert_int_eq(ev.kind, BINLOG_FORMAT);
+}
+
+static void
+fx_free(struct fixture *f)
+{
+    binlog_watchset_clear(&f->ws);
 }
 
 static enum binlog_kind
@@ -236,8 +237,10 @@ START_TEST(test_format)
     ck_assert_uint_eq(f.fmt.header_len, 19);
     ck_assert_uint_eq(f.fmt.post_len[T_TABLE_MAP], 8);
     ck_assert_uint_eq(f.fmt.post_len[T_MARIA_GTID], 19);
+    fx_free(&f);
     fx_init(&f, false);
     ck_assert(!f.fmt.crc32);
+    fx_free(&f);
 }
 END_TEST
 
@@ -253,6 +256,7 @@ START_TEST(test_insert_told_at_commit)
     ck_assert_int_eq(seen[0].commits, 1);
     ck_assert_int_eq(seen[0].inserts, 1);
     ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -269,6 +273,7 @@ START_TEST(test_rows_v2_and_table_id_reuse)
     feed_rows(&f, "billing", "invoices", T_WRITE_V2, 0x123456789aULL);
     feed_xid(&f);
     ck_assert_int_eq(seen[1].commits, 1);
+    fx_free(&f);
 }
 END_TEST
 
@@ -282,6 +287,7 @@ START_TEST(test_update_is_a_change_not_an_insert)
     feed_xid(&f);
     ck_assert_int_eq(seen[0].commits, 1);
     ck_assert_int_eq(seen[0].inserts, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -295,6 +301,7 @@ START_TEST(test_other_tables_do_not_wake)
     feed_xid(&f);
     ck_assert_int_eq(seen[0].commits, 0);
     ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -309,6 +316,7 @@ START_TEST(test_rollback_forgets)
     feed_query(&f, "shop", "BEGIN");
     feed_query(&f, "shop", "COMMIT");
     ck_assert_int_eq(seen[0].commits, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -333,6 +341,7 @@ START_TEST(test_statements)
     feed_query(&f, "shop", "INSERT INTO outbox_event_archive VALUES (3)");
     feed_query(&f, "other", "INSERT INTO outbox_event VALUES (3)");
     ck_assert_int_eq(seen[0].inserts, 1);
+    fx_free(&f);
 }
 END_TEST
 
@@ -346,6 +355,7 @@ START_TEST(test_compressed_statement)
     ck_assert_int_eq(feed(&f, &p), BINLOG_STATEMENT);
     ck_assert_int_eq(seen[0].inserts, 1);
     ck_assert_int_eq(seen[1].inserts, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -358,6 +368,7 @@ START_TEST(test_heartbeat_and_unknown)
     ck_assert_int_eq(feed(&f, &p), BINLOG_HEARTBEAT);
     build_bare(&p, 99, true);
     ck_assert_int_eq(feed(&f, &p), BINLOG_OTHER);
+    fx_free(&f);
 }
 END_TEST
 
@@ -375,6 +386,7 @@ START_TEST(test_map_overflow)
     feed_rows(&f, "shop", "outbox_event", T_WRITE, 1);
     feed_xid(&f);
     ck_assert_int_eq(seen[0].inserts, 1);
+    fx_free(&f);
 }
 END_TEST
 
@@ -406,6 +418,7 @@ START_TEST(test_malformed)
     p.b[1 + 9] = 0xff; /* an event larger than its packet */
     ck_assert_int_eq(binlog_parse(&f.fmt, p.b, p.n, &ev, err, 256), -1);
     ck_assert_ptr_nonnull(strstr(err, "bytes"));
+    fx_free(&f);
 }
 END_TEST
 
@@ -440,6 +453,7 @@ START_TEST(test_real_stream)
     ck_assert_int_eq(seen[0].inserts, 2);
     ck_assert_int_eq(seen[0].commits, 3);
     ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
 }
 END_TEST
 
