@@ -638,6 +638,40 @@ churn_clients(struct fx *f, struct binlog_stream *s, const char *table)
     }
 }
 
+/* The relay account of f as a database entry of the binlog server. */
+static struct database_config
+fx_binlog_db(struct fx *f)
+{
+    return (struct database_config){.host = "127.0.0.1",
+                                    .port = IT_DB_BINLOG_PORT,
+                                    .user = f->user,
+                                    .password = f->password,
+                                    .database = f->db,
+                                    .connect_timeout_ms = 5000};
+}
+
+/* A stream started with no client serves the first one added later:
+ * told live, and woken by its table's commits. */
+START_TEST(test_watch_list_from_empty)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    struct database_config db = fx_binlog_db(&f);
+    struct told t = {0};
+    struct binlog_stream *s = binlog_stream_new(&db);
+    ck_assert_int_eq(binlog_stream_start(s), 0);
+    /* Its dump under way, it reads with no one to tell. */
+    ck_assert_msg(IT_WAIT(SLOW_MS, fx_dumps(&f) == 1), "no binlog dump");
+    watch(s, f.db, "outbox_event", &t);
+    ck_assert_msg(IT_WAIT(SLOW_MS, t.live), "the stream never went live");
+    insert_into(&f, "outbox_event", "late-1");
+    ck_assert_msg(IT_WAIT(SLOW_MS, t.inserts == 1), "told %d inserts of 1",
+                  (int)t.inserts);
+    binlog_stream_free(s);
+    fx_close(&f);
+}
+END_TEST
+
 /*
  * A stream started with one client: a second, added while it runs, is
  * told it is live and woken by commits into its table; the first,
@@ -648,12 +682,7 @@ START_TEST(test_watch_list_live)
     struct fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
     it_db_exec(f.sql, "CREATE TABLE second_event LIKE outbox_event");
-    struct database_config db = {.host = "127.0.0.1",
-                                 .port = IT_DB_BINLOG_PORT,
-                                 .user = f.user,
-                                 .password = f.password,
-                                 .database = f.db,
-                                 .connect_timeout_ms = 5000};
+    struct database_config db = fx_binlog_db(&f);
     struct told first = {0}, second = {0};
     struct binlog_stream *s = binlog_stream_new(&db);
     watch(s, f.db, "outbox_event", &first);
@@ -713,6 +742,7 @@ it_wake_suite(void)
     tc = tcase_create("watch_list");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_watch_list_live);
+    tcase_add_test(tc, test_watch_list_from_empty);
     suite_add_tcase(s, tc);
     return s;
 }
