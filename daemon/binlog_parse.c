@@ -373,8 +373,10 @@ map_table(struct binlog_tracker *t, const struct binlog_event *ev)
 {
     size_t slot = t->nmap;
     for (size_t i = 0; i < t->nmap; i++)
-        if (t->map[i].table_id == ev->table_id)
+        if (t->map[i].table_id == ev->table_id) {
             slot = i;
+            break;
+        }
     if (slot == BINLOG_MAP_SLOTS) {
         slot = t->map_next;
         t->map_next = (slot + 1) % BINLOG_MAP_SLOTS;
