@@ -9,7 +9,6 @@
 #include "binlog.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,18 +37,22 @@
 struct binlog_stream {
     const struct database_config *db;
     char name[300];
-    struct binlog_client *clients;
-    struct binlog_watch *watches;
-    size_t n;
+    /* The watches, their clients (each a binlog_client of its own, the
+     * watch's arg) and the tracker: changed by add and remove on other
+     * threads, so the stream holds it while it feeds an event. */
+    pthread_mutex_t watch_lock;
+    struct binlog_watchset ws;     /* under watch_lock */
+    struct binlog_tracker tracker; /* under watch_lock */
+    bool live;                     /* under watch_lock */
+    uint64_t failovers;            /* under watch_lock: see failed_over */
+    uint64_t polled_at;            /* when failed_over last asked */
     pthread_t thread;
     bool started;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int sock;      /* the open stream's socket, -1: none (under lock) */
     bool stopping; /* under lock */
-    _Atomic bool live;
-    uint64_t failovers; /* its clients' failovers when it connected */
-    bool followed;      /* the last stream ended to follow a failover */
+    bool followed; /* the last stream ended to follow a failover */
     unsigned failures;
     char last_error[ERR_LEN];
 };
@@ -65,6 +68,9 @@ binlog_stream_new(const struct database_config *db)
         snprintf(s->name, sizeof(s->name), "%s:%u",
                  db->host ? db->host : "127.0.0.1", db->port ? db->port : 3306);
     s->sock = -1;
+    binlog_watchset_init(&s->ws);
+    binlog_tracker_init(&s->tracker, &s->ws);
+    pthread_mutex_init(&s->watch_lock, NULL);
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -96,20 +102,65 @@ client_commit(void *arg, bool inserted)
     c->commit(c->arg, inserted);
 }
 
+static uint64_t
+client_failovers(const struct binlog_client *c)
+{
+    return c->failovers != NULL ? c->failovers(c->arg) : 0;
+}
+
+/* The sum of the clients' failovers (struct binlog_client); under the
+ * watch lock. */
+static uint64_t
+clients_failovers(const struct binlog_stream *s)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->ws.n; i++)
+        n += client_failovers(s->ws.all[i]->arg);
+    return n;
+}
+
 void
 binlog_stream_add(struct binlog_stream *s, const char *schema,
                   const char *table, const struct binlog_client *c)
 {
-    s->clients = xrealloc(s->clients, (s->n + 1) * sizeof(*s->clients));
-    s->watches = xrealloc(s->watches, (s->n + 1) * sizeof(*s->watches));
-    s->clients[s->n] = *c;
-    s->watches[s->n] = (struct binlog_watch){.schema = schema, .table = table};
-    s->n++;
-    /* The arrays moved: point every watch at its client again. */
-    for (size_t i = 0; i < s->n; i++) {
-        s->watches[i].notify = client_commit;
-        s->watches[i].arg = &s->clients[i];
+    struct binlog_client *own = xmalloc(sizeof(*own));
+    *own = *c;
+    pthread_mutex_lock(&s->watch_lock);
+    binlog_watch_add(&s->ws, schema, table, client_commit, own);
+    /* Its failovers so far are no news: the stream already reads the
+     * server they led to, or connects to it next. */
+    s->failovers += client_failovers(own);
+    if (s->live)
+        own->state(own->arg, true);
+    pthread_mutex_unlock(&s->watch_lock);
+}
+
+void
+binlog_stream_remove(struct binlog_stream *s, void *client_arg)
+{
+    pthread_mutex_lock(&s->watch_lock);
+    /* Downwards: a removal moves the last watch, already seen, into i. */
+    for (size_t i = s->ws.n; i-- > 0;) {
+        struct binlog_watch *w = s->ws.all[i];
+        struct binlog_client *c = w->arg;
+        if (c->arg != client_arg)
+            continue;
+        /* What the sum loses, the baseline does too: a failover of its
+         * not yet followed is still one. */
+        s->failovers -= client_failovers(c);
+        binlog_watch_remove(&s->ws, w);
+        free(c);
     }
+    pthread_mutex_unlock(&s->watch_lock);
+}
+
+size_t
+binlog_stream_watches(struct binlog_stream *s)
+{
+    pthread_mutex_lock(&s->watch_lock);
+    size_t n = s->ws.n;
+    pthread_mutex_unlock(&s->watch_lock);
+    return n;
 }
 
 const char *
@@ -118,25 +169,38 @@ binlog_stream_name(const struct binlog_stream *s)
     return s->name;
 }
 
+/* Under the watch lock, so that a client added meanwhile is told once. */
 static void
-set_live(struct binlog_stream *s, bool live)
+set_live_locked(struct binlog_stream *s, bool live)
 {
     if (s->live == live)
         return;
     s->live = live;
-    for (size_t i = 0; i < s->n; i++)
-        s->clients[i].state(s->clients[i].arg, live);
+    for (size_t i = 0; i < s->ws.n; i++) {
+        struct binlog_client *c = s->ws.all[i]->arg;
+        c->state(c->arg, live);
+    }
 }
 
-/* The sum of the clients' failovers (struct binlog_client). */
-static uint64_t
-clients_failovers(const struct binlog_stream *s)
+static void
+set_live(struct binlog_stream *s, bool live)
 {
-    uint64_t n = 0;
-    for (size_t i = 0; i < s->n; i++)
-        if (s->clients[i].failovers != NULL)
-            n += s->clients[i].failovers(s->clients[i].arg);
-    return n;
+    pthread_mutex_lock(&s->watch_lock);
+    set_live_locked(s, live);
+    pthread_mutex_unlock(&s->watch_lock);
+}
+
+/* Under the watch lock: whether a client's session failed over since
+ * the stream connected.  Asked at most every BINLOG_FAILOVER_POLL_MS, as
+ * it costs a call per client. */
+static bool
+failed_over(struct binlog_stream *s)
+{
+    uint64_t now = clock_ms();
+    if (s->polled_at != 0 && now - s->polled_at < BINLOG_FAILOVER_POLL_MS)
+        return false;
+    s->polled_at = now;
+    return clients_failovers(s) != s->failovers;
 }
 
 static bool
@@ -283,13 +347,46 @@ request_dump(struct binlog_stream *s, MYSQL *db, const char *file,
 #endif
 
 static void
-log_live(struct binlog_stream *s, const char *file, unsigned long pos)
+log_live(struct binlog_stream *s, size_t n, const char *file, unsigned long pos)
 {
-    char outboxes[16];
-    snprintf(outboxes, sizeof(outboxes), "%zu", s->n);
+    char outboxes[24];
+    snprintf(outboxes, sizeof(outboxes), "%zu", n);
     log_info(LOG_KV("server", s->name, "outboxes", outboxes),
              "binlog stream live from %s:%lu: commits wake their outboxes",
              file, pos);
+}
+
+/*
+ * One event, under the watch lock: it may end the stream (-1) to follow
+ * a failover, make it live, and tell the clients of its commits.  A
+ * demoted primary stays up and keeps streaming, but commits now happen
+ * where the outbox's session went: the stream goes there too.
+ */
+static int
+feed_event(struct binlog_stream *s, const struct binlog_event *ev,
+           uint64_t *live_since, const char *file, unsigned long pos, char *err,
+           size_t errlen)
+{
+    pthread_mutex_lock(&s->watch_lock);
+    bool follow = failed_over(s);
+    bool first = !follow && *live_since == 0;
+    size_t n = s->ws.n;
+    if (first)
+        set_live_locked(s, true);
+    if (!follow)
+        binlog_tracker_feed(&s->tracker, ev);
+    pthread_mutex_unlock(&s->watch_lock);
+    if (follow) {
+        err_set(err, errlen, "its database failed over: following it");
+        s->followed = true;
+        return -1;
+    }
+    if (first) {
+        *live_since = clock_ms();
+        log_live(s, n, file, pos);
+        s->last_error[0] = '\0';
+    }
+    return 0;
 }
 
 /*
@@ -303,9 +400,10 @@ read_events(struct binlog_stream *s, MYSQL *db, const char *file,
             unsigned long pos, uint64_t *live_since, char *err, size_t errlen)
 {
     struct binlog_format fmt = {0};
-    struct binlog_tracker tracker;
     struct binlog_event ev;
-    binlog_tracker_init(&tracker, s->watches, s->n);
+    pthread_mutex_lock(&s->watch_lock);
+    binlog_tracker_reset(&s->tracker);
+    pthread_mutex_unlock(&s->watch_lock);
     for (;;) {
         unsigned long n = mysql_net_read_packet(db);
         if (n == packet_error &&
@@ -321,22 +419,9 @@ read_events(struct binlog_stream *s, MYSQL *db, const char *file,
             err_set(err, errlen, "the server ended the binlog stream");
             return -1;
         }
-        if (binlog_parse(&fmt, p, n, &ev, err, errlen) < 0)
+        if (binlog_parse(&fmt, p, n, &ev, err, errlen) < 0 ||
+            feed_event(s, &ev, live_since, file, pos, err, errlen) < 0)
             return -1;
-        /* A demoted primary stays up and keeps streaming, but commits
-         * now happen where the outbox's session went: go there too. */
-        if (clients_failovers(s) != s->failovers) {
-            err_set(err, errlen, "its database failed over: following it");
-            s->followed = true;
-            return -1;
-        }
-        if (*live_since == 0) {
-            *live_since = clock_ms();
-            log_live(s, file, pos);
-            s->last_error[0] = '\0';
-            set_live(s, true);
-        }
-        binlog_tracker_feed(&tracker, &ev);
     }
 }
 
@@ -360,7 +445,10 @@ stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
         io_s = dbconn_seconds(BINLOG_HEARTBEAT_MS * BINLOG_STALL_BEATS);
     char file[256];
     unsigned long pos = 0;
+    pthread_mutex_lock(&s->watch_lock);
     s->failovers = clients_failovers(s);
+    s->polled_at = 0;
+    pthread_mutex_unlock(&s->watch_lock);
     MYSQL *db = dbconn_open(s->db, false, io_s, s->name, &code, err, errlen);
     if (db == NULL)
         return;
@@ -456,8 +544,10 @@ binlog_stream_free(struct binlog_stream *s)
     if (s->started)
         pthread_join(s->thread, NULL);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->watch_lock);
     pthread_cond_destroy(&s->cond);
-    free(s->clients);
-    free(s->watches);
+    for (size_t i = 0; i < s->ws.n; i++)
+        free(s->ws.all[i]->arg);
+    binlog_watchset_clear(&s->ws);
     free(s);
 }

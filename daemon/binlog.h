@@ -8,6 +8,7 @@
 #define OUTBOXD_BINLOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -17,20 +18,27 @@
 #define BINLOG_HEARTBEAT_MS 1000
 #define BINLOG_STALL_BEATS 3
 
-/* What a stream tells each outbox it serves, on the stream's thread:
- * both must return at once (the workers' own threads do the work). */
+/* What a stream tells each outbox it serves, on the stream's thread and
+ * under its lock: each must return at once (the workers' own threads do
+ * the work), and none may call binlog_stream_add or _remove. */
 struct binlog_client {
     /* A transaction that wrote the table committed; inserted: it
      * inserted rows (else it only updated or deleted some). */
     void (*commit)(void *arg, bool inserted);
-    /* The stream went live, or down: poll with the matching ceiling. */
+    /* The stream went live, or down: poll with the matching ceiling.
+     * A client added to a live stream is told live at once, from the
+     * thread that adds it. */
     void (*state)(void *arg, bool live);
     /* How many times the outbox's session left a server that refused
      * writes for a writable one; when it changes, the stream connects
-     * again, to follow the outbox to the new primary.  NULL: never. */
+     * again, to follow the outbox to the new primary.  NULL: never.
+     * Polled over every client, at most every BINLOG_FAILOVER_POLL_MS. */
     uint64_t (*failovers)(void *arg);
     void *arg;
 };
+
+/* How often the stream asks its clients for their failovers. */
+#define BINLOG_FAILOVER_POLL_MS 100
 
 struct binlog_stream;
 
@@ -39,9 +47,18 @@ struct binlog_stream *binlog_stream_new(const struct database_config *db);
 /* Whether s reads the server that db names, as db's user. */
 bool binlog_stream_serves(const struct binlog_stream *s,
                           const struct database_config *db);
-/* Before start: watch schema.table for c. */
+/* Watches schema.table (copied) for c, from now on: before start or
+ * while the stream runs, from any thread but the stream's.  The same
+ * table may be watched by several clients, and one client may watch
+ * several tables.  A stream with no client still reads, cheaply. */
 void binlog_stream_add(struct binlog_stream *s, const char *schema,
                        const char *table, const struct binlog_client *c);
+/* Stops every watch of the client whose arg is client_arg: once it
+ * returns no callback of it runs (one in progress has finished), so the
+ * caller may free client_arg.  O(watches); a client not found is none. */
+void binlog_stream_remove(struct binlog_stream *s, void *client_arg);
+/* How many watches s holds. */
+size_t binlog_stream_watches(struct binlog_stream *s);
 int binlog_stream_start(struct binlog_stream *s);
 /* Ends the stream's read at once; its thread ends soon after. */
 void binlog_stream_stop(struct binlog_stream *s);

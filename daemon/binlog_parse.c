@@ -340,133 +340,182 @@ binlog_parse(struct binlog_format *fmt, const unsigned char *pkt, size_t len,
 /* ---- the tracker ---- */
 
 void
-binlog_tracker_init(struct binlog_tracker *t, struct binlog_watch *watches,
-                    size_t n)
+binlog_tracker_init(struct binlog_tracker *t, struct binlog_watchset *ws)
 {
-    memset(t, 0, sizeof(*t));
-    t->watches = watches;
-    t->nwatches = n;
+    t->watches = ws;
     binlog_tracker_reset(t);
+}
+
+/* Every touched watch untouched, the map of the transaction forgotten. */
+static void
+forget(struct binlog_tracker *t)
+{
+    struct binlog_watch *w = t->watches->touched;
+    while (w != NULL) {
+        struct binlog_watch *next = w->next_touched;
+        w->touched = w->inserted = false;
+        w->next_touched = NULL;
+        w = next;
+    }
+    t->watches->touched = NULL;
+    t->nmap = t->map_next = 0;
+    t->in_trx = false;
 }
 
 void
 binlog_tracker_reset(struct binlog_tracker *t)
 {
-    for (size_t i = 0; i < t->nwatches; i++)
-        t->watches[i].touched = t->watches[i].inserted = false;
-    t->nmap = t->map_next = 0;
-    t->in_trx = false;
-}
-
-static bool
-name_eq(const char *name, const char *s, size_t n)
-{
-    return strlen(name) == n && strncasecmp(name, s, n) == 0;
-}
-
-static int
-find_watch(const struct binlog_tracker *t, const struct binlog_event *ev)
-{
-    for (size_t i = 0; i < t->nwatches; i++)
-        if (name_eq(t->watches[i].schema, ev->schema, ev->schema_len) &&
-            name_eq(t->watches[i].table, ev->table, ev->table_len))
-            return (int)i;
-    return -1;
+    forget(t);
 }
 
 static void
 map_table(struct binlog_tracker *t, const struct binlog_event *ev)
 {
-    int w = find_watch(t, ev);
+    size_t slot = t->nmap;
     for (size_t i = 0; i < t->nmap; i++)
         if (t->map[i].table_id == ev->table_id) {
-            t->map[i].watch = w;
-            return;
+            slot = i;
+            break;
         }
-    size_t slot = t->nmap < BINLOG_MAP_SLOTS ? t->nmap++ : t->map_next;
-    if (t->nmap == BINLOG_MAP_SLOTS)
+    if (slot == BINLOG_MAP_SLOTS) {
+        slot = t->map_next;
         t->map_next = (slot + 1) % BINLOG_MAP_SLOTS;
+    } else if (slot == t->nmap) {
+        t->nmap++;
+    }
+    /* Names longer than a table map can carry match no watch. */
+    bool fits =
+        ev->schema_len <= BINLOG_NAME_MAX && ev->table_len <= BINLOG_NAME_MAX;
     t->map[slot].table_id = ev->table_id;
-    t->map[slot].watch = w;
+    t->map[slot].schema_len = fits ? (uint8_t)ev->schema_len : 0;
+    t->map[slot].table_len = fits ? (uint8_t)ev->table_len : 0;
+    memcpy(t->map[slot].schema, ev->schema, t->map[slot].schema_len);
+    memcpy(t->map[slot].table, ev->table, t->map[slot].table_len);
+    t->map[slot].hash =
+        binlog_watch_hash(t->map[slot].schema, t->map[slot].schema_len,
+                          t->map[slot].table, t->map[slot].table_len);
 }
 
 static void
-touch(struct binlog_watch *w, bool inserted)
+touch(struct binlog_tracker *t, struct binlog_watch *w, bool inserted)
 {
-    w->touched = true;
+    if (!w->touched) {
+        w->touched = true;
+        w->next_touched = t->watches->touched;
+        t->watches->touched = w;
+    }
     w->inserted = w->inserted || inserted;
+}
+
+/* Touches every watch of schema.table. */
+static void
+touch_named(struct binlog_tracker *t, const char *schema, size_t slen,
+            const char *table, size_t tlen, bool inserted)
+{
+    uint64_t h = binlog_watch_hash(schema, slen, table, tlen);
+    for (struct binlog_watch *w = NULL;
+         (w = binlog_watch_next(t->watches, w, h, schema, slen, table, tlen));)
+        touch(t, w, inserted);
 }
 
 static void
 rows_seen(struct binlog_tracker *t, const struct binlog_event *ev)
 {
     for (size_t i = 0; i < t->nmap; i++)
-        if (t->map[i].table_id == ev->table_id && t->map[i].watch >= 0) {
-            touch(&t->watches[t->map[i].watch], ev->kind == BINLOG_ROWS_WRITE);
+        if (t->map[i].table_id == ev->table_id) {
+            touch_named(t, t->map[i].schema, t->map[i].schema_len,
+                        t->map[i].table, t->map[i].table_len,
+                        ev->kind == BINLOG_ROWS_WRITE);
             return;
         }
 }
 
+/* Bytes past ASCII are letters of an identifier, as MySQL has it. */
 static bool
 is_ident_char(char c)
 {
-    return isalnum((unsigned char)c) || c == '_' || c == '$';
+    return isalnum((unsigned char)c) || c == '_' || c == '$' ||
+           (unsigned char)c >= 0x80;
 }
 
-/* Whether text names name as a whole identifier, in any letter case. */
+/* One identifier of a statement's text, and whether a lone '.' joins it
+ * to the one before (schema.table). */
+struct ident {
+    const char *s;
+    size_t n;
+    bool dotted;
+};
+
+/* The next identifier at or after *p, bare or backquoted; false: none. */
 static bool
-names(const char *text, size_t len, const char *name)
+next_ident(const char **p, const char *end, struct ident *id)
 {
-    size_t n = strlen(name);
-    for (size_t i = 0; n > 0 && i + n <= len; i++) {
-        if (strncasecmp(text + i, name, n) != 0)
-            continue;
-        bool before = i == 0 || !is_ident_char(text[i - 1]);
-        bool after = i + n == len || !is_ident_char(text[i + n]);
-        if (before && after)
-            return true;
+    const char *q = *p;
+    int dots = 0;
+    bool spaces_only = true;
+    for (; q < end && !is_ident_char(*q) && *q != '`'; q++) {
+        if (*q == '.')
+            dots++;
+        else if (!isspace((unsigned char)*q))
+            spaces_only = false;
     }
-    return false;
+    if (q == end)
+        return false;
+    id->dotted = spaces_only && dots == 1;
+    if (*q == '`') {
+        const char *close = memchr(q + 1, '`', (size_t)(end - q - 1));
+        id->s = q + 1;
+        id->n = (size_t)((close != NULL ? close : end) - id->s);
+        *p = close != NULL ? close + 1 : end;
+        return true;
+    }
+    for (id->s = q; q < end && is_ident_char(*q); q++)
+        ;
+    id->n = (size_t)(q - id->s);
+    *p = q;
+    return true;
 }
 
 /* A statement logged as text: a hint by name, which a false match only
- * costs one claim. */
+ * costs one claim.  Each identifier is a table of the default schema, or
+ * of the one before it with a dot between. */
 static void
 statement_seen(struct binlog_tracker *t, const struct binlog_event *ev)
 {
-    if (!ev->text_inserts && !ev->text_unknown)
+    if (ev->text_unknown) {
+        for (struct binlog_watch *w = NULL;
+             (w = binlog_watch_next_in_schema(t->watches, w, ev->schema,
+                                              ev->schema_len));)
+            touch(t, w, true);
         return;
-    for (size_t i = 0; i < t->nwatches; i++) {
-        struct binlog_watch *w = &t->watches[i];
-        bool in_schema = name_eq(w->schema, ev->schema, ev->schema_len);
-        if (ev->text_unknown
-                ? in_schema
-                : names(ev->text, ev->text_len, w->table) &&
-                      (in_schema || names(ev->text, ev->text_len, w->schema)))
-            touch(w, true);
+    }
+    if (!ev->text_inserts)
+        return;
+    const char *p = ev->text, *end = ev->text + ev->text_len;
+    struct ident prev = {0}, id;
+    while (next_ident(&p, end, &id)) {
+        if (id.dotted && prev.s != NULL)
+            touch_named(t, prev.s, prev.n, id.s, id.n, true);
+        else
+            touch_named(t, ev->schema, ev->schema_len, id.s, id.n, true);
+        prev = id;
     }
 }
 
+/* Tells each touched watch, then forgets the transaction. */
 static void
 commit(struct binlog_tracker *t)
 {
-    for (size_t i = 0; i < t->nwatches; i++) {
-        struct binlog_watch *w = &t->watches[i];
-        if (w->touched)
-            w->notify(w->arg, w->inserted);
-        w->touched = w->inserted = false;
-    }
-    t->nmap = t->map_next = 0;
-    t->in_trx = false;
+    for (struct binlog_watch *w = t->watches->touched; w != NULL;
+         w = w->next_touched)
+        w->notify(w->arg, w->inserted);
+    forget(t);
 }
 
 static void
 rollback(struct binlog_tracker *t)
 {
-    for (size_t i = 0; i < t->nwatches; i++)
-        t->watches[i].touched = t->watches[i].inserted = false;
-    t->nmap = t->map_next = 0;
-    t->in_trx = false;
+    forget(t);
 }
 
 void

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "binlog_watch.h"
 #include "util.h"
 
 /* What an event is, as far as waking a relay goes. */
@@ -60,36 +61,29 @@ int binlog_parse(struct binlog_format *fmt, const unsigned char *pkt,
                  size_t len, struct binlog_event *ev, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* A table whose committed inserts are to be told. */
-struct binlog_watch {
-    const char *schema;
-    const char *table;
-    /* At the commit of a transaction that wrote the table: inserted is
-     * true when it inserted rows, false when it only changed some.  On
-     * the stream's thread: must not block. */
-    void (*notify)(void *arg, bool inserted);
-    void *arg;
-    /* Tracker-private: what the open transaction did to the table. */
-    bool touched, inserted;
-};
-
-/* The tables the transactions being read have mapped, by table id. */
+/* The tables the transactions being read have mapped, by table id, with
+ * their names: the watch set may change between a table's map and its
+ * rows (binlog_watch.h), so they are looked up at each rows event. */
 #define BINLOG_MAP_SLOTS 64
+#define BINLOG_NAME_MAX 255 /* a table map gives each name one length byte */
 
 struct binlog_tracker {
-    struct binlog_watch *watches;
-    size_t nwatches;
+    struct binlog_watchset *watches;
     struct {
         uint64_t table_id;
-        int watch; /* index into watches, or -1: not watched */
+        uint64_t hash; /* binlog_watch_hash of the names */
+        uint8_t schema_len, table_len;
+        char schema[BINLOG_NAME_MAX], table[BINLOG_NAME_MAX];
     } map[BINLOG_MAP_SLOTS];
     size_t nmap, map_next;
     bool in_trx;
 };
 
-void binlog_tracker_init(struct binlog_tracker *t, struct binlog_watch *watches,
-                         size_t n);
-/* Feeds one event; calls the watches' notify at each commit. */
+/* Tracks the transactions that touch the watches of ws, which may
+ * change between events (not during one). */
+void binlog_tracker_init(struct binlog_tracker *t, struct binlog_watchset *ws);
+/* Feeds one event; calls the watches' notify at each commit, in no
+ * particular order, each touched watch once. */
 void binlog_tracker_feed(struct binlog_tracker *t,
                          const struct binlog_event *ev);
 /* Forgets an open transaction (the stream broke in its middle). */

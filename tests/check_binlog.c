@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "binlog.h"
 #include "binlog_parse.h"
 #include "util.h"
 
@@ -161,7 +162,7 @@ notify(void *arg, bool inserted)
 
 struct fixture {
     struct binlog_format fmt;
-    struct binlog_watch w[2];
+    struct binlog_watchset ws;
     struct binlog_tracker t;
     bool crc;
 };
@@ -172,20 +173,21 @@ fx_init(struct fixture *f, bool crc)
     memset(f, 0, sizeof(*f));
     memset(seen, 0, sizeof(seen));
     f->crc = crc;
-    f->w[0] = (struct binlog_watch){.schema = "shop",
-                                    .table = "outbox_event",
-                                    .notify = notify,
-                                    .arg = &seen[0]};
-    f->w[1] = (struct binlog_watch){.schema = "billing",
-                                    .table = "outbox",
-                                    .notify = notify,
-                                    .arg = &seen[1]};
-    binlog_tracker_init(&f->t, f->w, 2);
+    binlog_watchset_init(&f->ws);
+    binlog_watch_add(&f->ws, "shop", "outbox_event", notify, &seen[0]);
+    binlog_watch_add(&f->ws, "billing", "outbox", notify, &seen[1]);
+    binlog_tracker_init(&f->t, &f->ws);
     struct pkt p;
     struct binlog_event ev;
     build_format(&p, crc);
     ck_assert_int_eq(binlog_parse(&f->fmt, p.b, p.n, &ev, NULL, 0), 0);
     ck_assert_int_eq(ev.kind, BINLOG_FORMAT);
+}
+
+static void
+fx_free(struct fixture *f)
+{
+    binlog_watchset_clear(&f->ws);
 }
 
 static enum binlog_kind
@@ -236,8 +238,10 @@ START_TEST(test_format)
     ck_assert_uint_eq(f.fmt.header_len, 19);
     ck_assert_uint_eq(f.fmt.post_len[T_TABLE_MAP], 8);
     ck_assert_uint_eq(f.fmt.post_len[T_MARIA_GTID], 19);
+    fx_free(&f);
     fx_init(&f, false);
     ck_assert(!f.fmt.crc32);
+    fx_free(&f);
 }
 END_TEST
 
@@ -253,6 +257,7 @@ START_TEST(test_insert_told_at_commit)
     ck_assert_int_eq(seen[0].commits, 1);
     ck_assert_int_eq(seen[0].inserts, 1);
     ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -269,6 +274,7 @@ START_TEST(test_rows_v2_and_table_id_reuse)
     feed_rows(&f, "billing", "invoices", T_WRITE_V2, 0x123456789aULL);
     feed_xid(&f);
     ck_assert_int_eq(seen[1].commits, 1);
+    fx_free(&f);
 }
 END_TEST
 
@@ -282,6 +288,7 @@ START_TEST(test_update_is_a_change_not_an_insert)
     feed_xid(&f);
     ck_assert_int_eq(seen[0].commits, 1);
     ck_assert_int_eq(seen[0].inserts, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -295,6 +302,7 @@ START_TEST(test_other_tables_do_not_wake)
     feed_xid(&f);
     ck_assert_int_eq(seen[0].commits, 0);
     ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -309,6 +317,7 @@ START_TEST(test_rollback_forgets)
     feed_query(&f, "shop", "BEGIN");
     feed_query(&f, "shop", "COMMIT");
     ck_assert_int_eq(seen[0].commits, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -333,6 +342,7 @@ START_TEST(test_statements)
     feed_query(&f, "shop", "INSERT INTO outbox_event_archive VALUES (3)");
     feed_query(&f, "other", "INSERT INTO outbox_event VALUES (3)");
     ck_assert_int_eq(seen[0].inserts, 1);
+    fx_free(&f);
 }
 END_TEST
 
@@ -346,6 +356,7 @@ START_TEST(test_compressed_statement)
     ck_assert_int_eq(feed(&f, &p), BINLOG_STATEMENT);
     ck_assert_int_eq(seen[0].inserts, 1);
     ck_assert_int_eq(seen[1].inserts, 0);
+    fx_free(&f);
 }
 END_TEST
 
@@ -358,6 +369,7 @@ START_TEST(test_heartbeat_and_unknown)
     ck_assert_int_eq(feed(&f, &p), BINLOG_HEARTBEAT);
     build_bare(&p, 99, true);
     ck_assert_int_eq(feed(&f, &p), BINLOG_OTHER);
+    fx_free(&f);
 }
 END_TEST
 
@@ -375,6 +387,7 @@ START_TEST(test_map_overflow)
     feed_rows(&f, "shop", "outbox_event", T_WRITE, 1);
     feed_xid(&f);
     ck_assert_int_eq(seen[0].inserts, 1);
+    fx_free(&f);
 }
 END_TEST
 
@@ -406,6 +419,7 @@ START_TEST(test_malformed)
     p.b[1 + 9] = 0xff; /* an event larger than its packet */
     ck_assert_int_eq(binlog_parse(&f.fmt, p.b, p.n, &ev, err, 256), -1);
     ck_assert_ptr_nonnull(strstr(err, "bytes"));
+    fx_free(&f);
 }
 END_TEST
 
@@ -440,6 +454,239 @@ START_TEST(test_real_stream)
     ck_assert_int_eq(seen[0].inserts, 2);
     ck_assert_int_eq(seen[0].commits, 3);
     ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- the watch list changing (binlog_watch.h) ---- */
+
+/* Transactions of rows inserted into schema.table: BEGIN, map, rows. */
+static void
+feed_insert(struct fixture *f, const char *db, const char *tbl, uint64_t id)
+{
+    feed_query(f, db, "BEGIN");
+    feed_rows(f, db, tbl, T_WRITE, id);
+}
+
+static size_t
+count_named(struct binlog_watchset *ws, const char *schema, const char *table)
+{
+    size_t n = 0;
+    uint64_t h =
+        binlog_watch_hash(schema, strlen(schema), table, strlen(table));
+    for (struct binlog_watch *w = NULL;
+         (w = binlog_watch_next(ws, w, h, schema, strlen(schema), table,
+                                strlen(table)));)
+        n++;
+    return n;
+}
+
+/* Found by either letter case, twice when watched twice, gone once
+ * removed, and the names are the set's own copies. */
+START_TEST(test_watch_add_find_remove)
+{
+    struct binlog_watchset ws;
+    binlog_watchset_init(&ws);
+    ck_assert_uint_eq(count_named(&ws, "shop", "outbox"), 0);
+    char schema[] = "Shop";
+    struct binlog_watch *a =
+        binlog_watch_add(&ws, schema, "outbox", notify, &seen[0]);
+    struct binlog_watch *b =
+        binlog_watch_add(&ws, "shop", "outbox", notify, &seen[1]);
+    binlog_watch_add(&ws, "shop", "outbox_archive", notify, &seen[1]);
+    schema[0] = 'X';
+    ck_assert_uint_eq(count_named(&ws, "SHOP", "OUTBOX"), 2);
+    ck_assert_uint_eq(count_named(&ws, "sho", "poutbox"), 0);
+    binlog_watch_remove(&ws, a);
+    ck_assert_uint_eq(count_named(&ws, "shop", "outbox"), 1);
+    ck_assert_ptr_eq(
+        binlog_watch_next(&ws, NULL, binlog_watch_hash("shop", 4, "outbox", 6),
+                          "shop", 4, "outbox", 6),
+        b);
+    binlog_watch_remove(&ws, b);
+    ck_assert_uint_eq(count_named(&ws, "shop", "outbox"), 0);
+    ck_assert_uint_eq(count_named(&ws, "shop", "outbox_archive"), 1);
+    ck_assert_uint_eq(ws.n, 1);
+    binlog_watchset_clear(&ws);
+    ck_assert_uint_eq(ws.n, 0);
+}
+END_TEST
+
+/* A table watched from between its map and its rows is told. */
+START_TEST(test_watch_added_mid_transaction)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    struct pkt p;
+    feed_query(&f, "shop", "BEGIN");
+    build_table_map(&p, 40, "shop", "late", true);
+    feed(&f, &p);
+    binlog_watch_add(&f.ws, "shop", "late", notify, &seen[1]);
+    build_rows(&p, T_WRITE, 40, true);
+    feed(&f, &p);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[1].inserts, 1);
+    fx_free(&f);
+}
+END_TEST
+
+/* A watch removed after its rows and before the commit is not told (nor
+ * read: ASan would see it), and the other watch still is. */
+START_TEST(test_watch_removed_while_touched)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    feed_insert(&f, "shop", "outbox_event", 1);
+    feed_rows(&f, "billing", "outbox", T_WRITE, 2);
+    binlog_watch_remove(&f.ws, f.ws.all[0]); /* shop.outbox_event */
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].commits, 0);
+    ck_assert_int_eq(seen[1].inserts, 1);
+    feed_insert(&f, "shop", "outbox_event", 1);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].commits, 0);
+    fx_free(&f);
+}
+END_TEST
+
+/* Qualified names, spaced or quoted, name their own schema only. */
+START_TEST(test_statement_qualified_names)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    feed_query(&f, "", "INSERT INTO `billing` . `outbox` VALUES (1)");
+    ck_assert_int_eq(seen[1].inserts, 1);
+    /* billing's outbox_event, from shop: not shop's. */
+    feed_query(&f, "shop", "INSERT INTO billing.outbox_event VALUES (1)");
+    ck_assert_int_eq(seen[0].inserts, 0);
+    /* Any mention counts (a false match costs one claim), but by its
+     * schema: shop.outbox_event from billing is not billing.outbox. */
+    feed_query(&f, "billing",
+               "INSERT INTO t SELECT id FROM shop . outbox_event");
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].inserts, 1);
+    fx_free(&f);
+}
+END_TEST
+
+#define TENANTS 1000
+
+static struct seen tenant_seen[TENANTS];
+
+static void
+tenant_name(char *buf, size_t size, int i)
+{
+    snprintf(buf, size, "tenant_%04d", i + 1);
+}
+
+/* The longest chain of the schema.table index. */
+static size_t
+longest_chain(const struct binlog_watchset *ws)
+{
+    size_t longest = 0;
+    for (size_t b = 0; b < ws->nbuckets; b++) {
+        size_t n = 0;
+        for (const struct binlog_watch *w = ws->by_name[b]; w; w = w->next)
+            n++;
+        longest = n > longest ? n : longest;
+    }
+    return longest;
+}
+
+/* A thousand tenants, one outbox table each: every commit tells its own
+ * tenant alone, by a short chain rather than a scan; half removed, the
+ * other half still told. */
+START_TEST(test_watch_many_tenants)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    memset(tenant_seen, 0, sizeof(tenant_seen));
+    char name[32];
+    struct binlog_watch *w[TENANTS];
+    for (int i = 0; i < TENANTS; i++) {
+        tenant_name(name, sizeof(name), i);
+        w[i] = binlog_watch_add(&f.ws, name, "outbox", notify, &tenant_seen[i]);
+    }
+    ck_assert_uint_ge(f.ws.nbuckets, TENANTS);
+    ck_assert_uint_le(longest_chain(&f.ws), 8);
+    for (int i = 0; i < TENANTS; i += 7) {
+        tenant_name(name, sizeof(name), i);
+        feed_insert(&f, name, "outbox", (uint64_t)i + 1);
+        feed_xid(&f);
+    }
+    for (int i = 0; i < TENANTS; i++)
+        ck_assert_int_eq(tenant_seen[i].inserts, i % 7 == 0);
+    for (int i = 0; i < TENANTS; i += 2)
+        binlog_watch_remove(&f.ws, w[i]);
+    for (int i = 0; i < TENANTS; i++) {
+        tenant_name(name, sizeof(name), i);
+        feed_insert(&f, name, "outbox", 5);
+    }
+    feed_xid(&f);
+    for (int i = 0; i < TENANTS; i++)
+        ck_assert_int_eq(tenant_seen[i].inserts,
+                         (i % 7 == 0) + (i % 2 == 1 ? 1 : 0));
+    fx_free(&f);
+}
+END_TEST
+
+/* A compressed statement in one tenant's schema wakes that tenant's
+ * watches, found by the schema index. */
+START_TEST(test_watch_schema_index)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    memset(tenant_seen, 0, sizeof(tenant_seen));
+    char name[32];
+    for (int i = 0; i < TENANTS; i++) {
+        tenant_name(name, sizeof(name), i);
+        binlog_watch_add(&f.ws, name, "outbox", notify, &tenant_seen[i]);
+    }
+    binlog_watch_add(&f.ws, "tenant_0042", "outbox2", notify, &seen[1]);
+    struct pkt p;
+    build_query(&p, T_QUERY_COMPRESSED, "tenant_0042", "\x78\x9c\x01", true);
+    feed(&f, &p);
+    for (int i = 0; i < TENANTS; i++)
+        ck_assert_int_eq(tenant_seen[i].inserts, i == 41);
+    ck_assert_int_eq(seen[1].inserts, 1);
+    ck_assert_int_eq(seen[0].inserts, 0);
+    fx_free(&f);
+}
+END_TEST
+
+static void
+client_commit_cb(void *arg, bool inserted)
+{
+    notify(arg, inserted);
+}
+
+static void
+client_state_cb(void *arg, bool live)
+{
+    (void)arg;
+    ck_abort_msg("a stream never started told live=%d", live);
+}
+
+/* The stream's own list: a client's every watch goes with it, another
+ * client's stay, and an unknown one is no error. */
+START_TEST(test_stream_add_remove)
+{
+    struct database_config db = {.host = "127.0.0.1", .port = 1};
+    struct binlog_stream *s = binlog_stream_new(&db);
+    struct binlog_client a = {
+        .commit = client_commit_cb, .state = client_state_cb, .arg = &seen[0]};
+    struct binlog_client b = a;
+    b.arg = &seen[1];
+    binlog_stream_add(s, "shop", "outbox", &a);
+    binlog_stream_add(s, "shop", "outbox_archive", &a);
+    binlog_stream_add(s, "billing", "outbox", &b);
+    ck_assert_uint_eq(binlog_stream_watches(s), 3);
+    binlog_stream_remove(s, &seen[0]);
+    ck_assert_uint_eq(binlog_stream_watches(s), 1);
+    binlog_stream_remove(s, &seen[0]);
+    binlog_stream_remove(s, NULL);
+    ck_assert_uint_eq(binlog_stream_watches(s), 1);
+    binlog_stream_free(s);
 }
 END_TEST
 
@@ -460,6 +707,15 @@ binlog_suite(void)
     tcase_add_test(tc, test_map_overflow);
     tcase_add_test(tc, test_malformed);
     tcase_add_test(tc, test_real_stream);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("watch");
+    tcase_add_test(tc, test_watch_add_find_remove);
+    tcase_add_test(tc, test_watch_added_mid_transaction);
+    tcase_add_test(tc, test_watch_removed_while_touched);
+    tcase_add_test(tc, test_statement_qualified_names);
+    tcase_add_test(tc, test_watch_many_tenants);
+    tcase_add_test(tc, test_watch_schema_index);
+    tcase_add_test(tc, test_stream_add_remove);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,7 +4,10 @@
 #include "itest.h"
 #include "itproxy.h"
 
+#include "binlog.h"
+
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -573,6 +576,151 @@ START_TEST(test_wake_binlog_required)
 }
 END_TEST
 
+/* ---- the stream's watch list changed while it runs (in process) ---- */
+
+/* What one client of the stream was told, from the stream's thread. */
+struct told {
+    atomic_int commits, inserts;
+    atomic_bool live;
+};
+
+static void
+told_commit_cb(void *arg, bool inserted)
+{
+    struct told *t = arg;
+    t->commits++;
+    t->inserts += inserted;
+}
+
+static void
+told_state_cb(void *arg, bool live)
+{
+    struct told *t = arg;
+    t->live = live;
+}
+
+static void
+watch(struct binlog_stream *s, const char *db, const char *table,
+      struct told *t)
+{
+    struct binlog_client c = {
+        .commit = told_commit_cb, .state = told_state_cb, .arg = t};
+    binlog_stream_add(s, db, table, &c);
+}
+
+static void
+insert_into(struct fx *f, const char *table, const char *id)
+{
+    it_db_exec(f->sql,
+               "INSERT INTO %s (event_id, aggregate_type, aggregate_id, "
+               "event_type, payload) VALUES ('%s', 'Order', '%s', "
+               "'OrderCreated', '{}')",
+               table, id, id);
+}
+
+/* Clients added to and removed from the running stream, each time
+ * freed at once (ASan sees any callback after its removal), while
+ * commits into the table they watch flow: none is told after. */
+static void
+churn_clients(struct fx *f, struct binlog_stream *s, const char *table)
+{
+    for (int i = 0; i < 200; i++) {
+        struct told *t = xcalloc(1, sizeof(*t));
+        watch(s, f->db, table, t);
+        ck_assert(t->live);
+        if (i % 20 == 0) {
+            char id[32];
+            snprintf(id, sizeof(id), "churn-%d", i);
+            insert_into(f, table, id);
+        }
+        binlog_stream_remove(s, t);
+        free(t);
+    }
+}
+
+/* The relay account of f as a database entry of the binlog server. */
+static struct database_config
+fx_binlog_db(struct fx *f)
+{
+    return (struct database_config){.host = "127.0.0.1",
+                                    .port = IT_DB_BINLOG_PORT,
+                                    .user = f->user,
+                                    .password = f->password,
+                                    .database = f->db,
+                                    .connect_timeout_ms = 5000};
+}
+
+/* A stream started with no client serves the first one added later:
+ * told live, and woken by its table's commits. */
+START_TEST(test_watch_list_from_empty)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    struct database_config db = fx_binlog_db(&f);
+    struct told t = {0};
+    struct binlog_stream *s = binlog_stream_new(&db);
+    ck_assert_int_eq(binlog_stream_start(s), 0);
+    /* Its dump under way, it reads with no one to tell. */
+    ck_assert_msg(IT_WAIT(SLOW_MS, fx_dumps(&f) == 1), "no binlog dump");
+    watch(s, f.db, "outbox_event", &t);
+    ck_assert_msg(IT_WAIT(SLOW_MS, t.live), "the stream never went live");
+    insert_into(&f, "outbox_event", "late-1");
+    ck_assert_msg(IT_WAIT(SLOW_MS, t.inserts == 1), "told %d inserts of 1",
+                  (int)t.inserts);
+    binlog_stream_free(s);
+    fx_close(&f);
+}
+END_TEST
+
+/*
+ * A stream started with one client: a second, added while it runs, is
+ * told it is live and woken by commits into its table; the first,
+ * removed, is told nothing more while the second keeps being told.
+ */
+START_TEST(test_watch_list_live)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    it_db_exec(f.sql, "CREATE TABLE second_event LIKE outbox_event");
+    struct database_config db = fx_binlog_db(&f);
+    struct told first = {0}, second = {0};
+    struct binlog_stream *s = binlog_stream_new(&db);
+    watch(s, f.db, "outbox_event", &first);
+    ck_assert_int_eq(binlog_stream_start(s), 0);
+    ck_assert_msg(IT_WAIT(SLOW_MS, first.live), "the stream never went live");
+
+    watch(s, f.db, "second_event", &second);
+    ck_assert_msg(second.live, "a client added to a live stream: not told");
+    insert_into(&f, "second_event", "second-1");
+    insert_into(&f, "outbox_event", "first-1");
+    ck_assert_msg(IT_WAIT(SLOW_MS, second.inserts == 1 && first.inserts == 1),
+                  "told: first %d, second %d, of one insert each",
+                  (int)first.inserts, (int)second.inserts);
+
+    binlog_stream_remove(s, &first);
+    int before = first.commits;
+    for (int i = 0; i < 3; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "after-%d", i);
+        insert_into(&f, "outbox_event", id);
+        insert_into(&f, "second_event", id);
+    }
+    /* The stream reads commits in order: once the last insert into
+     * second_event is told, every one into outbox_event was read. */
+    ck_assert_msg(IT_WAIT(SLOW_MS, second.inserts == 4),
+                  "second told %d inserts of 4", (int)second.inserts);
+    ck_assert_int_eq(first.commits, before);
+
+    churn_clients(&f, s, "outbox_event");
+    insert_into(&f, "second_event", "last");
+    ck_assert(IT_WAIT(SLOW_MS, second.inserts == 5));
+    ck_assert_int_eq(first.commits, before);
+    ck_assert_uint_eq(binlog_stream_watches(s), 1);
+    binlog_stream_free(s);
+    fx_close(&f);
+}
+END_TEST
+
 Suite *
 it_wake_suite(void)
 {
@@ -589,6 +737,12 @@ it_wake_suite(void)
     tcase_add_test(tc, test_other_table_no_wake);
     tcase_add_test(tc, test_wake_poll);
     tcase_add_test(tc, test_wake_binlog_required);
+    suite_add_tcase(s, tc);
+    /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
+    tc = tcase_create("watch_list");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_watch_list_live);
+    tcase_add_test(tc, test_watch_list_from_empty);
     suite_add_tcase(s, tc);
     return s;
 }

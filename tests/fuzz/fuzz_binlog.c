@@ -27,15 +27,16 @@ check_inside(const struct binlog_event *ev, const uint8_t *p, size_t n)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct binlog_watch w[2] = {
-        {.schema = "shop", .table = "outbox_event", .notify = notify},
-        {.schema = "billing", .table = "outbox", .notify = notify},
-    };
-    struct binlog_tracker t;
+    static struct binlog_watchset ws;
+    static struct binlog_tracker t;
     struct binlog_format fmt = {0};
     struct binlog_event ev;
     char err[256];
-    binlog_tracker_init(&t, w, 2);
+    if (ws.n == 0) {
+        binlog_watch_add(&ws, "shop", "outbox_event", notify, NULL);
+        binlog_watch_add(&ws, "billing", "outbox", notify, NULL);
+    }
+    binlog_tracker_init(&t, &ws);
     while (size >= 2) {
         size_t n = (size_t)data[0] | (size_t)data[1] << 8;
         data += 2, size -= 2;

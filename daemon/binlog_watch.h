@@ -1,0 +1,70 @@
+/*
+ * binlog_watch: the tables a binlog stream watches, hashed by schema and
+ * table (and by schema alone), so that an event finds its watches in
+ * constant time however many tables one server holds.  Pure; the
+ * caller serialises access (binlog.c holds its lock).
+ */
+#ifndef OUTBOXD_BINLOG_WATCH_H
+#define OUTBOXD_BINLOG_WATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One watched table and whom to tell of its commits. */
+struct binlog_watch {
+    char *schema; /* copies, NUL-terminated */
+    char *table;
+    /* At the commit of a transaction that wrote the table: inserted is
+     * true when it inserted rows, false when it only changed some.  On
+     * the stream's thread: must not block. */
+    void (*notify)(void *arg, bool inserted);
+    void *arg;
+    /* Set-private: the hashes, the chains and the slot in all. */
+    uint64_t hash, schema_hash;
+    struct binlog_watch *next, *next_schema;
+    size_t slot;
+    /* Tracker-private: what the open transaction did to the table. */
+    bool touched, inserted;
+    struct binlog_watch *next_touched;
+};
+
+struct binlog_watchset {
+    struct binlog_watch **all; /* in no order; n of them */
+    size_t n, cap;
+    struct binlog_watch **by_name, **by_schema; /* nbuckets each */
+    size_t nbuckets;                            /* a power of two */
+    /* The watches the open transaction touched (the tracker's). */
+    struct binlog_watch *touched;
+};
+
+void binlog_watchset_init(struct binlog_watchset *ws);
+/* Frees every watch (not their args) and the indexes. */
+void binlog_watchset_clear(struct binlog_watchset *ws);
+
+/* Watches schema.table for notify(arg); the names are copied.  The same
+ * table may be watched more than once, by different args. */
+struct binlog_watch *binlog_watch_add(struct binlog_watchset *ws,
+                                      const char *schema, const char *table,
+                                      void (*notify)(void *, bool), void *arg);
+/* Unlinks w from every index and from the touched list, and frees it. */
+void binlog_watch_remove(struct binlog_watchset *ws, struct binlog_watch *w);
+
+/* The hash binlog_watch_next matches by: of schema and table, letter
+ * case folded as the matching is. */
+uint64_t binlog_watch_hash(const char *schema, size_t schema_len,
+                           const char *table, size_t table_len);
+/* The first watch of schema.table after prev (NULL: the first of all),
+ * or NULL; the names need not be NUL-terminated. */
+struct binlog_watch *binlog_watch_next(const struct binlog_watchset *ws,
+                                       const struct binlog_watch *prev,
+                                       uint64_t hash, const char *schema,
+                                       size_t schema_len, const char *table,
+                                       size_t table_len);
+/* The same for every watch in schema, whatever its table. */
+struct binlog_watch *
+binlog_watch_next_in_schema(const struct binlog_watchset *ws,
+                            const struct binlog_watch *prev, const char *schema,
+                            size_t schema_len);
+
+#endif
