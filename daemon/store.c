@@ -171,7 +171,10 @@ store_disconnect(struct store *st)
         store_close(st);
         return;
     }
-    store_rollback(st);
+    /* Detached already (its worker's last act, on the session's thread):
+     * a store freed from another thread must not touch the session. */
+    if (st->conn.ready)
+        store_rollback(st);
     st->conn.ready = false;
 }
 
