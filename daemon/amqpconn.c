@@ -505,6 +505,12 @@ amqpconn_channels(const struct amqpconn *c)
     return n;
 }
 
+unsigned
+amqpconn_channel_max(const struct amqpconn *c)
+{
+    return c->channel_max;
+}
+
 const char *
 amqpconn_url(const struct amqpconn *c)
 {

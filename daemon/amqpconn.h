@@ -36,6 +36,8 @@ bool amqpconn_is_connected(const struct amqpconn *c);
 bool amqpconn_is_blocked(const struct amqpconn *c);
 /* Channels open now (publishers' and the exchange check's). */
 size_t amqpconn_channels(const struct amqpconn *c);
+/* The most channels the broker allows on it (channel_max), once connected. */
+unsigned amqpconn_channel_max(const struct amqpconn *c);
 /* The url of the live connection (or the last one tried), masked. */
 const char *amqpconn_url(const struct amqpconn *c);
 

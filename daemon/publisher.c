@@ -199,6 +199,11 @@ int
 publisher_connect(struct publisher *p, char *err, size_t errlen)
 {
     publisher_disconnect(p);
+    /* What arrived first: a connection.close, close-oks that free the
+     * numbers of closed channels.  A dead connection is made anew. */
+    char ignored[ERR_LEN];
+    if (amqpconn_is_connected(p->c))
+        (void)amqpconn_poll(p->c, ignored, sizeof(ignored));
     if (amqpconn_connect(p->c, err, errlen) < 0)
         return -1;
     char why[ERR_LEN];
