@@ -1300,6 +1300,7 @@ START_TEST(test_shared_publish)
 {
     struct shared_fx s;
     shared_init(&s);
+    uint64_t t0 = clock_ms();
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < NSHARED; i++) {
             struct fx *f = &s.f[i];
@@ -1308,6 +1309,11 @@ START_TEST(test_shared_publish)
                 "wave: %s", f->err);
             assert_all_state(f, ROW_ACKED);
         }
+    uint64_t ms = clock_ms() - t0;
+    fprintf(stderr,
+            "it_publisher: shared: 3 channels x 3 waves of 500 confirmed in "
+            "%llu ms: %.0f msg/s\n",
+            (unsigned long long)ms, 4500 * 1000.0 / (double)(ms ? ms : 1));
     for (int i = 0; i < NSHARED; i++) {
         int seen[1501] = {0};
         ck_assert_uint_eq(raw_collect(s.f[i].q, seen, 1501), 1500);
@@ -1504,10 +1510,12 @@ START_TEST(test_shared_channels_run_out)
     struct publisher **ps = xcalloc(max + 1, sizeof(*ps));
     size_t n = 0;
     int rc = 0;
+    uint64_t t0 = clock_ms();
     while (rc == 0 && n <= max) {
         ps[n] = publisher_new_shared(c, NULL);
         rc = publisher_connect(ps[n++], f.err, sizeof(f.err));
     }
+    uint64_t ms = clock_ms() - t0;
     ck_assert_int_eq(rc, -1);
     ck_assert_uint_eq(n - 1, max);
     ck_assert_msg(strstr(f.err, "no free channel") &&
@@ -1525,8 +1533,10 @@ START_TEST(test_shared_channels_run_out)
     add_rows(&f, 1, 10, f.ex, "k");
     ck_assert_msg(fx_wave(&f, true, 10000) == 0, "%s", f.err);
     assert_all_state(&f, ROW_ACKED);
-    fprintf(stderr, "it_publisher: shared: %u channels on one connection\n",
-            max);
+    fprintf(stderr,
+            "it_publisher: shared: %u channels opened on one connection in "
+            "%llu ms\n",
+            max, (unsigned long long)ms);
     f.p = NULL;
     for (size_t i = 1; i < n; i++)
         publisher_free(ps[i]);
