@@ -230,6 +230,25 @@ settle_entry(struct wave *w, struct inflight *e, bool ack)
     w->unsettled--;
 }
 
+/* A nack: the runs of nacks of this channel and of the connection. */
+static void
+count_nack(struct publisher *p)
+{
+    struct amqpconn *c = p->c;
+    uint64_t now = clock_ms();
+    if (p->nacking_since_ms == 0)
+        p->nacking_since_ms = now;
+    if (c->nacking_since_ms == 0) {
+        c->nacking_since_ms = now;
+        c->nack_streak++;
+        c->nacking_publishers = 0;
+    }
+    if (p->nack_streak != c->nack_streak) {
+        p->nack_streak = c->nack_streak;
+        c->nacking_publishers++;
+    }
+}
+
 /* basic.ack / basic.nack, with `multiple` covering every tag up to tag. */
 static void
 settle(struct wave *w, uint64_t tag, bool multiple, bool ack)
@@ -243,16 +262,11 @@ settle(struct wave *w, uint64_t tag, bool multiple, bool ack)
         w->p->late_confirms++;
         return;
     }
-    struct amqpconn *c = w->p->c;
     if (ack) {
         w->p->nacking_since_ms = 0;
-        c->nacking_since_ms = 0;
+        w->p->c->nacking_since_ms = 0;
     } else {
-        uint64_t now = clock_ms();
-        if (w->p->nacking_since_ms == 0)
-            w->p->nacking_since_ms = now;
-        if (c->nacking_since_ms == 0)
-            c->nacking_since_ms = now;
+        count_nack(w->p);
     }
     size_t k = (size_t)(tag - w->first_tag);
     struct inflight *inflight = w->p->inflight;
@@ -846,8 +860,9 @@ wave_init(struct wave *w, struct publisher *p, struct outbox_batch *b,
  * next connect starts at the next url.  Seen in CI with RabbitMQ 3.10: a
  * quorum queue whose new leader had a quorum nacked every publish of the
  * connection the relay had opened during the election, for minutes.
- * On a shared connection, a channel nacked so while others are acked
- * (one tenant's queue refusing) is reopened, and the others stay.
+ * On a shared connection that takes two publishers nacked through it:
+ * one channel nacked alone (one tenant's queue refusing everything) is
+ * reopened, and the others on the connection stay.
  */
 static bool
 nacked_too_long(struct wave *w)
@@ -855,7 +870,8 @@ nacked_too_long(struct wave *w)
     struct publisher *p = w->p;
     uint64_t limit = p->broker->confirm_timeout_ms, now = clock_ms();
     uint64_t conn_since = p->c->nacking_since_ms, since = p->nacking_since_ms;
-    bool conn = conn_since != 0 && now - conn_since >= limit;
+    bool conn = conn_since != 0 && now - conn_since >= limit &&
+                (p->owns_conn || p->c->nacking_publishers > 1);
     if (!conn && (since == 0 || now - since < limit))
         return false;
     char span[32];

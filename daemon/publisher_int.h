@@ -45,8 +45,12 @@ struct amqpconn {
      * published rather than close a channel on everything in flight.
      */
     size_t max_body;
-    /* The first nack since the last ack on any channel; 0 after an ack. */
+    /* The first nack since the last ack on any channel; 0 after an ack.
+     * nack_streak numbers such runs, nacking_publishers counts the
+     * publishers nacked in this one. */
     uint64_t nacking_since_ms;
+    uint64_t nack_streak;
+    size_t nacking_publishers;
     uint64_t generation;     /* counts connects: what a publisher learnt of an
                                 older connection (exchanges) is stale */
     struct chan_slot *slots; /* by channel number; [0] is the connection */
@@ -96,6 +100,7 @@ struct publisher {
     const _Atomic uint64_t *stop_deadline_ms;
     /* The first nack since the last ack on this channel; 0 after an ack. */
     uint64_t nacking_since_ms;
+    uint64_t nack_streak; /* the connection's run it was last counted in */
     /* The outbox's envelope; its CloudEvents source is the caller's. */
     enum envelope envelope;
     const char *ce_source;

@@ -1495,6 +1495,66 @@ START_TEST(test_shared_late_confirms)
 }
 END_TEST
 
+/*
+ * One publisher nacked for a whole confirm_timeout on a shared
+ * connection (its queue refuses all) reopens its channel and the others
+ * stay; two nacked through one such run drop the connection, as a lone
+ * publisher's would be.  Every nacked row stays FAILED.
+ */
+START_TEST(test_shared_nacking)
+{
+    enum { LIMIT_MS = 500 };
+    struct shared_fx s;
+    shared_init(&s);
+    struct fx *a = &s.f[0], *b = &s.f[1];
+    char bad[128], q[128];
+    snprintf(bad, sizeof(bad), "exn_%s", a->name);
+    snprintf(q, sizeof(q), "qn_%s", a->name);
+    it_exchange_declare(bad, "topic");
+    it_nacking_queue_declare(q, bad, "#");
+    for (int i = 0; i < NSHARED; i++)
+        s.f[i].broker.confirm_timeout_ms = LIMIT_MS;
+    enum row_state st;
+    int rc = 0;
+    uint64_t t0 = clock_ms(), id = 1;
+    while (rc == 0 && clock_ms() - t0 < 10 * LIMIT_MS) {
+        rc = wave_of_one(a, id++, bad, &st);
+        ck_assert_int_eq(st, ROW_FAILED);
+        it_sleep_ms(20); /* pace the waves, not a wait for anything */
+    }
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(strstr(a->err, "every publish on this channel nacked for "
+                                 "500ms since its last ack: reopening it"),
+                  "%s", a->err);
+    ck_assert(!publisher_is_connected(a->p));
+    ck_assert(amqpconn_is_connected(s.c));
+    ck_assert(publisher_is_connected(b->p));
+    ck_assert_msg(wave_of_one(b, id++, b->ex, &st) == 0, "%s", b->err);
+    ck_assert_int_eq(st, ROW_ACKED); /* an ack: a new run of nacks */
+    ck_assert_msg(publisher_connect(a->p, a->err, sizeof(a->err)) == 0, "%s",
+                  a->err);
+    rc = 0;
+    t0 = clock_ms();
+    for (int k = 0; rc == 0 && clock_ms() - t0 < 10 * LIMIT_MS; k++) {
+        struct fx *f = k % 2 ? b : a;
+        rc = wave_of_one(f, id++, bad, &st);
+        ck_assert_int_eq(st, ROW_FAILED);
+        if (rc != 0)
+            ck_assert_msg(strstr(f->err, "every publish nacked for 500ms "
+                                         "since the last ack: reconnecting"),
+                          "%s", f->err);
+        it_sleep_ms(20);
+    }
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(clock_ms() - t0 >= LIMIT_MS, "dropped too soon");
+    ck_assert(!amqpconn_is_connected(s.c));
+    ck_assert(!publisher_is_connected(a->p) && !publisher_is_connected(b->p));
+    raw_queue_delete(q);
+    it_exchange_delete(bad);
+    shared_free(&s);
+}
+END_TEST
+
 /* As many publishers as the broker allows channels, then a clear error;
  * one freed makes room again. */
 START_TEST(test_shared_channels_run_out)
@@ -1571,6 +1631,7 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_shared_channel_error);
     tcase_add_test(tc, test_shared_connection_closed);
     tcase_add_test(tc, test_shared_late_confirms);
+    tcase_add_test(tc, test_shared_nacking);
     tcase_add_test(tc, test_shared_channels_run_out);
     suite_add_tcase(s, tc);
     /* Its own case, last: these block or stop the broker for every
