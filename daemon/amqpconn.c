@@ -683,7 +683,10 @@ on_peer_close(struct amqpconn *c, amqp_channel_t ch,
              m->reply_code, (int)m->reply_text.len,
              (const char *)m->reply_text.bytes);
     struct chan_slot s = ch < c->nslots ? c->slots[ch] : (struct chan_slot){0};
-    conn_channel_free(c, ch);
+    /* Closes that crossed: the broker answers ours with a close-ok too
+     * (as the spec asks), and the number stays taken until it comes. */
+    if (s.state != CHAN_CLOSING)
+        conn_channel_free(c, ch);
     if (s.state == CHAN_OPEN && s.p != NULL)
         publisher_channel_lost(s.p, reason);
     amqp_channel_close_ok_t ok = {0};

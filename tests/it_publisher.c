@@ -282,7 +282,8 @@ assert_header_str(const amqp_message_t *msg, const char *key, const char *want)
 
 /* ---- a TCP proxy in front of RabbitMQ that can cut or go silent ---- */
 
-enum proxy_mode { PROXY_FORWARD, PROXY_BLACKHOLE };
+/* PROXY_HOLD_REPLIES forwards to the broker and holds what it answers. */
+enum proxy_mode { PROXY_FORWARD, PROXY_BLACKHOLE, PROXY_HOLD_REPLIES };
 
 struct proxy {
     int lfd, port;
@@ -341,9 +342,10 @@ proxy_main(void *arg)
     struct proxy *px = arg;
     int c = -1, u = -1;
     while (!px->stop) {
+        bool fwd = c >= 0 && px->mode != PROXY_BLACKHOLE;
+        bool down = c >= 0 && px->mode == PROXY_FORWARD;
         struct pollfd fds[3] = {
-            {px->lfd, POLLIN, 0}, {c, POLLIN, 0}, {u, POLLIN, 0}};
-        bool fwd = c >= 0 && px->mode == PROXY_FORWARD;
+            {px->lfd, POLLIN, 0}, {c, POLLIN, 0}, {down ? u : -1, POLLIN, 0}};
         poll(fds, fwd ? 3 : 1, 20);
         if (c >= 0 && px->cut_after > 0 && px->up >= px->cut_after) {
             /* Said before it is done: the publisher, woken by the reset,
@@ -365,7 +367,7 @@ proxy_main(void *arg)
         }
         if (fwd && (((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
                      !pump(c, u, &px->up)) ||
-                    ((fds[2].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                    (down && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) &&
                      !pump(u, c, NULL)))) {
             reset_close(&c);
             reset_close(&u);
@@ -1555,6 +1557,69 @@ START_TEST(test_shared_nacking)
 }
 END_TEST
 
+/*
+ * A wave that gives up closes its channel while the broker is closing
+ * it too (its 404 held back by the proxy until then): the closes cross,
+ * another publisher's wave reads both sides' frames without a mistake,
+ * and the channel number comes back once the broker's close-ok does.
+ */
+START_TEST(test_shared_crossed_close)
+{
+    struct proxy px;
+    proxy_start(&px);
+    char url[128];
+    snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%d/", px.port);
+    struct shared_fx s;
+    const char *urls[] = {url};
+    for (int i = 0; i < NSHARED; i++) {
+        fx_init_urls(&s.f[i], urls, 1);
+        publisher_free(s.f[i].p);
+    }
+    s.c = amqpconn_new(&s.f[0].broker, s.f[0].name);
+    struct fx *x = &s.f[0], *y = &s.f[1];
+    for (int i = 0; i < NSHARED; i++) {
+        s.f[i].p = publisher_new_shared(s.c, NULL);
+        fx_declare_queue(&s.f[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(
+            publisher_connect(s.f[i].p, s.f[i].err, sizeof(s.f[i].err)) == 0,
+            "%s", s.f[i].err);
+        ck_assert_msg(shared_wave(&s.f[i], 1, 5, s.f[i].ex) == 0, "%s",
+                      s.f[i].err);
+    }
+    amqp_channel_t xch = publisher_channel(x->p);
+    it_exchange_delete(x->ex); /* x has it checked: its publish closes */
+    px.mode = PROXY_HOLD_REPLIES;
+    batch_reset(&x->b);
+    add_rows(x, 10, 1, x->ex, "k");
+    ck_assert_int_eq(fx_wave(x, true, 300), -1);
+    ck_assert_msg(strstr(x->err, "no confirm within"), "%s", x->err);
+    ck_assert(!publisher_is_connected(x->p));
+    px.mode = PROXY_FORWARD;
+    for (uint64_t id = 100; id < 400; id += 100) {
+        ck_assert_msg(shared_wave(y, id, 100, y->ex) == 0, "%s", y->err);
+        assert_all_state(y, ROW_ACKED);
+    }
+    ck_assert(amqpconn_is_connected(s.c));
+    char err[ERR_LEN];
+    /* y's channel and the check channel; x's number freed by close-ok */
+    ck_assert(IT_WAIT(5000, amqpconn_poll(s.c, err, sizeof(err)) == 0 &&
+                                amqpconn_channels(s.c) == 2));
+    fx_declare_queue(x);
+    ck_assert_msg(publisher_connect(x->p, x->err, sizeof(x->err)) == 0, "%s",
+                  x->err);
+    ck_assert_uint_eq(publisher_channel(x->p), xch); /* the lowest free */
+    ck_assert_msg(IT_WAIT(5000, shared_wave(x, 500, 5, x->ex) == 0 &&
+                                    batch_count_state(&x->b, ROW_ACKED) == 5),
+                  "%s", x->err);
+    ck_assert_msg(shared_wave(y, 500, 5, y->ex) == 0, "%s", y->err);
+    assert_all_state(y, ROW_ACKED);
+    shared_free(&s);
+    proxy_stop(&px);
+}
+END_TEST
+
 /* As many publishers as the broker allows channels, then a clear error;
  * one freed makes room again. */
 START_TEST(test_shared_channels_run_out)
@@ -1632,6 +1697,7 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_shared_connection_closed);
     tcase_add_test(tc, test_shared_late_confirms);
     tcase_add_test(tc, test_shared_nacking);
+    tcase_add_test(tc, test_shared_crossed_close);
     tcase_add_test(tc, test_shared_channels_run_out);
     suite_add_tcase(s, tc);
     /* Its own case, last: these block or stop the broker for every
