@@ -299,6 +299,8 @@ login(struct amqpconn *c, const struct amqp_connection_info *ci)
     amqp_table_t table = {sizeof(props) / sizeof(props[0]), props};
     /* An empty vhost ("amqp://host/") means the default one, not "". */
     const char *vhost = ci->vhost && ci->vhost[0] ? ci->vhost : "/";
+    /* channel_max 0: no limit of ours, so the broker's (2047 on RabbitMQ)
+     * bounds how many publishers share the connection. */
     return amqp_login_with_properties(
         c->conn, vhost, 0, FRAME_MAX, (int)heartbeat_s(c), &table,
         AMQP_SASL_METHOD_PLAIN, ci->user, ci->password);
