@@ -1456,10 +1456,15 @@ START_TEST(test_shared_late_confirms)
     /* both exchanges checked, so that no rpc comes in the way below */
     ck_assert_msg(shared_wave(slow, 1, 1, slow->ex) == 0, "%s", slow->err);
     ck_assert_msg(shared_wave(next, 1, 1, next->ex) == 0, "%s", next->err);
-    /* 2 ms: published, never confirmed in time (the broker syncs first) */
-    batch_reset(&slow->b);
-    add_rows(slow, 1, N, slow->ex, "k");
-    ck_assert_int_eq(fx_wave(slow, true, 2), -1);
+    /* 2 ms: published, never confirmed in time (the broker syncs first);
+     * again if a busy machine let the 2 ms pass before any publish */
+    int rc = 0;
+    for (int t = 0; t < 5 && rc == 0; t++) {
+        batch_reset(&slow->b);
+        add_rows(slow, 1, N, slow->ex, "k");
+        rc = fx_wave(slow, true, 2);
+    }
+    ck_assert_int_eq(rc, -1);
     ck_assert_msg(strstr(slow->err, "no confirm within 10s"), "%s", slow->err);
     ck_assert_uint_gt(batch_count_state(&slow->b, ROW_FAILED), 0);
     ck_assert(!publisher_is_connected(slow->p));
