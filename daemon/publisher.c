@@ -1,103 +1,29 @@
 /*
- * publisher: one librabbitmq-c connection with channel 1 in confirm mode.
- * A wave of rows is published pipelined, then acks, nacks, returns and
- * closes are read as frames until each row is settled or time runs out.
+ * publisher: one confirm-mode channel of a librabbitmq-c connection
+ * (amqpconn), its own or shared.  A wave of rows is published pipelined,
+ * then acks, nacks, returns and closes are read as frames until each row
+ * is settled or time runs out; frames of other channels go to theirs.
  */
 #include "publisher.h"
 
 #include <amqp.h>
-#include <amqp_ssl_socket.h>
-#include <amqp_tcp_socket.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "json.h"
 #include "log.h"
+#include "publisher_int.h"
 #include "util.h"
 
-#define PUBLISH_CHANNEL 1
-/* Passive exchange.declare runs here, so a 404 closes this, not channel 1. */
-#define CHECK_CHANNEL 2
 /* How long an exchange found missing is not asked about again. */
 #define MISSING_RECHECK_MS 1000
-#define FRAME_MAX 131072
 /* Publishes between non-blocking reads, so acks never pile up unread and
  * a channel.close or connection.blocked is noticed within a few rows. */
 #define READ_EVERY 64
-/* AMQP shortstr fields (message_id, type, exchange, routing key, keys). */
-#define SHORTSTR_MAX 255
-/* Debian's CA bundle (ca-certificates), used when tls.ca_file is unset. */
-#define SYSTEM_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
 /* Waits are cut in slices this long, so that a stop request from another
  * thread (shutdown) is seen in time. */
 #define STOP_CHECK_MS 100
-/* The CloudEvents AMQP binding's application property prefix, with the
- * '_' separator it prefers (JMS selectors refuse ':'). */
-#define CE_PREFIX "cloudEvents_"
-
-struct inflight {
-    struct outbox_row *row;
-    const char *returned; /* why the broker returned it; NULL if it did not */
-};
-
-/*
- * What channel 2 said about an exchange.  A publish to a missing exchange
- * closes the channel and fails every row in flight with it, so each
- * exchange is checked once per connection before its first publish.
- */
-struct exchange_seen {
-    char *name;
-    char *missing;       /* the broker's 404 reply; NULL if it exists */
-    uint64_t recheck_ms; /* when a missing one is asked about again */
-};
-
-struct publisher {
-    const struct broker_config *broker;
-    char *connection_name;
-    char **masked_urls;           /* broker->urls with any password masked */
-    size_t url_index;             /* the live url, or the last one tried */
-    size_t first_url;             /* where the next connect starts */
-    amqp_connection_state_t conn; /* NULL when disconnected */
-    bool blocked;
-    uint64_t next_tag; /* delivery tag of the next publish on the channel */
-    struct exchange_seen *exchanges;
-    size_t nexchanges;
-    bool check_channel_open;
-    /* Reused by every wave so the hot path does not allocate. */
-    struct inflight *inflight;
-    size_t inflight_cap;
-    amqp_table_entry_t *headers;
-    size_t headers_cap;
-    char *scratch;
-    size_t scratch_cap;
-    /*
-     * The broker's max_message_size as its 406 channel.close told it, for
-     * this connection; 0 until then.  Larger bodies fail before they are
-     * published rather than close the channel on everything in flight.
-     */
-    size_t max_body;
-    /* The relay's stop deadline (another thread sets it), or NULL. */
-    const _Atomic uint64_t *stop_deadline_ms;
-    /* The first nack since the last ack on this connection; 0 when the
-     * last confirm was an ack. */
-    uint64_t nacking_since_ms;
-    /* The outbox's envelope; its CloudEvents source is the caller's. */
-    enum envelope envelope;
-    const char *ce_source;
-    char ce_time[40]; /* the row's created_at in RFC 3339 */
-};
 
 /* One call of publisher_publish_wave (or publisher_poll, with n == 0). */
 struct wave {
@@ -119,87 +45,37 @@ struct wave {
 /* What reading one frame did to the wave. */
 enum frame_result { FRAME_OK, FRAME_LOST };
 
-/* ---- urls and errors ---- */
+/* ---- lifecycle ---- */
 
-/*
- * "amqp://user:secret@host/" -> "amqp://user:***@host/".  The password is
- * found where amqp_parse_url finds it (components start where they stand
- * in the text: it decodes in place).  A url it refuses has all between
- * "user:" (or "://") and its last '@' masked, or all after "://" when it
- * has no '@': there is no telling which part is the password.
- */
 char *
 publisher_mask_url(const char *url)
 {
-    char *copy = xstrdup(url);
-    struct amqp_connection_info ci;
-    char *masked;
-    const char *scheme = strstr(url, "://");
-    if (amqp_parse_url(copy, &ci) == AMQP_STATUS_OK) {
-        /* Without one in the url, ci.password is the library's default. */
-        if (ci.password < copy || ci.password > copy + strlen(url)) {
-            masked = xstrdup(url);
-        } else {
-            /* The password ends at the one '@' a valid url has. */
-            size_t start = (size_t)(ci.password - copy);
-            const char *at = strchr(url + start, '@');
-            masked = xasprintf("%.*s***%s", (int)start, url, at);
-        }
-    } else if (scheme == NULL) {
-        masked = xstrdup("***");
-    } else {
-        /* Up to a "user:" before the last '@' stays, as valid ones show. */
-        const char *at = strrchr(scheme, '@');
-        const char *colon =
-            at ? memchr(scheme + 3, ':', (size_t)(at - scheme - 3)) : NULL;
-        const char *keep = colon ? colon + 1 : scheme + 3;
-        masked = xasprintf("%.*s***%s", (int)(keep - url), url, at ? at : "");
-    }
-    free(copy);
-    return masked;
+    return amqpconn_mask_url(url);
 }
 
-static void
-reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
+static struct publisher *
+publisher_attach(struct amqpconn *c, const struct broker_config *broker)
 {
-    switch (r.reply_type) {
-    case AMQP_RESPONSE_NORMAL:
-        str_copy(buf, "ok", len);
-        return;
-    case AMQP_RESPONSE_NONE:
-        str_copy(buf, "no reply", len);
-        return;
-    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-        str_copy(buf, amqp_error_string2(r.library_error), len);
-        return;
-    case AMQP_RESPONSE_SERVER_EXCEPTION:
-        break;
-    }
-    if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-        amqp_connection_close_t *m = r.reply.decoded;
-        snprintf(buf, len, "%u %.*s", m->reply_code, (int)m->reply_text.len,
-                 (const char *)m->reply_text.bytes);
-    } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        amqp_channel_close_t *m = r.reply.decoded;
-        snprintf(buf, len, "%u %.*s", m->reply_code, (int)m->reply_text.len,
-                 (const char *)m->reply_text.bytes);
-    } else {
-        snprintf(buf, len, "unexpected method 0x%08x", r.reply.id);
-    }
+    struct publisher *p = xcalloc(1, sizeof(*p));
+    p->c = c;
+    p->broker = broker;
+    c->npublishers++;
+    return p;
 }
-
-/* ---- lifecycle ---- */
 
 struct publisher *
 publisher_new(const struct broker_config *broker, const char *connection_name)
 {
-    struct publisher *p = xcalloc(1, sizeof(*p));
-    p->broker = broker;
-    p->connection_name = xstrdup(connection_name ? connection_name : "outboxd");
-    p->masked_urls = xcalloc(broker->nurls + 1, sizeof(*p->masked_urls));
-    for (size_t i = 0; i < broker->nurls; i++)
-        p->masked_urls[i] = publisher_mask_url(broker->urls[i]);
+    struct publisher *p =
+        publisher_attach(amqpconn_new(broker, connection_name), broker);
+    p->owns_conn = true;
     return p;
+}
+
+struct publisher *
+publisher_new_shared(struct amqpconn *c, const struct broker_config *broker)
+{
+    return publisher_attach(c, broker != NULL ? broker : c->broker);
 }
 
 static void
@@ -212,28 +88,26 @@ forget_exchanges(struct publisher *p)
     p->nexchanges = 0;
 }
 
-/* Drops the connection without a handshake: it is dead or unusable. */
-static void
-drop_connection(struct publisher *p)
+void
+publisher_channel_lost(struct publisher *p, const char *reason)
 {
-    if (p->conn != NULL)
-        amqp_destroy_connection(p->conn);
-    p->conn = NULL;
-    p->blocked = false;
-    p->check_channel_open = false;
-    p->max_body = 0; /* the next broker may be configured otherwise */
+    p->channel = 0;
+    str_copy(p->lost, reason, sizeof(p->lost));
     p->nacking_since_ms = 0;
-    forget_exchanges(p);
+    forget_exchanges(p); /* one may be deleted before the next channel */
 }
 
+/*
+ * Its own connection is closed with the channel; a shared one stays for
+ * the others unless it failed, which ended every channel already.
+ */
 void
 publisher_disconnect(struct publisher *p)
 {
-    if (p->conn == NULL)
-        return;
-    /* rpc timeout is set, so a hung broker cannot hold us here. */
-    amqp_connection_close(p->conn, AMQP_REPLY_SUCCESS);
-    drop_connection(p);
+    if (p->owns_conn)
+        amqpconn_disconnect(p->c);
+    else
+        conn_channel_close(p->c, p);
 }
 
 void
@@ -242,10 +116,14 @@ publisher_free(struct publisher *p)
     if (p == NULL)
         return;
     publisher_disconnect(p);
-    for (size_t i = 0; i < p->broker->nurls; i++)
-        free(p->masked_urls[i]);
-    free(p->masked_urls);
-    free(p->connection_name);
+    struct amqpconn *c = p->c;
+    for (size_t i = 1; i < c->nslots; i++) /* a closing channel's */
+        if (c->slots[i].p == p)
+            c->slots[i].p = NULL;
+    c->npublishers--;
+    if (p->owns_conn)
+        amqpconn_free(c);
+    forget_exchanges(p);
     free(p->exchanges);
     free(p->inflight);
     free(p->headers);
@@ -256,13 +134,25 @@ publisher_free(struct publisher *p)
 bool
 publisher_is_connected(const struct publisher *p)
 {
-    return p->conn != NULL;
+    return p->c->conn != NULL && p->channel != 0;
 }
 
 bool
 publisher_is_blocked(const struct publisher *p)
 {
-    return p->blocked;
+    return p->c->blocked;
+}
+
+uint64_t
+publisher_late_confirms(const struct publisher *p)
+{
+    return p->late_confirms;
+}
+
+amqp_channel_t
+publisher_channel(const struct publisher *p)
+{
+    return p->channel;
 }
 
 void
@@ -289,320 +179,32 @@ stop_deadline(const struct publisher *p)
 const char *
 publisher_url(const struct publisher *p)
 {
-    if (p->broker->nurls == 0)
-        return "";
-    return p->masked_urls[p->url_index];
+    return amqpconn_url(p->c);
 }
 
 /* ---- connect ---- */
 
-static unsigned
-heartbeat_s(const struct publisher *p)
-{
-    uint64_t s = p->broker->heartbeat_ms / 1000;
-    return s < 1 ? 1 : s > 65535 ? 65535 : (unsigned)s;
-}
-
-static struct timeval
-ms_to_tv(uint64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
-
 /*
- * Keepalives and TCP_USER_TIMEOUT bound how long the kernel keeps a dead
- * peer's connection: librabbitmq 0.11 writes with no deadline.
+ * Its own connection is made anew, starting at the url after the last
+ * one; a shared one is connected only if it is not.  Then a channel.
  */
-static void
-tune_socket(int fd, unsigned hb)
-{
-    int one = 1, idle = (int)hb, intvl = hb / 3 ? (int)(hb / 3) : 1, cnt = 3;
-    unsigned user_timeout = hb * 2000;
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout,
-               sizeof(user_timeout));
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-/* Non-blocking connect to one address; -1 with the reason in err. */
-static int
-connect_addr(const struct addrinfo *ai, uint64_t deadline, unsigned hb,
-             char *err, size_t errlen)
-{
-    int fd =
-        socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-               ai->ai_protocol);
-    if (fd < 0) {
-        err_set(err, errlen, "socket: %s", strerror(errno));
-        return -1;
-    }
-    tune_socket(fd, hb);
-    int error = 0;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-        error = errno;
-        if (error == EINPROGRESS) {
-            uint64_t now = clock_ms();
-            struct pollfd pfd = {fd, POLLOUT, 0};
-            int ms = now < deadline ? (int)(deadline - now) : 0;
-            int rc = poll(&pfd, 1, ms);
-            socklen_t len = sizeof(error);
-            if (rc == 0)
-                error = ETIMEDOUT;
-            else if (rc < 0)
-                error = errno;
-            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) < 0)
-                error = errno;
-        }
-    }
-    if (error == 0)
-        return fd;
-    err_set(err, errlen, "%s",
-            error == ETIMEDOUT ? "connect timed out" : strerror(error));
-    close(fd);
-    return -1;
-}
-
-/*
- * Plain TCP is connected here rather than by the library, which reports
- * every failure as "a socket error occurred" instead of its errno.
- */
-static int
-open_tcp(struct publisher *p, const char *host, int port, char *err,
-         size_t errlen)
-{
-    struct addrinfo hints = {0}, *res;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    char service[16];
-    snprintf(service, sizeof(service), "%d", port);
-    int rc = getaddrinfo(host, service, &hints, &res);
-    if (rc != 0) {
-        err_set(err, errlen, "%s: %s", host, gai_strerror(rc));
-        return -1;
-    }
-    uint64_t deadline = clock_ms() + p->broker->connect_timeout_ms;
-    int fd = -1;
-    for (struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next)
-        fd = connect_addr(ai, deadline, heartbeat_s(p), err, errlen);
-    freeaddrinfo(res);
-    if (fd < 0)
-        return -1;
-    amqp_socket_t *sock = amqp_tcp_socket_new(p->conn);
-    if (sock == NULL) {
-        close(fd);
-        err_set(err, errlen, "cannot create socket");
-        return -1;
-    }
-    amqp_tcp_socket_set_sockfd(sock, fd);
-    return 0;
-}
-
-/* The library's words for a failed TLS open, made to say what to check. */
-static void
-tls_failure(int rc, const char *host, const char *ca, char *err, size_t errlen)
-{
-    switch (rc) {
-    case AMQP_STATUS_SSL_PEER_VERIFY_FAILED:
-        err_set(err, errlen,
-                "TLS certificate verification failed: the broker's "
-                "certificate is not signed by a CA in %s",
-                ca ? ca : "(no ca_file)");
-        break;
-    case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED:
-        err_set(err, errlen,
-                "TLS hostname verification failed: the broker's certificate "
-                "does not name \"%s\" (tls.verify_hostname: false skips "
-                "this check)",
-                host);
-        break;
-    case AMQP_STATUS_SSL_CONNECTION_FAILED:
-    case AMQP_STATUS_SSL_ERROR:
-        err_set(err, errlen,
-                "TLS handshake failed (%s): is it a TLS port, and does the "
-                "broker require a client certificate (tls.cert_file, "
-                "tls.key_file) or refuse this one?",
-                amqp_error_string2(rc));
-        break;
-    default:
-        err_set(err, errlen, "TLS: %s", amqp_error_string2(rc));
-    }
-}
-
-static int
-open_tls(struct publisher *p, const char *host, int port, char *err,
-         size_t errlen)
-{
-    const struct tls_config *tls = &p->broker->tls;
-    amqp_socket_t *sock = amqp_ssl_socket_new(p->conn);
-    if (sock == NULL) {
-        err_set(err, errlen, "cannot create TLS socket");
-        return -1;
-    }
-    amqp_ssl_socket_set_verify_peer(sock, tls->verify_peer);
-    amqp_ssl_socket_set_verify_hostname(sock, tls->verify_hostname);
-    /* The library trusts nothing by default: without a ca_file, the
-     * system's bundle, so that a public CA works as operators expect. */
-    const char *ca = tls->ca_file;
-    if (ca == NULL && tls->verify_peer && access(SYSTEM_CA_BUNDLE, R_OK) == 0)
-        ca = SYSTEM_CA_BUNDLE;
-    if (ca != NULL && amqp_ssl_socket_set_cacert(sock, ca) != 0) {
-        err_set(err, errlen, "TLS: ca_file %s: cannot load", ca);
-        return -1;
-    }
-    if (tls->cert_file && tls->key_file &&
-        amqp_ssl_socket_set_key(sock, tls->cert_file, tls->key_file) != 0) {
-        err_set(err, errlen, "TLS: cert_file %s / key_file %s: cannot load",
-                tls->cert_file, tls->key_file);
-        return -1;
-    }
-    struct timeval tv = ms_to_tv(p->broker->connect_timeout_ms);
-    int rc = amqp_socket_open_noblock(sock, host, port, &tv);
-    if (rc != AMQP_STATUS_OK) {
-        tls_failure(rc, host, ca, err, errlen);
-        return -1;
-    }
-    tune_socket(amqp_get_sockfd(p->conn), heartbeat_s(p));
-    return 0;
-}
-
-/* The properties that make the broker send connection.blocked. */
-static amqp_rpc_reply_t
-login(struct publisher *p, const struct amqp_connection_info *ci)
-{
-    amqp_table_entry_t caps[] = {
-        {amqp_cstring_bytes("connection.blocked"),
-         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
-        {amqp_cstring_bytes("publisher_confirms"),
-         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
-        {amqp_cstring_bytes("basic.nack"),
-         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
-        {amqp_cstring_bytes("consumer_cancel_notify"),
-         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
-        {amqp_cstring_bytes("authentication_failure_close"),
-         {AMQP_FIELD_KIND_BOOLEAN, {.boolean = 1}}},
-    };
-    amqp_table_entry_t props[] = {
-        {amqp_cstring_bytes("connection_name"),
-         {AMQP_FIELD_KIND_UTF8,
-          {.bytes = amqp_cstring_bytes(p->connection_name)}}},
-        {amqp_cstring_bytes("product"),
-         {AMQP_FIELD_KIND_UTF8, {.bytes = amqp_cstring_bytes("outboxd")}}},
-        {amqp_cstring_bytes("version"),
-         {AMQP_FIELD_KIND_UTF8,
-          {.bytes = amqp_cstring_bytes(OUTBOXD_VERSION)}}},
-        {amqp_cstring_bytes("capabilities"),
-         {AMQP_FIELD_KIND_TABLE,
-          {.table = {sizeof(caps) / sizeof(caps[0]), caps}}}},
-    };
-    amqp_table_t table = {sizeof(props) / sizeof(props[0]), props};
-    /* An empty vhost ("amqp://host/") means the default one, not "". */
-    const char *vhost = ci->vhost && ci->vhost[0] ? ci->vhost : "/";
-    return amqp_login_with_properties(
-        p->conn, vhost, 0, FRAME_MAX, (int)heartbeat_s(p), &table,
-        AMQP_SASL_METHOD_PLAIN, ci->user, ci->password);
-}
-
-/* channel.open and confirm.select; delivery tags restart at 1. */
-static int
-open_channel(struct publisher *p, char *err, size_t errlen)
-{
-    amqp_channel_open(p->conn, PUBLISH_CHANNEL);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(p->conn);
-    if (r.reply_type == AMQP_RESPONSE_NORMAL) {
-        amqp_confirm_select(p->conn, PUBLISH_CHANNEL);
-        r = amqp_get_rpc_reply(p->conn);
-        if (r.reply_type == AMQP_RESPONSE_NORMAL) {
-            p->next_tag = 1;
-            return 0;
-        }
-        char text[256];
-        reply_text(r, text, sizeof(text));
-        err_set(err, errlen, "confirm.select: %s", text);
-        return -1;
-    }
-    char text[256];
-    reply_text(r, text, sizeof(text));
-    err_set(err, errlen, "channel.open: %s", text);
-    return -1;
-}
-
-static int
-connect_url(struct publisher *p, size_t i, char *err, size_t errlen)
-{
-    char *copy = xstrdup(p->broker->urls[i]);
-    struct amqp_connection_info ci;
-    amqp_default_connection_info(&ci);
-    int rc = -1;
-    if (amqp_parse_url(copy, &ci) != AMQP_STATUS_OK) {
-        err_set(err, errlen, "not a valid amqp:// or amqps:// url");
-        goto out;
-    }
-    p->conn = amqp_new_connection();
-    struct timeval tv = ms_to_tv(p->broker->connect_timeout_ms);
-    amqp_set_handshake_timeout(p->conn, &tv);
-    amqp_set_rpc_timeout(p->conn, &tv);
-    bool tls = ci.ssl || p->broker->tls.enabled;
-    if ((tls ? open_tls : open_tcp)(p, ci.host, ci.port, err, errlen) < 0)
-        goto out;
-    amqp_rpc_reply_t r = login(p, &ci);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        char text[256];
-        reply_text(r, text, sizeof(text));
-        /* With TLS 1.3 a refused client certificate shows only here. */
-        bool tls_error = tls &&
-                         r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-                         r.library_error == AMQP_STATUS_SSL_ERROR;
-        err_set(err, errlen, "login: %s%s", text,
-                tls_error ? ": the TLS session failed; does the broker "
-                            "require a client certificate (tls.cert_file, "
-                            "tls.key_file) or refuse this one?"
-                          : "");
-        goto out;
-    }
-    rc = open_channel(p, err, errlen);
-out:
-    if (rc < 0)
-        drop_connection(p);
-    free(copy);
-    return rc;
-}
-
 int
 publisher_connect(struct publisher *p, char *err, size_t errlen)
 {
     publisher_disconnect(p);
-    if (p->broker->nurls == 0) {
-        err_set(err, errlen, "broker %s has no url", p->broker->name);
+    /* What arrived first: a connection.close, close-oks that free the
+     * numbers of closed channels.  A dead connection is made anew. */
+    char ignored[ERR_LEN];
+    if (amqpconn_is_connected(p->c))
+        (void)amqpconn_poll(p->c, ignored, sizeof(ignored));
+    if (amqpconn_connect(p->c, err, errlen) < 0)
         return -1;
-    }
-    /*
-     * A reconnect starts at the url after the one that was live: that node
-     * just failed, and trying it first would cost a connect_timeout per
-     * attempt when it is unreachable rather than refusing.
-     */
-    char all[1024] = "";
-    size_t n = p->broker->nurls;
-    for (size_t k = 0; k < n; k++) {
-        char url_err[ERR_LEN];
-        size_t i = (p->first_url + k) % n;
-        p->url_index = i;
-        if (connect_url(p, i, url_err, sizeof(url_err)) == 0) {
-            p->first_url = (i + 1) % n;
-            return 0;
-        }
-        size_t used = strlen(all);
-        snprintf(all + used, sizeof(all) - used, "%s%s: %s", k ? "; " : "",
-                 p->masked_urls[i], url_err);
-        /* A node that fails while another answers is worth knowing. */
-        if (k + 1 < n)
-            log_warn(LOG_KV("broker", p->broker->name),
-                     "%s: %s; trying the next url", p->masked_urls[i], url_err);
-    }
-    err_set(err, errlen, "%s", all);
+    char why[ERR_LEN];
+    if (conn_channel_open(p->c, p, why, sizeof(why)) == 0)
+        return 0;
+    err_set(err, errlen, "%s: %s", publisher_url(p), why);
+    if (p->owns_conn)
+        conn_drop(p->c, why);
     return -1;
 }
 
@@ -628,20 +230,44 @@ settle_entry(struct wave *w, struct inflight *e, bool ack)
     w->unsettled--;
 }
 
+/* A nack: the runs of nacks of this channel and of the connection. */
+static void
+count_nack(struct publisher *p)
+{
+    struct amqpconn *c = p->c;
+    uint64_t now = clock_ms();
+    if (p->nacking_since_ms == 0)
+        p->nacking_since_ms = now;
+    if (c->nacking_since_ms == 0) {
+        c->nacking_since_ms = now;
+        c->nack_streak++;
+        c->nacking_publishers = 0;
+    }
+    if (p->nack_streak != c->nack_streak) {
+        p->nack_streak = c->nack_streak;
+        c->nacking_publishers++;
+    }
+}
+
 /* basic.ack / basic.nack, with `multiple` covering every tag up to tag. */
 static void
 settle(struct wave *w, uint64_t tag, bool multiple, bool ack)
 {
     if (tag < w->first_tag || tag - w->first_tag >= w->published) {
+        /* Of an earlier wave that gave up on its rows: tags only grow
+         * on a channel, so it can confirm nothing of this one. */
         log_debug(LOG_KV("broker", w->p->broker->name),
                   "ignoring confirm for unknown delivery tag %llu",
                   (unsigned long long)tag);
+        w->p->late_confirms++;
         return;
     }
-    if (ack)
+    if (ack) {
         w->p->nacking_since_ms = 0;
-    else if (w->p->nacking_since_ms == 0)
-        w->p->nacking_since_ms = clock_ms();
+        w->p->c->nacking_since_ms = 0;
+    } else {
+        count_nack(w->p);
+    }
     size_t k = (size_t)(tag - w->first_tag);
     struct inflight *inflight = w->p->inflight;
     if (multiple)
@@ -676,7 +302,7 @@ end_unsettled(struct wave *w, enum row_state to, const char *reason,
             continue;
         if (e->returned != NULL) /* unroutable whatever happens next */
             row_enter_state(w->b, row, ROW_FAILED, e->returned);
-        else if (over_max && body_len(row) <= w->p->max_body)
+        else if (over_max && body_len(row) <= w->p->c->max_body)
             row_enter_state(w->b, row, ROW_RELEASED, other);
         else
             row_enter_state(w->b, row, to, reason);
@@ -716,13 +342,34 @@ timeout_reason(const struct wave *w, char *buf, size_t len)
     return buf;
 }
 
-/* The connection is gone: fail what is in flight, forget the connection. */
+/* The connection is gone: fail what is in flight, forget the connection
+ * (every publisher on it is told). */
 static enum frame_result
 lose_connection(struct wave *w, const char *reason)
 {
     fail_unsettled(w, reason);
     err_set(w->err, w->errlen, "%s: %s", publisher_url(w->p), reason);
-    drop_connection(w->p);
+    conn_drop(w->p->c, reason);
+    str_copy(w->p->lost, reason, sizeof(w->p->lost));
+    return FRAME_LOST;
+}
+
+/*
+ * This channel must go (no confirms in time, a reopen refused): fail what
+ * is in flight.  Its own connection goes with it, as a fresh one is the
+ * cure for a broker that stopped answering; a shared one stays for the
+ * other publishers, and a silent broker shows there soon enough (rpc
+ * timeouts, heartbeats).
+ */
+static enum frame_result
+lose_channel(struct wave *w, const char *reason)
+{
+    if (w->p->owns_conn)
+        return lose_connection(w, reason);
+    fail_unsettled(w, reason);
+    err_set(w->err, w->errlen, "%s: %s", publisher_url(w->p), reason);
+    conn_channel_close(w->p->c, w->p);
+    str_copy(w->p->lost, reason, sizeof(w->p->lost));
     return FRAME_LOST;
 }
 
@@ -733,10 +380,21 @@ static enum frame_result
 close_check_channel(struct wave *w)
 {
     amqp_channel_close_ok_t ok = {0};
-    w->p->check_channel_open = false;
-    if (amqp_send_method(w->p->conn, CHECK_CHANNEL,
-                         AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) < 0)
+    struct amqpconn *c = w->p->c;
+    amqp_channel_t ch = c->check_channel;
+    conn_channel_free(c, ch);
+    if (amqp_send_method(c->conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) < 0)
         return lose_connection(w, "connection lost: sending channel.close-ok");
+    return FRAME_OK;
+}
+
+/* A method for another channel, or the connection: to whom it concerns. */
+static enum frame_result
+other_channel(struct wave *w, amqp_channel_t channel, const amqp_method_t *m)
+{
+    char reason[ERR_LEN];
+    if (conn_dispatch(w->p->c, channel, m, reason, sizeof(reason)) < 0)
+        return lose_connection(w, reason);
     return FRAME_OK;
 }
 
@@ -796,12 +454,12 @@ on_return(struct wave *w, const amqp_basic_return_t *ret)
 {
     amqp_message_t msg;
     amqp_rpc_reply_t r =
-        amqp_read_message(w->p->conn, PUBLISH_CHANNEL, &msg, 0);
+        amqp_read_message(w->p->c->conn, w->p->channel, &msg, 0);
     if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION)
-        return handle_method(w, PUBLISH_CHANNEL, &r.reply);
+        return handle_method(w, w->p->channel, &r.reply);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         char text[256], reason[300];
-        reply_text(r, text, sizeof(text));
+        conn_reply_text(r, text, sizeof(text));
         snprintf(reason, sizeof(reason), "connection lost: %s", text);
         return lose_connection(w, reason);
     }
@@ -851,13 +509,16 @@ on_channel_close(struct wave *w, const amqp_channel_close_t *m)
     snprintf(reason, sizeof(reason), "channel closed by broker: %u %.*s",
              m->reply_code, (int)m->reply_text.len,
              (const char *)m->reply_text.bytes);
+    struct publisher *p = w->p;
     amqp_channel_close_ok_t ok = {0};
-    if (amqp_send_method(w->p->conn, PUBLISH_CHANNEL,
-                         AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) < 0)
+    amqp_channel_t ch = p->channel;
+    conn_channel_free(p->c, ch);
+    p->channel = 0;
+    if (amqp_send_method(p->c->conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) < 0)
         return lose_connection(w, reason);
     size_t limit = size_limit(m);
     if (limit > 0) {
-        w->p->max_body = limit;
+        p->c->max_body = limit;
         snprintf(other, sizeof(other),
                  "in flight when another message closed the channel (%s)",
                  reason);
@@ -865,42 +526,25 @@ on_channel_close(struct wave *w, const amqp_channel_close_t *m)
     } else {
         fail_unsettled(w, reason);
     }
-    forget_exchanges(w->p); /* one was deleted since it was checked */
+    forget_exchanges(p); /* one was deleted since it was checked */
     char err[ERR_LEN];
-    if (open_channel(w->p, err, sizeof(err)) < 0) {
+    if (conn_channel_open(p->c, p, err, sizeof(err)) < 0) {
         char lost[sizeof(reason) + sizeof("; reopening it: ") + sizeof(err)];
         snprintf(lost, sizeof(lost), "%s; reopening it: %s", reason, err);
-        return lose_connection(w, lost);
+        str_copy(p->lost, lost, sizeof(p->lost));
+        return p->c->conn == NULL ? lose_connection(w, lost)
+                                  : lose_channel(w, lost);
     }
     reset_channel_state(w);
     return FRAME_OK;
 }
 
-static enum frame_result
-on_connection_close(struct wave *w, const amqp_connection_close_t *m)
-{
-    char reason[ERR_LEN];
-    snprintf(reason, sizeof(reason), "connection closed by broker: %u %.*s",
-             m->reply_code, (int)m->reply_text.len,
-             (const char *)m->reply_text.bytes);
-    amqp_connection_close_ok_t ok = {0};
-    amqp_send_method(w->p->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-    return lose_connection(w, reason);
-}
-
-static void
-on_blocked(struct publisher *p, const amqp_connection_blocked_t *m)
-{
-    if (!p->blocked)
-        log_warn(LOG_KV("broker", p->broker->name),
-                 "broker blocked publishing: %.*s", (int)m->reason.len,
-                 (const char *)m->reason.bytes);
-    p->blocked = true;
-}
-
+/* A method on this publisher's channel, or on another (then theirs). */
 static enum frame_result
 handle_method(struct wave *w, amqp_channel_t channel, const amqp_method_t *m)
 {
+    if (channel == 0 || channel != w->p->channel)
+        return other_channel(w, channel, m);
     switch (m->id) {
     case AMQP_BASIC_ACK_METHOD: {
         const amqp_basic_ack_t *a = m->decoded;
@@ -915,22 +559,7 @@ handle_method(struct wave *w, amqp_channel_t channel, const amqp_method_t *m)
     case AMQP_BASIC_RETURN_METHOD:
         return on_return(w, m->decoded);
     case AMQP_CHANNEL_CLOSE_METHOD:
-        if (channel == CHECK_CHANNEL)
-            return close_check_channel(w);
-        if (channel != PUBLISH_CHANNEL)
-            return FRAME_OK;
         return on_channel_close(w, m->decoded);
-    case AMQP_CONNECTION_CLOSE_METHOD:
-        return on_connection_close(w, m->decoded);
-    case AMQP_CONNECTION_BLOCKED_METHOD:
-        on_blocked(w->p, m->decoded);
-        return FRAME_OK;
-    case AMQP_CONNECTION_UNBLOCKED_METHOD:
-        if (w->p->blocked)
-            log_info(LOG_KV("broker", w->p->broker->name),
-                     "broker unblocked publishing");
-        w->p->blocked = false;
-        return FRAME_OK;
     default:
         log_debug(LOG_KV("broker", w->p->broker->name),
                   "ignoring method 0x%08x on channel %u", m->id, channel);
@@ -950,8 +579,8 @@ read_frame(struct wave *w, uint64_t timeout_ms, bool *got)
     *got = false;
     /* Recycles frames already handled; channels with frames still queued
      * in the library keep theirs. */
-    amqp_maybe_release_buffers(w->p->conn);
-    int rc = amqp_simple_wait_frame_noblock(w->p->conn, &f, &tv);
+    amqp_maybe_release_buffers(w->p->c->conn);
+    int rc = amqp_simple_wait_frame_noblock(w->p->c->conn, &f, &tv);
     if (rc == AMQP_STATUS_TIMEOUT)
         return FRAME_OK;
     if (rc != AMQP_STATUS_OK) {
@@ -977,185 +606,15 @@ read_available(struct wave *w)
     return FRAME_OK;
 }
 
-/* ---- headers ---- */
-
-static amqp_table_entry_t *
-header_slot(struct publisher *p, size_t i)
-{
-    if (i >= p->headers_cap) {
-        p->headers_cap = p->headers_cap ? p->headers_cap * 2 : 32;
-        p->headers = xrealloc(p->headers, p->headers_cap * sizeof(*p->headers));
-    }
-    return &p->headers[i];
-}
-
-struct header_ctx {
-    struct publisher *p;
-    size_t n;     /* entries filled */
-    size_t fixed; /* the first ones are built-in */
-    bool forged;  /* stopped at a CloudEvents attribute, not bad JSON */
-    char *err;
-    size_t errlen;
-};
-
-/*
- * A row header that a CloudEvents consumer would read as an attribute,
- * under either separator of the binding and in any case (some consumers
- * match the prefix so): it could forge or contradict the event's own.
- */
-static bool
-ce_forged(const struct publisher *p, const char *key, size_t keylen)
-{
-    size_t n = strlen(CE_PREFIX);
-    return p->envelope == ENVELOPE_CLOUDEVENTS && keylen >= n &&
-           strncasecmp(key, "cloudEvents", n - 1) == 0 &&
-           (key[n - 1] == '_' || key[n - 1] == ':');
-}
-
-/* Later duplicates win, as in most JSON readers; built-ins always win. */
-static int
-add_header_cb(void *arg, const char *key, size_t keylen,
-              const struct json_value *v)
-{
-    struct header_ctx *c = arg;
-    if (keylen > SHORTSTR_MAX) {
-        err_set(c->err, c->errlen, "key \"%.40s...\" longer than %d bytes", key,
-                SHORTSTR_MAX);
-        return -1;
-    }
-    if (ce_forged(c->p, key, keylen)) {
-        err_set(c->err, c->errlen,
-                "key \"%.*s\" would set a CloudEvents attribute (envelope "
-                "cloudevents: outboxd sets those)",
-                (int)(keylen > 60 ? 60 : keylen), key);
-        c->forged = true;
-        return -1;
-    }
-    if (v->type == JSON_NULL)
-        return 0;
-    amqp_field_value_t val = {0};
-    switch (v->type) {
-    case JSON_STRING:
-    case JSON_OBJECT:
-    case JSON_ARRAY:
-        val.kind = AMQP_FIELD_KIND_UTF8;
-        val.value.bytes.bytes = (void *)v->str;
-        val.value.bytes.len = v->len;
-        break;
-    case JSON_INT:
-        val.kind = AMQP_FIELD_KIND_I64;
-        val.value.i64 = v->i;
-        break;
-    case JSON_DOUBLE:
-        val.kind = AMQP_FIELD_KIND_F64;
-        val.value.f64 = v->d;
-        break;
-    case JSON_BOOL:
-        val.kind = AMQP_FIELD_KIND_BOOLEAN;
-        val.value.boolean = v->b;
-        break;
-    case JSON_NULL:
-        break;
-    }
-    for (size_t i = 0; i < c->n; i++) {
-        amqp_table_entry_t *e = &c->p->headers[i];
-        if (e->key.len == keylen && memcmp(e->key.bytes, key, keylen) == 0) {
-            if (i >= c->fixed)
-                e->value = val;
-            return 0;
-        }
-    }
-    amqp_table_entry_t *e = header_slot(c->p, c->n++);
-    e->key.bytes = (void *)key;
-    e->key.len = keylen;
-    e->value = val;
-    return 0;
-}
-
-static void
-fixed_header(struct publisher *p, size_t i, const char *key, const char *val)
-{
-    amqp_table_entry_t *e = header_slot(p, i);
-    e->key = amqp_cstring_bytes(key);
-    e->value.kind = AMQP_FIELD_KIND_UTF8;
-    e->value.value.bytes = amqp_cstring_bytes(val ? val : "");
-}
-
-/* created_at in RFC 3339, UTC, to the microsecond as the column keeps it. */
-static const char *
-ce_time(struct publisher *p, int64_t created_us)
-{
-    time_t secs = (time_t)(created_us / 1000000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n =
-        strftime(p->ce_time, sizeof(p->ce_time), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(p->ce_time + n, sizeof(p->ce_time) - n, ".%06dZ",
-             (int)(created_us % 1000000));
-    return p->ce_time;
-}
-
-/*
- * docs/contract.md section 7: the CloudEvents 1.0 attributes in binary
- * content mode, as application properties named by the AMQP binding;
- * datacontenttype is the content_type property.  Optional ones are left
- * out when the row has nothing to say (the spec forbids empty ones).
- */
-static size_t
-ce_headers(struct publisher *p, const struct outbox_row *row, size_t n)
-{
-    fixed_header(p, n++, CE_PREFIX "specversion", "1.0");
-    fixed_header(p, n++, CE_PREFIX "id", row->event_id);
-    fixed_header(p, n++, CE_PREFIX "source", p->ce_source);
-    fixed_header(p, n++, CE_PREFIX "type", row->event_type);
-    if (row->aggregate_id != NULL && row->aggregate_id[0] != '\0')
-        fixed_header(p, n++, CE_PREFIX "subject", row->aggregate_id);
-    if (row->created_us > 0)
-        fixed_header(p, n++, CE_PREFIX "time", ce_time(p, row->created_us));
-    return n;
-}
-
-/* Fills p->headers for row; -1 with the reason when its JSON is bad. */
-static int
-build_headers(struct publisher *p, const struct outbox_row *row, size_t *count,
-              char *err, size_t errlen)
-{
-    fixed_header(p, 0, "aggregate_type", row->aggregate_type);
-    fixed_header(p, 1, "aggregate_id", row->aggregate_id);
-    amqp_table_entry_t *e = header_slot(p, 2);
-    e->key = amqp_cstring_bytes("outbox_id");
-    e->value.kind = AMQP_FIELD_KIND_I64;
-    e->value.value.i64 = (int64_t)row->id;
-    size_t n = 3;
-    if (row->traceparent != NULL)
-        fixed_header(p, n++, "traceparent", row->traceparent);
-    if (p->envelope == ENVELOPE_CLOUDEVENTS)
-        n = ce_headers(p, row, n);
-    *count = n;
-    if (row->headers == NULL)
-        return 0;
-    size_t len = strlen(row->headers);
-    if (len + 1 > p->scratch_cap) {
-        p->scratch_cap = len + 1 > 4096 ? len + 1 : 4096;
-        p->scratch = xrealloc(p->scratch, p->scratch_cap);
-    }
-    char jerr[200] = "";
-    struct header_ctx c = {p, n, n, false, jerr, sizeof(jerr)};
-    if (json_object_foreach(row->headers, len, p->scratch, add_header_cb, &c,
-                            jerr, sizeof(jerr)) != 0) {
-        err_set(err, errlen, "%s: %s",
-                c.forged ? "headers refused" : "invalid headers JSON", jerr);
-        return -1;
-    }
-    *count = c.n;
-    return 0;
-}
-
 /* ---- exchange checks ---- */
 
 static struct exchange_seen *
 exchange_find(struct publisher *p, const char *name)
 {
+    if (p->exchanges_generation != p->c->generation) {
+        forget_exchanges(p); /* checked on an older connection */
+        p->exchanges_generation = p->c->generation;
+    }
     for (size_t i = 0; i < p->nexchanges; i++)
         if (strcmp(p->exchanges[i].name, name) == 0)
             return &p->exchanges[i];
@@ -1168,6 +627,23 @@ exchange_find(struct publisher *p, const char *name)
     return e;
 }
 
+/* The check channel opened if it is new, then the passive declare. */
+static amqp_rpc_reply_t
+check_rpc(struct amqpconn *c, const char *exchange)
+{
+    if (!c->check_open) {
+        amqp_channel_open(c->conn, c->check_channel);
+        amqp_rpc_reply_t r = amqp_get_rpc_reply(c->conn);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL)
+            return r;
+        c->check_open = true;
+    }
+    amqp_exchange_declare(c->conn, c->check_channel,
+                          amqp_cstring_bytes(exchange), amqp_empty_bytes, 1, 0,
+                          0, 0, amqp_empty_table);
+    return amqp_get_rpc_reply(c->conn);
+}
+
 /*
  * Passive exchange.declare on the check channel.  Only a 404 counts as
  * missing; any other refusal (permissions) leaves publishing to decide.
@@ -1175,31 +651,28 @@ exchange_find(struct publisher *p, const char *name)
 static enum frame_result
 declare_passive(struct wave *w, struct exchange_seen *e)
 {
-    struct publisher *p = w->p;
+    struct amqpconn *c = w->p->c;
     amqp_rpc_reply_t r;
     /* The wave's deadline bounds the check too; a timeout drops the
      * connection (the library closes the socket).  The library polls in
      * whole milliseconds rounded down, so its timer can fire up to 1 ms
      * early: 1 ms more keeps the check from ending before the deadline. */
-    uint64_t now = clock_ms(), left = p->broker->connect_timeout_ms;
+    uint64_t now = clock_ms(), left = c->broker->connect_timeout_ms;
     bool by_deadline = w->deadline_ms <= now || w->deadline_ms - now <= left;
     if (by_deadline)
         left = w->deadline_ms > now ? w->deadline_ms - now + 1 : 1;
-    struct timeval tv = ms_to_tv(left);
-    amqp_set_rpc_timeout(p->conn, &tv);
-    if (!p->check_channel_open) {
-        amqp_channel_open(p->conn, CHECK_CHANNEL);
-        r = amqp_get_rpc_reply(p->conn);
-        if (r.reply_type != AMQP_RESPONSE_NORMAL)
-            goto failed;
-        p->check_channel_open = true;
+    if (c->check_channel == 0) {
+        char err[ERR_LEN];
+        c->check_channel =
+            conn_channel_alloc(c, CHAN_CHECK, NULL, err, sizeof(err));
+        if (c->check_channel == 0) /* none to spare: publishing decides */
+            return FRAME_OK;
     }
-    amqp_exchange_declare(p->conn, CHECK_CHANNEL, amqp_cstring_bytes(e->name),
-                          amqp_empty_bytes, 1, 0, 0, 0, amqp_empty_table);
-    r = amqp_get_rpc_reply(p->conn);
-failed:
-    tv = ms_to_tv(p->broker->connect_timeout_ms);
-    amqp_set_rpc_timeout(p->conn, &tv);
+    struct timeval tv = ms_to_tv(left);
+    amqp_set_rpc_timeout(c->conn, &tv);
+    r = check_rpc(c, e->name);
+    tv = ms_to_tv(c->broker->connect_timeout_ms);
+    amqp_set_rpc_timeout(c->conn, &tv);
     if (r.reply_type == AMQP_RESPONSE_NORMAL)
         return FRAME_OK;
     if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
@@ -1216,7 +689,7 @@ failed:
     char text[256], reason[300];
     if (r.library_error == AMQP_STATUS_TIMEOUT && by_deadline)
         return lose_connection(w, timeout_reason(w, reason, sizeof(reason)));
-    reply_text(r, text, sizeof(text));
+    conn_reply_text(r, text, sizeof(text));
     snprintf(reason, sizeof(reason), "connection lost: %s", text);
     return lose_connection(w, reason);
 }
@@ -1245,117 +718,13 @@ check_exchange(struct wave *w, const char *exchange, const char **missing)
 
 /* ---- publishing ---- */
 
-/* Upper bound of the encoded content header, to keep it in one frame. */
-static size_t
-properties_size(const struct outbox_row *row, const amqp_table_entry_t *h,
-                size_t n)
-{
-    size_t size = 64 + strlen(row->event_id) +
-                  (row->event_type ? strlen(row->event_type) : 0) +
-                  (row->expiration ? 1 + strlen(row->expiration) : 0);
-    for (size_t i = 0; i < n; i++)
-        size += 1 + h[i].key.len + 1 + 8 +
-                (h[i].value.kind == AMQP_FIELD_KIND_UTF8
-                     ? h[i].value.value.bytes.len
-                     : 0);
-    return size;
-}
-
-static bool
-too_long(const char *s)
-{
-    return s != NULL && strlen(s) > SHORTSTR_MAX;
-}
-
-/* A CloudEvent must have a non-empty id and type (its spec, section 3.1). */
-static const char *
-ce_problem(const struct outbox_row *row)
-{
-    if (row->event_id[0] == '\0')
-        return "event_id is empty: a CloudEvent needs an id";
-    if (row->event_type == NULL || row->event_type[0] == '\0')
-        return "event_type is empty: a CloudEvent needs a type";
-    return NULL;
-}
-
-/* Rows the broker could not take as they are; NULL when fine. */
-static const char *
-row_problem(const struct publisher *p, const struct outbox_row *row)
-{
-    if (row->event_id == NULL)
-        return "event_id is NULL";
-    if (row->exchange == NULL || row->routing_key == NULL)
-        return "exchange or routing key not resolved";
-    if (too_long(row->event_id))
-        return "event_id longer than 255 bytes";
-    if (too_long(row->event_type))
-        return "event_type longer than 255 bytes";
-    if (too_long(row->exchange))
-        return "exchange longer than 255 bytes";
-    if (too_long(row->routing_key))
-        return "routing key longer than 255 bytes";
-    return p->envelope == ENVELOPE_CLOUDEVENTS ? ce_problem(row) : NULL;
-}
-
-static void
-fill_properties(amqp_basic_properties_t *props, const struct outbox_row *row,
-                amqp_table_entry_t *headers, size_t nheaders)
-{
-    memset(props, 0, sizeof(*props));
-    props->_flags = AMQP_BASIC_CONTENT_TYPE_FLAG |
-                    AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG |
-                    AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TIMESTAMP_FLAG |
-                    AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_APP_ID_FLAG;
-    props->content_type = amqp_cstring_bytes("application/json");
-    props->delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    props->headers.num_entries = (int)nheaders;
-    props->headers.entries = headers;
-    props->message_id = amqp_cstring_bytes(row->event_id);
-    props->timestamp =
-        row->created_us > 0 ? (uint64_t)(row->created_us / 1000000) : 0;
-    props->type = amqp_cstring_bytes(row->event_type ? row->event_type : "");
-    props->app_id = amqp_cstring_bytes("outboxd");
-    /* RabbitMQ's per-message TTL, milliseconds as text: the relay sets
-     * it from expires_at (docs/contract.md section 7). */
-    if (row->expiration != NULL) {
-        props->_flags |= AMQP_BASIC_EXPIRATION_FLAG;
-        props->expiration = amqp_cstring_bytes(row->expiration);
-    }
-}
-
-int
-publisher_encode_row(struct publisher *p, const struct outbox_row *row,
-                     size_t frame_max, amqp_basic_properties_t *props,
-                     char *err, size_t errlen)
-{
-    size_t nheaders;
-    const char *problem = row_problem(p, row);
-    if (problem != NULL) {
-        err_set(err, errlen, "%s", problem);
-        return -1;
-    }
-    if (build_headers(p, row, &nheaders, err, errlen) < 0)
-        return -1;
-    size_t size = properties_size(row, p->headers, nheaders);
-    size_t limit = frame_max > 8 ? frame_max - 8 : 0;
-    if (size > limit) {
-        err_set(err, errlen,
-                "message properties too large: about %zu bytes, the frame "
-                "limit is %zu",
-                size, limit);
-        return -1;
-    }
-    fill_properties(props, row, p->headers, nheaders);
-    return 0;
-}
-
 /* Rejects a row before publishing; false if it was rejected. */
 static bool
 check_row(struct wave *w, struct outbox_row *row,
           amqp_basic_properties_t *props)
 {
     char err[ERR_LEN];
-    size_t frame_max = (size_t)amqp_get_frame_max(w->p->conn);
+    size_t frame_max = (size_t)amqp_get_frame_max(w->p->c->conn);
     if (publisher_encode_row(w->p, row, frame_max, props, err, sizeof(err)) ==
         0)
         return true;
@@ -1373,7 +742,8 @@ publish_next(struct wave *w)
         w->next++;
         return 0;
     }
-    if (w->p->max_body > 0 && body_len(row) > w->p->max_body) {
+    size_t max_body = w->p->c->max_body;
+    if (max_body > 0 && body_len(row) > max_body) {
         /* Settled as the broker would, without closing the channel. */
         row_enter_state(w->b, row, ROW_PUBLISHED, NULL);
         row_enter_state(w->b, row, ROW_FAILED,
@@ -1382,7 +752,7 @@ publish_next(struct wave *w)
                                       "broker's max size %zu (it refused "
                                       "such a message: 406 "
                                       "PRECONDITION_FAILED)",
-                                      body_len(row), w->p->max_body));
+                                      body_len(row), max_body));
         w->next++;
         return 0;
     }
@@ -1400,7 +770,7 @@ publish_next(struct wave *w)
     amqp_bytes_t body = {row->payload ? row->payload_len : 0,
                          (void *)row->payload};
     int rc = amqp_basic_publish(
-        w->p->conn, PUBLISH_CHANNEL, amqp_cstring_bytes(row->exchange),
+        w->p->c->conn, w->p->channel, amqp_cstring_bytes(row->exchange),
         amqp_cstring_bytes(row->routing_key), w->mandatory, 0, &props, body);
     if (rc < 0) {
         char reason[300];
@@ -1452,8 +822,8 @@ wave_timeout(struct wave *w)
 {
     char reason[128];
     timeout_reason(w, reason, sizeof(reason));
-    if (w->unsettled > 0 && !w->p->blocked) {
-        lose_connection(w, reason);
+    if (w->unsettled > 0 && !w->p->c->blocked) {
+        lose_channel(w, reason);
         return -1;
     }
     if (w->unsettled > 0) {
@@ -1464,7 +834,7 @@ wave_timeout(struct wave *w)
     }
     err_set(w->err, w->errlen, "%s: %zu rows not published%s",
             publisher_url(w->p), w->n - w->next,
-            w->p->blocked ? " (broker blocked publishing)" : "");
+            w->p->c->blocked ? " (broker blocked publishing)" : "");
     return 0;
 }
 
@@ -1490,21 +860,50 @@ wave_init(struct wave *w, struct publisher *p, struct outbox_batch *b,
  * next connect starts at the next url.  Seen in CI with RabbitMQ 3.10: a
  * quorum queue whose new leader had a quorum nacked every publish of the
  * connection the relay had opened during the election, for minutes.
+ * On a shared connection that takes two publishers nacked through it:
+ * one channel nacked alone (one tenant's queue refusing everything) is
+ * reopened, and the others on the connection stay.
  */
 static bool
 nacked_too_long(struct wave *w)
 {
     struct publisher *p = w->p;
-    uint64_t limit = p->broker->confirm_timeout_ms;
-    if (p->nacking_since_ms == 0 || clock_ms() - p->nacking_since_ms < limit)
+    uint64_t limit = p->broker->confirm_timeout_ms, now = clock_ms();
+    uint64_t conn_since = p->c->nacking_since_ms, since = p->nacking_since_ms;
+    bool conn = conn_since != 0 && now - conn_since >= limit &&
+                (p->owns_conn || p->c->nacking_publishers > 1);
+    if (!conn && (since == 0 || now - since < limit))
         return false;
     char span[32];
     duration_format(limit, span, sizeof(span));
+    if (conn || p->owns_conn) {
+        err_set(w->err, w->errlen,
+                "%s: every publish nacked for %s since the last ack: "
+                "reconnecting",
+                publisher_url(p), span);
+        amqpconn_disconnect(p->c);
+        return true;
+    }
     err_set(w->err, w->errlen,
-            "%s: every publish nacked for %s since the last ack: "
-            "reconnecting",
+            "%s: every publish on this channel nacked for %s since its last "
+            "ack: reopening it",
             publisher_url(p), span);
-    publisher_disconnect(p);
+    conn_channel_close(p->c, p);
+    str_copy(p->lost, w->err, sizeof(p->lost));
+    return true;
+}
+
+/* True, with why, when p has no channel: never had one, or lost it. */
+static bool
+not_connected(const struct publisher *p, char *err, size_t errlen)
+{
+    if (publisher_is_connected(p))
+        return false;
+    if (p->lost[0] != '\0')
+        err_set(err, errlen, "%s: not connected (%s)", publisher_url(p),
+                p->lost);
+    else
+        err_set(err, errlen, "%s: not connected", publisher_url(p));
     return true;
 }
 
@@ -1513,10 +912,8 @@ publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
                        struct outbox_row **rows, size_t n, bool mandatory,
                        uint64_t deadline_ms, char *err, size_t errlen)
 {
-    if (p->conn == NULL) {
-        err_set(err, errlen, "%s: not connected", publisher_url(p));
+    if (not_connected(p, err, errlen))
         return -1;
-    }
     struct wave w;
     wave_init(&w, p, b, rows, n);
     w.mandatory = mandatory;
@@ -1528,7 +925,7 @@ publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
         if (now >= deadline)
             return wave_timeout(&w);
         enum frame_result r;
-        if (w.next < w.n && !p->blocked) {
+        if (w.next < w.n && !p->c->blocked) {
             r = publish_some(&w, deadline);
         } else {
             bool got;
@@ -1546,15 +943,13 @@ int
 publisher_wait_unblocked(struct publisher *p, uint64_t deadline_ms, char *err,
                          size_t errlen)
 {
-    if (p->conn == NULL) {
-        err_set(err, errlen, "%s: not connected", publisher_url(p));
+    if (not_connected(p, err, errlen))
         return -1;
-    }
     struct wave w;
     wave_init(&w, p, NULL, NULL, 0);
     w.err = err;
     w.errlen = errlen;
-    for (uint64_t now = clock_ms(); p->blocked && now < deadline_ms;
+    for (uint64_t now = clock_ms(); p->c->blocked && now < deadline_ms;
          now = clock_ms()) {
         bool got;
         uint64_t wait = deadline_ms - now;
@@ -1568,10 +963,8 @@ publisher_wait_unblocked(struct publisher *p, uint64_t deadline_ms, char *err,
 int
 publisher_poll(struct publisher *p, char *err, size_t errlen)
 {
-    if (p->conn == NULL) {
-        err_set(err, errlen, "%s: not connected", publisher_url(p));
+    if (not_connected(p, err, errlen))
         return -1;
-    }
     struct wave w;
     wave_init(&w, p, NULL, NULL, 0);
     w.err = err;

@@ -1,7 +1,9 @@
 /*
- * publisher: one AMQP 0-9-1 connection and confirm-mode channel to one
- * broker (librabbitmq-c).  Publishes a wave of rows pipelined and reads
- * acks, nacks and returns until each row is settled or time runs out.
+ * publisher: one confirm-mode AMQP 0-9-1 channel to one broker
+ * (librabbitmq-c), on a connection of its own or one shared with other
+ * publishers of the same thread (amqpconn.h).  Publishes a wave of rows
+ * pipelined and reads acks, nacks and returns until each row is settled
+ * or time runs out.
  */
 #ifndef OUTBOXD_PUBLISHER_H
 #define OUTBOXD_PUBLISHER_H
@@ -11,24 +13,44 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "amqpconn.h"
 #include "batch.h"
 #include "config.h"
 
 struct publisher;
 
+/* With a connection of its own, made by publisher_connect. */
 struct publisher *publisher_new(const struct broker_config *broker,
                                 const char *connection_name);
+/*
+ * On a channel of c, which another thread must never use meanwhile.
+ * broker is this publisher's view of c's broker (its confirm_timeout;
+ * amqpconn_serves(c, broker) holds), or NULL for c's.  Free it before c.
+ */
+struct publisher *publisher_new_shared(struct amqpconn *c,
+                                       const struct broker_config *broker);
 void publisher_free(struct publisher *p);
 
 /*
- * Tries each url in turn, starting after the one of the last connection;
- * opens channel 1 in confirm mode.
+ * Connects: its own connection anew, trying each url in turn, starting
+ * after the one of the last connection; a shared one only if it is not
+ * connected.  Then opens a channel of its own in confirm mode (a clear
+ * error when the connection has no channel number left).
  */
 int publisher_connect(struct publisher *p, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+/* Closes its own connection, or on a shared one its channel alone. */
 void publisher_disconnect(struct publisher *p);
+/* The connection is open and so is this publisher's channel. */
 bool publisher_is_connected(const struct publisher *p);
-/* connection.blocked received and not yet unblocked. */
+/* Its channel number, 0 when it has none. */
+amqp_channel_t publisher_channel(const struct publisher *p);
+/*
+ * Confirms that came after their wave had given up on them (a timeout):
+ * counted, never applied to any row.
+ */
+uint64_t publisher_late_confirms(const struct publisher *p);
+/* connection.blocked received and not yet unblocked (on its connection). */
 bool publisher_is_blocked(const struct publisher *p);
 /*
  * Reads frames (and sends heartbeats) until the broker lifts its block or
@@ -71,7 +93,8 @@ int publisher_encode_row(struct publisher *p, const struct outbox_row *row,
 
 /*
  * Reads whatever the broker sent while idle, without blocking, and sends
- * heartbeats that are due.  -1 when the connection is gone.
+ * heartbeats that are due; frames of other channels go to theirs.  -1
+ * when the connection is gone or this publisher's channel is.
  */
 int publisher_poll(struct publisher *p, char *err, size_t errlen);
 
@@ -87,9 +110,13 @@ int publisher_poll(struct publisher *p, char *err, size_t errlen);
  * its own (the broker blocked publishing until the deadline, or closed
  * the channel for another row's oversized body); or still CLAIMED when
  * it was never sent (connection lost first, or blocked).  Returns -1
- * when the connection had to be dropped (the caller reconnects): lost,
- * silent past the deadline, or nacking every publish for a whole
- * confirm_timeout since its last ack; else 0.
+ * when the publisher is disconnected (the caller reconnects): the
+ * connection lost, or silent past the deadline, or nacking every publish
+ * for a whole confirm_timeout since its last ack.  On a shared
+ * connection, silence or nacks on this channel alone close the channel,
+ * not the connection; a channel.close by the broker (404, 406, 403) fails
+ * what is in flight and a new channel takes over, as on its own.  Else
+ * 0.
  */
 int publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
                            struct outbox_row **rows, size_t n, bool mandatory,

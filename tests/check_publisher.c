@@ -11,6 +11,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "amqpconn.h"
+#include "batch.h"
 #include "publisher.h"
 #include "util.h"
 
@@ -338,6 +340,91 @@ START_TEST(test_encode_cloudevents_rejects)
 }
 END_TEST
 
+/* ---- a shared connection, without a broker ---- */
+
+static char *serve_urls[] = {"amqp://guest:guest@127.0.0.1:5672/",
+                             "amqp://guest:guest@127.0.0.2:5672/"};
+static char *other_urls[] = {"amqp://guest:guest@127.0.0.1:5672/",
+                             "amqp://guest:guest@127.0.0.3:5672/"};
+
+static struct broker_config
+serve_broker(void)
+{
+    struct broker_config b = {
+        .name = "main",
+        .urls = serve_urls,
+        .nurls = 2,
+        .heartbeat_ms = 30000,
+        .connect_timeout_ms = 5000,
+        .confirm_timeout_ms = 30000,
+        .tls = {.verify_peer = true, .verify_hostname = true},
+    };
+    return b;
+}
+
+/* What makes a connection different is not served; a publisher's own
+ * confirm_timeout is. */
+START_TEST(test_amqpconn_serves)
+{
+    struct broker_config a = serve_broker(), b = serve_broker();
+    struct amqpconn *c = amqpconn_new(&a, "unit");
+    ck_assert(amqpconn_serves(c, &b));
+    b.confirm_timeout_ms = 1000;
+    ck_assert(amqpconn_serves(c, &b));
+    b = serve_broker();
+    b.name = "other";
+    ck_assert(!amqpconn_serves(c, &b));
+    b = serve_broker();
+    b.urls = other_urls;
+    ck_assert(!amqpconn_serves(c, &b));
+    b = serve_broker();
+    b.nurls = 1;
+    ck_assert(!amqpconn_serves(c, &b));
+    b = serve_broker();
+    b.heartbeat_ms = 10000;
+    ck_assert(!amqpconn_serves(c, &b));
+    b = serve_broker();
+    b.tls.ca_file = "/etc/ca.pem";
+    ck_assert(!amqpconn_serves(c, &b));
+    b = serve_broker();
+    b.tls.enabled = true;
+    ck_assert(!amqpconn_serves(c, &b));
+    amqpconn_free(c);
+}
+END_TEST
+
+/* Before any connect: every call says not connected, none crashes. */
+START_TEST(test_shared_unconnected)
+{
+    struct broker_config a = serve_broker();
+    struct amqpconn *c = amqpconn_new(&a, "unit");
+    struct publisher *p = publisher_new_shared(c, NULL);
+    struct publisher *q = publisher_new_shared(c, &a);
+    char err[ERR_LEN];
+    ck_assert(!amqpconn_is_connected(c));
+    ck_assert(!publisher_is_connected(p));
+    ck_assert_uint_eq(publisher_channel(p), 0);
+    ck_assert_uint_eq(amqpconn_channels(c), 0);
+    ck_assert_int_eq(amqpconn_poll(c, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "amqp://guest:***@127.0.0.1:5672/: not connected");
+    ck_assert_int_eq(publisher_poll(p, err, sizeof(err)), -1);
+    ck_assert_str_eq(err, "amqp://guest:***@127.0.0.1:5672/: not connected");
+    struct outbox_batch b;
+    batch_init(&b);
+    struct outbox_row *row = batch_add(&b);
+    *row = row_make(NULL);
+    ck_assert_int_eq(
+        publisher_publish_wave(p, &b, &row, 1, true, 0, err, sizeof(err)), -1);
+    ck_assert_int_eq(row->state, ROW_CLAIMED);
+    publisher_disconnect(q); /* nothing to close */
+    ck_assert_str_eq(publisher_url(q), "amqp://guest:***@127.0.0.1:5672/");
+    batch_free(&b);
+    publisher_free(p);
+    publisher_free(q);
+    amqpconn_free(c);
+}
+END_TEST
+
 Suite *
 publisher_suite(void)
 {
@@ -347,6 +434,8 @@ publisher_suite(void)
     tcase_add_test(tc, test_encode_row);
     tcase_add_test(tc, test_encode_expiration);
     tcase_add_test(tc, test_encode_rejects);
+    tcase_add_test(tc, test_amqpconn_serves);
+    tcase_add_test(tc, test_shared_unconnected);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("cloudevents");

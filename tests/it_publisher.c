@@ -1,7 +1,8 @@
 /*
  * it_publisher: the publisher against the real RabbitMQ with a real
  * consumer: properties and bodies, returns, channel and connection
- * closes, cuts and deadlines, connect errors, bad header JSON.
+ * closes, cuts and deadlines, connect errors, bad header JSON, and
+ * publishers sharing one connection (amqpconn).
  */
 #define _GNU_SOURCE
 #include "itest.h"
@@ -281,7 +282,8 @@ assert_header_str(const amqp_message_t *msg, const char *key, const char *want)
 
 /* ---- a TCP proxy in front of RabbitMQ that can cut or go silent ---- */
 
-enum proxy_mode { PROXY_FORWARD, PROXY_BLACKHOLE };
+/* PROXY_HOLD_REPLIES forwards to the broker and holds what it answers. */
+enum proxy_mode { PROXY_FORWARD, PROXY_BLACKHOLE, PROXY_HOLD_REPLIES };
 
 struct proxy {
     int lfd, port;
@@ -340,9 +342,10 @@ proxy_main(void *arg)
     struct proxy *px = arg;
     int c = -1, u = -1;
     while (!px->stop) {
+        bool fwd = c >= 0 && px->mode != PROXY_BLACKHOLE;
+        bool down = c >= 0 && px->mode == PROXY_FORWARD;
         struct pollfd fds[3] = {
-            {px->lfd, POLLIN, 0}, {c, POLLIN, 0}, {u, POLLIN, 0}};
-        bool fwd = c >= 0 && px->mode == PROXY_FORWARD;
+            {px->lfd, POLLIN, 0}, {c, POLLIN, 0}, {down ? u : -1, POLLIN, 0}};
         poll(fds, fwd ? 3 : 1, 20);
         if (c >= 0 && px->cut_after > 0 && px->up >= px->cut_after) {
             /* Said before it is done: the publisher, woken by the reset,
@@ -364,7 +367,7 @@ proxy_main(void *arg)
         }
         if (fwd && (((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
                      !pump(c, u, &px->up)) ||
-                    ((fds[2].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                    (down && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) &&
                      !pump(u, c, NULL)))) {
             reset_close(&c);
             reset_close(&u);
@@ -1230,6 +1233,449 @@ START_TEST(test_throughput_20k)
 }
 END_TEST
 
+/* ---- 8. publishers sharing one connection, each on its channel ---- */
+
+enum { NSHARED = 3 };
+
+/* Three fixtures (exchange, queue, batch each) whose publishers share c. */
+struct shared_fx {
+    struct fx f[NSHARED];
+    struct amqpconn *c;
+};
+
+static void
+shared_init(struct shared_fx *s)
+{
+    const char *url = IT_AMQP_URL;
+    for (int i = 0; i < NSHARED; i++) {
+        fx_init_urls(&s->f[i], &url, 1);
+        publisher_free(s->f[i].p);
+    }
+    s->c = amqpconn_new(&s->f[0].broker, s->f[0].name);
+    for (int i = 0; i < NSHARED; i++) {
+        struct fx *f = &s->f[i];
+        ck_assert(amqpconn_serves(s->c, &f->broker));
+        f->p = publisher_new_shared(s->c, &f->broker);
+        ck_assert_msg(publisher_connect(f->p, f->err, sizeof(f->err)) == 0,
+                      "connect %d: %s", i, f->err);
+        fx_declare_queue(f);
+    }
+}
+
+static void
+shared_free(struct shared_fx *s)
+{
+    for (int i = 0; i < NSHARED; i++)
+        fx_free(&s->f[i]);
+    amqpconn_free(s->c);
+}
+
+/* A wave of n rows from id first to f's own exchange; its return code. */
+static int
+shared_wave(struct fx *f, uint64_t first, size_t n, const char *exchange)
+{
+    batch_reset(&f->b);
+    add_rows(f, first, n, exchange, "k");
+    return fx_wave(f, true, 10000);
+}
+
+/* How many connections the broker has that call themselves name. */
+static int
+broker_connections(const char *name)
+{
+    char cmd[512], line[64] = "";
+    snprintf(cmd, sizeof(cmd),
+             "rabbitmqctl -q list_connections client_properties "
+             "--no-table-headers 2>/dev/null | grep -cF '\"%s\"'",
+             name);
+    FILE *p = popen(cmd, "r");
+    if (p != NULL && fgets(line, sizeof(line), p) == NULL)
+        line[0] = '\0';
+    if (p != NULL)
+        pclose(p);
+    return atoi(line);
+}
+
+/* Every publisher publishes and is confirmed, each in its own queue, on
+ * one connection with a channel each. */
+START_TEST(test_shared_publish)
+{
+    struct shared_fx s;
+    shared_init(&s);
+    uint64_t t0 = clock_ms();
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < NSHARED; i++) {
+            struct fx *f = &s.f[i];
+            ck_assert_msg(
+                shared_wave(f, 1 + (uint64_t)round * 500, 500, f->ex) == 0,
+                "wave: %s", f->err);
+            assert_all_state(f, ROW_ACKED);
+        }
+    uint64_t ms = clock_ms() - t0;
+    fprintf(stderr,
+            "it_publisher: shared: 3 channels x 3 waves of 500 confirmed in "
+            "%llu ms: %.0f msg/s\n",
+            (unsigned long long)ms, 4500 * 1000.0 / (double)(ms ? ms : 1));
+    for (int i = 0; i < NSHARED; i++) {
+        int seen[1501] = {0};
+        ck_assert_uint_eq(raw_collect(s.f[i].q, seen, 1501), 1500);
+        for (int id = 1; id <= 1500; id++)
+            ck_assert_int_eq(seen[id], 1);
+        for (int j = 0; j < i; j++)
+            ck_assert_uint_ne(publisher_channel(s.f[i].p),
+                              publisher_channel(s.f[j].p));
+    }
+    /* three publishing channels and the exchange check's */
+    ck_assert_uint_eq(amqpconn_channels(s.c), NSHARED + 1);
+    ck_assert_int_eq(broker_connections(s.f[0].name), 1);
+    shared_free(&s);
+}
+END_TEST
+
+/*
+ * A channel error (the exchange missing, or deleted once checked) fails
+ * that publisher's rows and closes its channel alone: the others keep
+ * publishing on the same connection, and it publishes again.
+ */
+START_TEST(test_shared_channel_error)
+{
+    struct shared_fx s;
+    shared_init(&s);
+    struct fx *bad = &s.f[1];
+    char pid[128], pid_after[128], missing[128], want[256];
+    ck_assert(broker_connection_pid(s.f[0].name, pid, sizeof(pid)));
+    snprintf(missing, sizeof(missing), "missing_%s", bad->name);
+    ck_assert_int_eq(shared_wave(bad, 1, 20, missing), 0);
+    assert_all_state(bad, ROW_FAILED);
+    snprintf(want, sizeof(want),
+             "channel closed by broker: 404 NOT_FOUND - no exchange '%s' in "
+             "vhost '/'",
+             missing);
+    ck_assert_str_eq(bad->b.rows[0].error, want);
+    ck_assert_int_eq(shared_wave(bad, 100, 20, bad->ex), 0);
+    assert_all_state(bad, ROW_ACKED);
+    /* deleted once checked: the publish itself closes bad's channel */
+    it_exchange_delete(bad->ex);
+    ck_assert_int_eq(shared_wave(bad, 200, 300, bad->ex), 0);
+    assert_all_state(bad, ROW_FAILED);
+    snprintf(want, sizeof(want),
+             "channel closed by broker: 404 NOT_FOUND - no exchange '%s' in "
+             "vhost '/'",
+             bad->ex);
+    ck_assert_str_eq(bad->b.rows[0].error, want);
+    ck_assert(publisher_is_connected(bad->p)); /* on a new channel */
+    for (int i = 0; i < NSHARED; i += 2) {
+        ck_assert_msg(shared_wave(&s.f[i], 1, 200, s.f[i].ex) == 0, "%s",
+                      s.f[i].err);
+        assert_all_state(&s.f[i], ROW_ACKED);
+        ck_assert(publisher_is_connected(s.f[i].p));
+    }
+    /* declared again: published once the 1 s it is known missing ends */
+    fx_declare_queue(bad);
+    ck_assert_msg(
+        IT_WAIT(5000, shared_wave(bad, 500, 20, bad->ex) == 0 &&
+                          batch_count_state(&bad->b, ROW_ACKED) == 20),
+        "%s", bad->err);
+    ck_assert(broker_connection_pid(s.f[0].name, pid_after, sizeof(pid_after)));
+    ck_assert_str_eq(pid, pid_after);
+    ck_assert_int_eq(broker_connections(s.f[0].name), 1);
+    shared_free(&s);
+}
+END_TEST
+
+/*
+ * The broker closes the connection while one publisher waits for its
+ * confirms: it sees why, the others see themselves disconnected without
+ * reading, and all reconnect on one new connection and publish again.
+ */
+START_TEST(test_shared_connection_closed)
+{
+    struct shared_fx s;
+    shared_init(&s);
+    char pid[128], pid_after[128];
+    ck_assert(broker_connection_pid(s.f[0].name, pid, sizeof(pid)));
+    struct closer cl = {.delay_ms = 0, .action = "close"};
+    snprintf(cl.name, sizeof(cl.name), "%s", s.f[0].name);
+    pthread_create(&cl.thread, NULL, closer_main, &cl);
+    int rc = waves_until_failure(&s.f[1], s.f[1].ex, 60000);
+    pthread_join(cl.thread, NULL);
+    ck_assert_int_eq(cl.rc, 0);
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(strstr(s.f[1].err, "connection closed by broker: 320 "
+                                     "CONNECTION_FORCED"),
+                  "%s", s.f[1].err);
+    ck_assert(!amqpconn_is_connected(s.c));
+    for (int i = 0; i < NSHARED; i++) {
+        struct fx *f = &s.f[i];
+        ck_assert(!publisher_is_connected(f->p));
+        ck_assert_int_eq(publisher_poll(f->p, f->err, sizeof(f->err)), -1);
+        ck_assert_msg(strstr(f->err, "CONNECTION_FORCED"), "%s", f->err);
+    }
+    assert_acked_queued(&s.f[1], s.f[1].q, s.f[1].b.n + 1);
+    for (int i = 0; i < NSHARED; i++) {
+        struct fx *f = &s.f[i];
+        ck_assert_msg(publisher_connect(f->p, f->err, sizeof(f->err)) == 0,
+                      "%s", f->err);
+        ck_assert_msg(shared_wave(f, 900000, 10, f->ex) == 0, "%s", f->err);
+        assert_all_state(f, ROW_ACKED);
+    }
+    ck_assert(broker_connection_pid(s.f[0].name, pid_after, sizeof(pid_after)));
+    ck_assert_str_ne(pid, pid_after);
+    ck_assert_int_eq(broker_connections(s.f[0].name), 1);
+    /* closed while all are idle: a poll of the connection tells them */
+    ck_assert(broker_connection_pid(s.f[0].name, pid, sizeof(pid)));
+    ck_assert_int_eq(it_sh("rabbitmqctl -q close_connection '%s' idle "
+                           ">/dev/null",
+                           pid),
+                     0);
+    char err[ERR_LEN];
+    ck_assert(IT_WAIT(10000, amqpconn_poll(s.c, err, sizeof(err)) < 0));
+    ck_assert_msg(strstr(err, "320 CONNECTION_FORCED - idle"), "%s", err);
+    for (int i = 0; i < NSHARED; i++)
+        ck_assert(!publisher_is_connected(s.f[i].p));
+    shared_free(&s);
+}
+END_TEST
+
+/*
+ * A wave that gives up (deadline) closes its channel alone; the confirms
+ * that come after it reach that channel, never the next publisher's
+ * wave, whose tags are the same small numbers on its own channel: its
+ * rows go to a queue that nacks everything, so a single stray ack would
+ * show as ACKED.
+ */
+START_TEST(test_shared_late_confirms)
+{
+    enum { N = 1000 };
+    struct shared_fx s;
+    shared_init(&s);
+    struct fx *slow = &s.f[0], *next = &s.f[1];
+    char nq[128];
+    snprintf(nq, sizeof(nq), "nack_%s", next->name);
+    it_nacking_queue_declare(nq, next->ex, "nack.#");
+    /* both exchanges checked, so that no rpc comes in the way below */
+    ck_assert_msg(shared_wave(slow, 1, 1, slow->ex) == 0, "%s", slow->err);
+    ck_assert_msg(shared_wave(next, 1, 1, next->ex) == 0, "%s", next->err);
+    /* 2 ms: published, never confirmed in time (the broker syncs first);
+     * again if a busy machine let the 2 ms pass before any publish */
+    int rc = 0;
+    for (int t = 0; t < 5 && rc == 0; t++) {
+        batch_reset(&slow->b);
+        add_rows(slow, 1, N, slow->ex, "k");
+        rc = fx_wave(slow, true, 2);
+    }
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(strstr(slow->err, "no confirm within 10s"), "%s", slow->err);
+    ck_assert_uint_gt(batch_count_state(&slow->b, ROW_FAILED), 0);
+    ck_assert(!publisher_is_connected(slow->p));
+    ck_assert(amqpconn_is_connected(s.c)); /* the others keep it */
+    uint64_t late0 = publisher_late_confirms(slow->p);
+    uint64_t end = clock_ms() + 10000, id = 1;
+    int waves = 0;
+    while (publisher_late_confirms(slow->p) == late0 && clock_ms() < end) {
+        batch_reset(&next->b);
+        add_rows(next, id, 200, next->ex, "nack.x");
+        id += 200;
+        ck_assert_msg(fx_wave(next, true, 10000) == 0, "%s", next->err);
+        for (size_t i = 0; i < next->b.n; i++)
+            ck_assert_msg(next->b.rows[i].state == ROW_FAILED &&
+                              strstr(next->b.rows[i].error, "broker nack"),
+                          "row %zu: %s %s", i,
+                          row_state_name(next->b.rows[i].state),
+                          next->b.rows[i].error ? next->b.rows[i].error : "");
+        waves++;
+    }
+    uint64_t late = publisher_late_confirms(slow->p) - late0;
+    ck_assert_uint_gt(late, 0);
+    assert_acked_queued(slow, slow->q, N); /* ACKED ones are there */
+    fprintf(stderr,
+            "it_publisher: shared: %llu late confirms of the abandoned wave "
+            "during %d waves of another channel, none applied\n",
+            (unsigned long long)late, waves);
+    /* the slow one reconnects on a channel of its own */
+    ck_assert_msg(publisher_connect(slow->p, slow->err, sizeof(slow->err)) == 0,
+                  "%s", slow->err);
+    ck_assert_msg(shared_wave(slow, 1, 10, slow->ex) == 0, "%s", slow->err);
+    assert_all_state(slow, ROW_ACKED);
+    raw_queue_delete(nq);
+    shared_free(&s);
+}
+END_TEST
+
+/*
+ * One publisher nacked for a whole confirm_timeout on a shared
+ * connection (its queue refuses all) reopens its channel and the others
+ * stay; two nacked through one such run drop the connection, as a lone
+ * publisher's would be.  Every nacked row stays FAILED.
+ */
+START_TEST(test_shared_nacking)
+{
+    enum { LIMIT_MS = 500 };
+    struct shared_fx s;
+    shared_init(&s);
+    struct fx *a = &s.f[0], *b = &s.f[1];
+    char bad[128], q[128];
+    snprintf(bad, sizeof(bad), "exn_%s", a->name);
+    snprintf(q, sizeof(q), "qn_%s", a->name);
+    it_exchange_declare(bad, "topic");
+    it_nacking_queue_declare(q, bad, "#");
+    for (int i = 0; i < NSHARED; i++)
+        s.f[i].broker.confirm_timeout_ms = LIMIT_MS;
+    enum row_state st;
+    int rc = 0;
+    uint64_t t0 = clock_ms(), id = 1;
+    while (rc == 0 && clock_ms() - t0 < 10 * LIMIT_MS) {
+        rc = wave_of_one(a, id++, bad, &st);
+        ck_assert_int_eq(st, ROW_FAILED);
+        it_sleep_ms(20); /* pace the waves, not a wait for anything */
+    }
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(strstr(a->err, "every publish on this channel nacked for "
+                                 "500ms since its last ack: reopening it"),
+                  "%s", a->err);
+    ck_assert(!publisher_is_connected(a->p));
+    ck_assert(amqpconn_is_connected(s.c));
+    ck_assert(publisher_is_connected(b->p));
+    ck_assert_msg(wave_of_one(b, id++, b->ex, &st) == 0, "%s", b->err);
+    ck_assert_int_eq(st, ROW_ACKED); /* an ack: a new run of nacks */
+    ck_assert_msg(publisher_connect(a->p, a->err, sizeof(a->err)) == 0, "%s",
+                  a->err);
+    rc = 0;
+    t0 = clock_ms();
+    for (int k = 0; rc == 0 && clock_ms() - t0 < 10 * LIMIT_MS; k++) {
+        struct fx *f = k % 2 ? b : a;
+        rc = wave_of_one(f, id++, bad, &st);
+        ck_assert_int_eq(st, ROW_FAILED);
+        if (rc != 0)
+            ck_assert_msg(strstr(f->err, "every publish nacked for 500ms "
+                                         "since the last ack: reconnecting"),
+                          "%s", f->err);
+        it_sleep_ms(20);
+    }
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(clock_ms() - t0 >= LIMIT_MS, "dropped too soon");
+    ck_assert(!amqpconn_is_connected(s.c));
+    ck_assert(!publisher_is_connected(a->p) && !publisher_is_connected(b->p));
+    raw_queue_delete(q);
+    it_exchange_delete(bad);
+    shared_free(&s);
+}
+END_TEST
+
+/*
+ * A wave that gives up closes its channel while the broker is closing
+ * it too (its 404 held back by the proxy until then): the closes cross,
+ * another publisher's wave reads both sides' frames without a mistake,
+ * and the channel number comes back once the broker's close-ok does.
+ */
+START_TEST(test_shared_crossed_close)
+{
+    struct proxy px;
+    proxy_start(&px);
+    char url[128];
+    snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%d/", px.port);
+    struct shared_fx s;
+    const char *urls[] = {url};
+    for (int i = 0; i < NSHARED; i++) {
+        fx_init_urls(&s.f[i], urls, 1);
+        publisher_free(s.f[i].p);
+    }
+    s.c = amqpconn_new(&s.f[0].broker, s.f[0].name);
+    struct fx *x = &s.f[0], *y = &s.f[1];
+    for (int i = 0; i < NSHARED; i++) {
+        s.f[i].p = publisher_new_shared(s.c, NULL);
+        fx_declare_queue(&s.f[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(
+            publisher_connect(s.f[i].p, s.f[i].err, sizeof(s.f[i].err)) == 0,
+            "%s", s.f[i].err);
+        ck_assert_msg(shared_wave(&s.f[i], 1, 5, s.f[i].ex) == 0, "%s",
+                      s.f[i].err);
+    }
+    amqp_channel_t xch = publisher_channel(x->p);
+    it_exchange_delete(x->ex); /* x has it checked: its publish closes */
+    px.mode = PROXY_HOLD_REPLIES;
+    batch_reset(&x->b);
+    add_rows(x, 10, 1, x->ex, "k");
+    ck_assert_int_eq(fx_wave(x, true, 300), -1);
+    ck_assert_msg(strstr(x->err, "no confirm within"), "%s", x->err);
+    ck_assert(!publisher_is_connected(x->p));
+    px.mode = PROXY_FORWARD;
+    for (uint64_t id = 100; id < 400; id += 100) {
+        ck_assert_msg(shared_wave(y, id, 100, y->ex) == 0, "%s", y->err);
+        assert_all_state(y, ROW_ACKED);
+    }
+    ck_assert(amqpconn_is_connected(s.c));
+    char err[ERR_LEN];
+    /* y's channel and the check channel; x's number freed by close-ok */
+    ck_assert(IT_WAIT(5000, amqpconn_poll(s.c, err, sizeof(err)) == 0 &&
+                                amqpconn_channels(s.c) == 2));
+    fx_declare_queue(x);
+    ck_assert_msg(publisher_connect(x->p, x->err, sizeof(x->err)) == 0, "%s",
+                  x->err);
+    ck_assert_uint_eq(publisher_channel(x->p), xch); /* the lowest free */
+    ck_assert_msg(IT_WAIT(5000, shared_wave(x, 500, 5, x->ex) == 0 &&
+                                    batch_count_state(&x->b, ROW_ACKED) == 5),
+                  "%s", x->err);
+    ck_assert_msg(shared_wave(y, 500, 5, y->ex) == 0, "%s", y->err);
+    assert_all_state(y, ROW_ACKED);
+    shared_free(&s);
+    proxy_stop(&px);
+}
+END_TEST
+
+/* As many publishers as the broker allows channels, then a clear error;
+ * one freed makes room again. */
+START_TEST(test_shared_channels_run_out)
+{
+    const char *url = IT_AMQP_URL;
+    struct fx f;
+    fx_init_urls(&f, &url, 1);
+    struct amqpconn *c = amqpconn_new(&f.broker, f.name);
+    ck_assert_msg(amqpconn_connect(c, f.err, sizeof(f.err)) == 0, "%s", f.err);
+    unsigned max = amqpconn_channel_max(c);
+    ck_assert_uint_ge(max, 1);
+    ck_assert_uint_le(max, 65535);
+    struct publisher **ps = xcalloc(max + 1, sizeof(*ps));
+    size_t n = 0;
+    int rc = 0;
+    uint64_t t0 = clock_ms();
+    while (rc == 0 && n <= max) {
+        ps[n] = publisher_new_shared(c, NULL);
+        rc = publisher_connect(ps[n++], f.err, sizeof(f.err));
+    }
+    uint64_t ms = clock_ms() - t0;
+    ck_assert_int_eq(rc, -1);
+    ck_assert_uint_eq(n - 1, max);
+    ck_assert_msg(strstr(f.err, "no free channel") &&
+                      strstr(f.err, "channel_max"),
+                  "%s", f.err);
+    ck_assert(amqpconn_is_connected(c));
+    /* its number is free again once the broker confirms the close */
+    publisher_free(ps[0]);
+    ck_assert_msg(
+        IT_WAIT(5000, publisher_connect(ps[n - 1], f.err, sizeof(f.err)) == 0),
+        "%s", f.err);
+    fx_declare_queue(&f);
+    publisher_free(f.p);
+    f.p = ps[n - 1];
+    add_rows(&f, 1, 10, f.ex, "k");
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "%s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    fprintf(stderr,
+            "it_publisher: shared: %u channels opened on one connection in "
+            "%llu ms\n",
+            max, (unsigned long long)ms);
+    f.p = NULL;
+    for (size_t i = 1; i < n; i++)
+        publisher_free(ps[i]);
+    free(ps);
+    fx_free(&f);
+    amqpconn_free(c);
+}
+END_TEST
+
 Suite *
 it_publisher_suite(void)
 {
@@ -1251,6 +1697,13 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_poll_keeps_heartbeats);
     tcase_add_test(tc, test_bad_rows_rejected);
     tcase_add_test(tc, test_throughput_20k);
+    tcase_add_test(tc, test_shared_publish);
+    tcase_add_test(tc, test_shared_channel_error);
+    tcase_add_test(tc, test_shared_connection_closed);
+    tcase_add_test(tc, test_shared_late_confirms);
+    tcase_add_test(tc, test_shared_nacking);
+    tcase_add_test(tc, test_shared_crossed_close);
+    tcase_add_test(tc, test_shared_channels_run_out);
     suite_add_tcase(s, tc);
     /* Its own case, last: these block or stop the broker for every
      * client, so CK_RUN_CASE=main skips them while others test. */

@@ -1,0 +1,143 @@
+/*
+ * publisher_int: what publisher.c (waves on a channel) and amqpconn.c (the
+ * connection and its channel table) share; no other file includes it.
+ */
+#ifndef OUTBOXD_PUBLISHER_INT_H
+#define OUTBOXD_PUBLISHER_INT_H
+
+#include <amqp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/time.h>
+
+#include "amqpconn.h"
+#include "publisher.h"
+#include "util.h"
+
+/* What a channel number of the connection is used for. */
+enum chan_state {
+    CHAN_FREE,
+    CHAN_OPEN,  /* a publisher's confirm channel */
+    CHAN_CHECK, /* passive exchange.declare: a 404 closes this one */
+    /* channel.close sent: its frames are dropped until close-ok comes,
+     * and the number is not reused before, so no late frame of it can
+     * reach a new channel. */
+    CHAN_CLOSING,
+};
+
+struct chan_slot {
+    enum chan_state state;
+    struct publisher *p; /* OPEN, CLOSING: whose it is; NULL once freed */
+};
+
+struct amqpconn {
+    const struct broker_config *broker;
+    char *name;
+    char **masked_urls;           /* broker->urls with any password masked */
+    size_t url_index;             /* the live url, or the last one tried */
+    size_t first_url;             /* where the next connect starts */
+    amqp_connection_state_t conn; /* NULL when disconnected */
+    bool blocked;
+    /*
+     * The broker's max_message_size as a 406 channel.close told it, for
+     * this connection; 0 until then.  Larger bodies fail before they are
+     * published rather than close a channel on everything in flight.
+     */
+    size_t max_body;
+    /* The first nack since the last ack on any channel; 0 after an ack.
+     * nack_streak numbers such runs, nacking_publishers counts the
+     * publishers nacked in this one. */
+    uint64_t nacking_since_ms;
+    uint64_t nack_streak;
+    size_t nacking_publishers;
+    uint64_t generation;     /* counts connects: what a publisher learnt of an
+                                older connection (exchanges) is stale */
+    struct chan_slot *slots; /* by channel number; [0] is the connection */
+    size_t nslots;
+    unsigned channel_max;         /* negotiated at login */
+    amqp_channel_t check_channel; /* 0 until needed */
+    bool check_open;              /* channel.open done on it */
+    size_t npublishers;           /* attached, shared or owner */
+};
+
+struct inflight {
+    struct outbox_row *row;
+    const char *returned; /* why the broker returned it; NULL if it did not */
+};
+
+/*
+ * What the check channel said about an exchange.  A publish to a missing
+ * exchange closes the channel and fails every row in flight with it, so
+ * each exchange is checked once per connection before its first publish.
+ */
+struct exchange_seen {
+    char *name;
+    char *missing;       /* the broker's 404 reply; NULL if it exists */
+    uint64_t recheck_ms; /* when a missing one is asked about again */
+};
+
+struct publisher {
+    struct amqpconn *c;
+    bool owns_conn; /* publisher_new: a private connection */
+    /* This outbox's view of the broker: its confirm_timeout, its name. */
+    const struct broker_config *broker;
+    amqp_channel_t channel; /* 0 when it has none */
+    char lost[ERR_LEN];     /* why the channel went, for the next call */
+    uint64_t next_tag; /* delivery tag of the next publish on the channel */
+    uint64_t late_confirms;
+    struct exchange_seen *exchanges;
+    size_t nexchanges;
+    uint64_t exchanges_generation; /* the connection they were checked on */
+    /* Reused by every wave so the hot path does not allocate. */
+    struct inflight *inflight;
+    size_t inflight_cap;
+    amqp_table_entry_t *headers;
+    size_t headers_cap;
+    char *scratch;
+    size_t scratch_cap;
+    /* The relay's stop deadline (another thread sets it), or NULL. */
+    const _Atomic uint64_t *stop_deadline_ms;
+    /* The first nack since the last ack on this channel; 0 after an ack. */
+    uint64_t nacking_since_ms;
+    uint64_t nack_streak; /* the connection's run it was last counted in */
+    /* The outbox's envelope; its CloudEvents source is the caller's. */
+    enum envelope envelope;
+    const char *ce_source;
+    char ce_time[40]; /* the row's created_at in RFC 3339 */
+};
+
+static inline struct timeval
+ms_to_tv(uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+/* An rpc reply in words: "ok", the library's error, "404 NOT_FOUND...". */
+void conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len);
+/* Forgets the connection at once; every channel's publisher is told. */
+void conn_drop(struct amqpconn *c, const char *reason);
+/* A free channel number marked st for p; 0 with the reason when none. */
+amqp_channel_t conn_channel_alloc(struct amqpconn *c, enum chan_state st,
+                                  struct publisher *p, char *err,
+                                  size_t errlen);
+/* The broker closed ch and was told close-ok: the number is free. */
+void conn_channel_free(struct amqpconn *c, amqp_channel_t ch);
+/* channel.open and confirm.select for p; tags restart at 1. */
+int conn_channel_open(struct amqpconn *c, struct publisher *p, char *err,
+                      size_t errlen);
+/* Sends channel.close for p's channel without waiting for close-ok. */
+void conn_channel_close(struct amqpconn *c, struct publisher *p);
+/*
+ * A method on a channel other than the reader's own (or channel 0): to
+ * the publisher it concerns.  -1 when the connection had to be dropped,
+ * with the reason.
+ */
+int conn_dispatch(struct amqpconn *c, amqp_channel_t ch, const amqp_method_t *m,
+                  char *err, size_t errlen);
+
+/* p's channel is gone (reason): it reopens one on its next connect. */
+void publisher_channel_lost(struct publisher *p, const char *reason);
+
+#endif
