@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "amqpconn.h"
 #include "dbsession.h"
 #include "logrepeat.h"
 #include "pacer.h"
@@ -81,6 +82,7 @@ struct worker {
     struct store *store;
     struct dbsession *session; /* the thread's, for this server */
     struct publisher *pub;
+    struct amqpconn *conn; /* the thread's, for this broker */
     struct relay relay;
     bool busy; /* the last cycle was full: pool_thread_busy counts it */
     struct link_state db, broker;
@@ -210,6 +212,37 @@ session_drop(void *obj)
 static const struct pool_share_kind session_kind = {session_serves,
                                                     session_make, session_drop};
 
+/* And a broker connection per broker, named after the relay. */
+struct conn_key {
+    const struct broker_config *broker;
+    const char *relay_id;
+};
+
+static bool
+conn_serves(const void *obj, const void *key)
+{
+    return amqpconn_serves(obj, ((const struct conn_key *)key)->broker);
+}
+
+static void *
+conn_make(const void *key)
+{
+    const struct conn_key *k = key;
+    char *name = xasprintf("outboxd %s", k->relay_id);
+    struct amqpconn *c = amqpconn_new(k->broker, name);
+    free(name);
+    return c;
+}
+
+static void
+conn_drop(void *obj)
+{
+    amqpconn_free(obj);
+}
+
+static const struct pool_share_kind conn_kind = {conn_serves, conn_make,
+                                                 conn_drop};
+
 struct worker *
 worker_new(const struct outbox_config *ob, const char *relay_id,
            struct pool_thread *thread)
@@ -228,9 +261,11 @@ worker_new(const struct outbox_config *ob, const char *relay_id,
     w->relay_id = relay_id;
     w->session = pool_thread_share(thread, &session_kind, ob->database);
     w->store = store_new(w->ob, w->session);
-    char *name = xasprintf("outboxd %s %s", relay_id, ob->name);
-    w->pub = publisher_new(w->ob->broker, name);
-    free(name);
+    /* The connection reads the running config's broker, whose keys it
+     * uses never change live; the channel, this worker's live copy. */
+    struct conn_key key = {ob->broker, relay_id};
+    w->conn = pool_thread_share(thread, &conn_kind, &key);
+    w->pub = publisher_new_shared(w->conn, w->ob->broker);
     publisher_set_envelope(w->pub, w->ob->envelope, w->ob->cloudevents_source);
     struct relay_backend backend = {
         .store = w->store,
@@ -775,7 +810,8 @@ worker_free(struct worker *w)
     relay_fini(&w->relay);
     store_free(w->store); /* before its session, which it may be last on */
     pool_thread_unshare(w->thread, &session_kind, w->session);
-    publisher_free(w->pub);
+    publisher_free(w->pub); /* before its connection */
+    pool_thread_unshare(w->thread, &conn_kind, w->conn);
     if (w->tick)
         event_free(w->tick);
     if (w->wake)
