@@ -134,7 +134,8 @@ tests/cloudevents/node_modules/.package-lock.json: \
 		tests/cloudevents/package-lock.json
 	cd tests/cloudevents && npm ci --no-audit --no-fund
 
-$(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o $(BUILD)/daemon/util.o
+$(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o $(BUILD)/bench/bench_tenants.o \
+		$(BUILD)/daemon/util.o
 	$(LINK) -o $@ $^ $(LIBS)
 
 # docs/contract.md section 10: throughput as a ratio to the ceiling measured in the
