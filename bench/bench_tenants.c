@@ -147,24 +147,61 @@ tenants_create(const struct tenants *t)
     return now_s() - t0;
 }
 
+/* Runs sql's statements, ignoring what fails: for the clean-up, which
+ * also runs when the bench dies. */
+static void
+db_try_multi(MYSQL *m, const char *sql)
+{
+    if (mysql_query(m, sql) != 0)
+        return;
+    do {
+        MYSQL_RES *r = mysql_store_result(m);
+        if (r != NULL)
+            mysql_free_result(r);
+    } while (mysql_next_result(m) == 0);
+}
+
+/* The tenants and their account dropped, as far as the server lets. */
 static void
 tenants_drop(const struct tenants *t)
 {
-    MYSQL *m = db_connect_multi(t->sv);
+    MYSQL *m = mysql_init(NULL);
+    if (!mysql_real_connect(m, "127.0.0.1", "outboxd", "outboxd", NULL,
+                            (unsigned)t->sv->port, NULL,
+                            CLIENT_MULTI_STATEMENTS)) {
+        fprintf(stderr, "bench: tenants left behind: %s\n", mysql_error(m));
+        mysql_close(m);
+        return;
+    }
     struct strbuf sql = {0};
+    strbuf_adds(&sql, "SET SESSION sql_log_bin = 0;");
     for (long i = 1; i <= t->n; i++) {
-        char db[32];
-        tenant_name(db, sizeof(db), i);
-        strbuf_addf(&sql, "DROP DATABASE IF EXISTS %s;", db);
+        strbuf_addf(&sql, "DROP DATABASE IF EXISTS tenant_%04ld;", i);
         if (i % SETUP_CHUNK == 0 || i == t->n) {
-            db_exec_multi(m, sql.p);
+            db_try_multi(m, sql.p);
             strbuf_reset(&sql);
         }
     }
-    db_exec(m, "DROP USER IF EXISTS '" TENANT_USER
-               "'@'localhost', '" TENANT_USER "'@'127.0.0.1'");
+    db_try_multi(m, "DROP USER IF EXISTS '" TENANT_USER
+                    "'@'localhost', '" TENANT_USER "'@'127.0.0.1'");
     strbuf_free(&sql);
     mysql_close(m);
+}
+
+/* What a bench that dies leaves: its outboxd, its tenants. */
+static const struct tenants *cleanup_tenants;
+static pid_t cleanup_pid;
+
+static void
+tenants_cleanup(void)
+{
+    if (cleanup_pid > 0) {
+        kill(cleanup_pid, SIGKILL);
+        waitpid(cleanup_pid, NULL, 0);
+    }
+    if (cleanup_tenants != NULL)
+        tenants_drop(cleanup_tenants);
+    unlink(TENANT_CONF);
 }
 
 /* ---- the config ---- */
@@ -339,9 +376,11 @@ wait_tenants_ready(const struct tenants *t, pid_t pid)
         free(page);
         if (ready && woken >= (double)t->n)
             return now_s() - t0;
-        if (waitpid(pid, NULL, WNOHANG) == pid)
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            cleanup_pid = 0; /* reaped: nothing left to kill */
             die("outboxd exited before its tenants were ready (see "
                 "/tmp/outboxd-bench.log)");
+        }
         if (now_s() - t0 > (double)t->ready_s)
             die("%ld s after start outboxd was %sready and its binlog "
                 "stream woke %.0f of %ld tenants (see /tmp/outboxd-bench.log)",
@@ -531,7 +570,7 @@ drain_tenants(const struct tenants *t)
     char *probe = unfinished_probe(t);
     MYSQL *m = db_connect(t->sv, NULL);
     double t0 = now_s();
-    pid_t pid = start_daemon(t->s, TENANT_CONF);
+    pid_t pid = cleanup_pid = start_daemon(t->s, TENANT_CONF);
     while (queue_depth() < total) {
         if (now_s() - t0 > 600)
             die("the tenants' drain took more than 10 minutes");
@@ -547,6 +586,7 @@ drain_tenants(const struct tenants *t)
     d.rss_kib = peak_rss_kib(pid);
     d.threads = proc_status(pid, "Threads");
     stop_daemon(pid);
+    cleanup_pid = 0;
     mysql_close(m);
     free(probe);
     return d;
@@ -581,6 +621,26 @@ measure_tenants_drain(const struct tenants *t)
     return d.rss_kib;
 }
 
+/* Explicit entries take a session each: a clear word before the wait
+ * for connections the server will refuse. */
+static void
+check_room(const struct tenants *t)
+{
+    if (t->pattern)
+        return;
+    MYSQL *m = db_connect(t->sv, NULL);
+    long long max = db_int(m, "SELECT @@max_connections");
+    long long used =
+        db_int(m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST");
+    mysql_close(m);
+    if (t->n + 1 > max - used)
+        die("%ld explicit tenants take %ld database sessions (one each and "
+            "the binlog stream's); the server on port %d has %lld free of "
+            "its max_connections %lld: set BENCH_TENANTS_CONFIG=pattern or "
+            "fewer BENCH_TENANTS",
+            t->n, t->n + 1, t->sv->port, max - used, max);
+}
+
 static struct tenants
 tenants_settings(const struct settings *s)
 {
@@ -613,24 +673,29 @@ tenants_settings(const struct settings *s)
 void
 measure_tenants(const struct settings *s)
 {
-    struct tenants t = tenants_settings(s);
+    static struct tenants t; /* the clean-up at exit reads it */
+    t = tenants_settings(s);
+    check_room(&t);
+    cleanup_tenants = &t;
+    atexit(tenants_cleanup);
     double setup_s = tenants_create(&t);
     printf("tenants, %s config: %ld schemas with %s and their grants set up "
            "in %.1f s\n",
            style_name(&t), t.n, TENANT_TABLE, setup_s);
     tenants_config(&t);
     queue_reset(s);
-    pid_t pid = start_daemon(s, TENANT_CONF);
+    pid_t pid = cleanup_pid = start_daemon(s, TENANT_CONF);
     print_connected(&t, pid, wait_tenants_ready(&t, pid));
     measure_tenants_idle(&t, pid);
     measure_tenants_latency(&t);
     long rss = peak_rss_kib(pid);
     stop_daemon(pid);
+    cleanup_pid = 0;
     long drain_rss = measure_tenants_drain(&t);
     printf("peak RSS of outboxd over %ld tenants (VmHWM): %.1f MiB connected, "
            "idle and one event each; %.1f MiB through the drain\n",
            t.n, rss / 1024.0, drain_rss / 1024.0);
-    tenants_drop(&t);
-    unlink(TENANT_CONF);
+    tenants_cleanup();
+    cleanup_tenants = NULL;
     queue_reset(s);
 }

@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "itest.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +157,37 @@ drop_all(struct tfx *f)
     free(sql);
 }
 
+/*
+ * The schemas of earlier tests whose process is gone: a failed test ends
+ * its process before its teardown, and would leave its tenants behind
+ * on the shared server.
+ */
+static void
+sweep_stale(struct tfx *f)
+{
+    ck_assert(mysql_query(f->sql, "SELECT SCHEMA_NAME FROM information_schema."
+                                  "SCHEMATA WHERE SCHEMA_NAME LIKE "
+                                  "'it\\_tn\\_%'") == 0);
+    MYSQL_RES *res = mysql_store_result(f->sql);
+    ck_assert_ptr_nonnull(res);
+    MYSQL_ROW row;
+    int stale = 0;
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        int pid;
+        if (sscanf(row[0], "it_tn_%d_", &pid) != 1 || pid <= 0 ||
+            kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        MYSQL *db = it_db_connect_port(IT_DB_BINLOG_PORT, NULL);
+        it_db_exec(db, "DROP DATABASE IF EXISTS `%s`", row[0]);
+        mysql_close(db);
+        stale++;
+    }
+    mysql_free_result(res);
+    if (stale > 0)
+        fprintf(stderr, "it_tenants: dropped %d schemas of tests gone\n",
+                stale);
+}
+
 /* Rows not yet SENT or DEAD in tenants first..last, in one statement. */
 static long long
 unfinished(struct tfx *f, int first, int last)
@@ -262,6 +294,7 @@ tfx_open(struct tfx *f)
     f->sql = it_db_connect_port(IT_DB_BINLOG_PORT, NULL);
     ck_assert(
         mysql_set_server_option(f->sql, MYSQL_OPTION_MULTI_STATEMENTS_ON) == 0);
+    sweep_stale(f);
     create_account(f);
     create_all(f);
     f->consumer = it_consumer_new(f->ex, "#");
