@@ -6,7 +6,8 @@
  * per 1,000 events, and prints the drain as a ratio to the ceiling.
  * The drain, the latency and the cost of idle outboxes are measured
  * against both MariaDB servers of tests/servers.sh: without a binary log
- * outboxd polls, with one it wakes on commits read from it.
+ * outboxd polls, with one it wakes on commits read from it.  Last, one
+ * outboxd over many tenant schemas (bench_tenants.c).
  */
 #define _GNU_SOURCE
 #include <amqp.h>

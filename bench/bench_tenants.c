@@ -540,14 +540,13 @@ unfinished_probe(const struct tenants *t)
 
 /* Messages ready in the bench queue. */
 static long
-queue_depth(void)
+queue_depth(amqp_connection_state_t c)
 {
-    amqp_connection_state_t c = amqp_open();
     amqp_queue_declare_ok_t *ok = amqp_queue_declare(
         c, 1, amqp_cstring_bytes(QUEUE), 1, 0, 0, 0, amqp_empty_table);
-    long n = ok != NULL ? (long)ok->message_count : -1;
-    amqp_done(c);
-    return n;
+    if (ok == NULL)
+        die("the bench queue is gone");
+    return (long)ok->message_count;
 }
 
 struct tenant_drain {
@@ -559,8 +558,9 @@ struct tenant_drain {
 
 /*
  * From outboxd's start to every tenant's rows SENT, the criterion of the
- * one-outbox drain: the queue's depth is watched first, as it is cheap,
- * then the tenants' tables.
+ * one-outbox drain.  The queue's depth is watched first, as it is cheap;
+ * then the tenants' tables, in one statement that takes about a quarter
+ * of a second at 1,000 tenants: the end is known to that.
  */
 static struct tenant_drain
 drain_tenants(const struct tenants *t)
@@ -569,9 +569,10 @@ drain_tenants(const struct tenants *t)
     long total = t->n * t->events;
     char *probe = unfinished_probe(t);
     MYSQL *m = db_connect(t->sv, NULL);
+    amqp_connection_state_t c = amqp_open();
     double t0 = now_s();
     pid_t pid = cleanup_pid = start_daemon(t->s, TENANT_CONF);
-    while (queue_depth() < total) {
+    while (queue_depth(c) < total) {
         if (now_s() - t0 > 600)
             die("the tenants' drain took more than 10 minutes");
         sleep_s(0.05);
@@ -582,7 +583,8 @@ drain_tenants(const struct tenants *t)
         sleep_s(0.05);
     }
     d.seconds = now_s() - t0;
-    d.queued = queue_depth();
+    d.queued = queue_depth(c);
+    amqp_done(c);
     d.rss_kib = peak_rss_kib(pid);
     d.threads = proc_status(pid, "Threads");
     stop_daemon(pid);
