@@ -507,19 +507,25 @@ print_ceiling(const char *what, const struct ceiling *c)
 /* ---- the daemon ---- */
 
 FILE *
-config_open(const char *path)
+config_open_relay(const char *path, const char *relay_keys)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         die("cannot write %s", path);
     fchmod(fileno(f), 0600);
-    fprintf(
-        f,
-        "relay:\n  id: bench\n  log_level: warn\n  listen: \"127.0.0.1:%d\"\n"
-        "brokers:\n  main:\n    url: amqp://guest:guest@127.0.0.1:5672/\n"
-        "databases:\n",
-        METRICS_PORT);
+    fprintf(f,
+            "relay:\n  id: bench\n  log_level: warn\n  listen: "
+            "\"127.0.0.1:%d\"\n%s"
+            "brokers:\n  main:\n    url: amqp://guest:guest@127.0.0.1:5672/\n"
+            "databases:\n",
+            METRICS_PORT, relay_keys);
     return f;
+}
+
+FILE *
+config_open(const char *path)
+{
+    return config_open_relay(path, "");
 }
 
 /*

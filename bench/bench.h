@@ -96,6 +96,8 @@ int cmp_i64(const void *a, const void *b);
 
 /* A config file with relay and brokers written, "databases:" open. */
 FILE *config_open(const char *path);
+/* The same with relay_keys ("  workers: 4\n", say) in its relay map. */
+FILE *config_open_relay(const char *path, const char *relay_keys);
 pid_t start_daemon(const struct settings *s, const char *conf);
 void stop_daemon(pid_t pid);
 long peak_rss_kib(pid_t pid);

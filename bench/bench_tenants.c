@@ -37,6 +37,7 @@ struct tenants {
     long aggregates; /* per tenant, for the drain */
     double spread_s; /* the latency events, spread evenly over it */
     long ready_s;    /* the deadline for every tenant to be connected */
+    long workers;    /* relay.workers; 0: left out (outboxd's default) */
 };
 
 static void
@@ -223,7 +224,11 @@ config_entry(FILE *f, const struct tenants *t, const char *name,
 static void
 tenants_config(const struct tenants *t)
 {
-    FILE *f = config_open(TENANT_CONF);
+    char relay_keys[64] = "";
+    if (t->workers > 0)
+        snprintf(relay_keys, sizeof(relay_keys), "  workers: %ld\n",
+                 t->workers);
+    FILE *f = config_open_relay(TENANT_CONF, relay_keys);
     if (t->pattern)
         config_entry(f, t, "tenants", "database_like", "tenant_%");
     for (long i = 1; !t->pattern && i <= t->n; i++) {
@@ -655,16 +660,18 @@ tenants_settings(const struct settings *s)
         .events = env_long("BENCH_TENANTS_EVENTS", 100),
         .spread_s = (double)env_long("BENCH_TENANTS_SPREAD_MS", 2000) / 1000,
         .ready_s = env_long("BENCH_TENANTS_READY_SECONDS", 300),
+        .workers = env_long("BENCH_TENANTS_WORKERS", 0),
     };
     t.aggregates = env_long("BENCH_TENANTS_AGGREGATES", t.events);
     if (style != NULL && *style != '\0' && strcmp(style, "pattern") != 0 &&
         strcmp(style, "explicit") != 0)
         die("BENCH_TENANTS_CONFIG must be explicit or pattern");
     if (t.n < 1 || t.n > 9999 || t.events < 1 || t.aggregates < 1 ||
-        t.spread_s <= 0 || t.ready_s < 1)
+        t.spread_s <= 0 || t.ready_s < 1 || t.workers < 0)
         die("BENCH_TENANTS must be 1 to 9999; BENCH_TENANTS_EVENTS, "
             "BENCH_TENANTS_AGGREGATES, BENCH_TENANTS_SPREAD_MS and "
-            "BENCH_TENANTS_READY_SECONDS at least 1");
+            "BENCH_TENANTS_READY_SECONDS at least 1, BENCH_TENANTS_WORKERS "
+            "at least 0");
     return t;
 }
 
@@ -682,8 +689,9 @@ measure_tenants(const struct settings *s)
     atexit(tenants_cleanup);
     double setup_s = tenants_create(&t);
     printf("tenants, %s config: %ld schemas with %s and their grants set up "
-           "in %.1f s\n",
-           style_name(&t), t.n, TENANT_TABLE, setup_s);
+           "in %.1f s; relay.workers %s\n",
+           style_name(&t), t.n, TENANT_TABLE, setup_s,
+           t.workers > 0 ? getenv("BENCH_TENANTS_WORKERS") : "not set");
     tenants_config(&t);
     queue_reset(s);
     pid_t pid = cleanup_pid = start_daemon(s, TENANT_CONF);
