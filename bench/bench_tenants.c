@@ -365,6 +365,20 @@ relay_sessions(MYSQL *m, bool dumps)
 
 /* ---- the phases ---- */
 
+/* The value of an unlabelled sample ("name value"); -1 if absent. */
+static double
+metric_plain(const char *page, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *line = page; line != NULL && *line != '\0';) {
+        if (strncmp(line, name, len) == 0 && line[len] == ' ')
+            return strtod(line + len + 1, NULL);
+        line = strchr(line, '\n');
+        line = line != NULL ? line + 1 : NULL;
+    }
+    return -1;
+}
+
 /*
  * Until /readyz answers 200 and the binlog stream wakes every tenant's
  * outbox: only then is each connected, and an event would be woken.
@@ -377,7 +391,10 @@ wait_tenants_ready(const struct tenants *t, pid_t pid)
     for (;;) {
         bool ready = daemon_ready();
         char *page = fetch_page("/metrics");
+        /* a group's wake_source counts its members (docs/operations.md) */
         double woken = page ? binlog_woken(page) : 0;
+        double running =
+            page ? metric_plain(page, "outboxd_outboxes_running") : -1;
         free(page);
         if (ready && woken >= (double)t->n)
             return now_s() - t0;
@@ -387,9 +404,10 @@ wait_tenants_ready(const struct tenants *t, pid_t pid)
                 "/tmp/outboxd-bench.log)");
         }
         if (now_s() - t0 > (double)t->ready_s)
-            die("%ld s after start outboxd was %sready and its binlog "
-                "stream woke %.0f of %ld tenants (see /tmp/outboxd-bench.log)",
-                t->ready_s, ready ? "" : "not ", woken, t->n);
+            die("%ld s after start outboxd was %sready, relayed %.0f "
+                "outboxes (outboxd_outboxes_running) and its binlog stream "
+                "woke %.0f of %ld tenants (see /tmp/outboxd-bench.log)",
+                t->ready_s, ready ? "" : "not ", running, woken, t->n);
         sleep_s(0.2);
     }
 }
