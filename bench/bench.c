@@ -6,7 +6,8 @@
  * per 1,000 events, and prints the drain as a ratio to the ceiling.
  * The drain, the latency and the cost of idle outboxes are measured
  * against both MariaDB servers of tests/servers.sh: without a binary log
- * outboxd polls, with one it wakes on commits read from it.
+ * outboxd polls, with one it wakes on commits read from it.  Last, one
+ * outboxd over many tenant schemas (bench_tenants.c).
  */
 #define _GNU_SOURCE
 #include <amqp.h>
@@ -31,35 +32,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "util.h"
 
-#define DB_NAME "outboxd_bench"
-#define EXCHANGE "outboxd.bench"
-#define QUEUE "outboxd.bench"
-#define PAYLOAD_BYTES 256
-#define RELAY_USER "outboxd_bench"
-#define RELAY_BATCH 500 /* outboxd's default batch_size */
-/* outboxd's metrics listener during a drain: where its time went */
-#define METRICS_PORT 19180
-
-struct settings {
-    const char *outboxd;
-    const char *src;
-    long backlog;
-    long aggregates;
-    long ceiling_messages;
-    long drain_runs; /* each drain's median is of this many */
-    long latency_rate;
-    long latency_seconds;
-    long slow_latency_seconds; /* at 10 events/s */
-    long idle_outboxes;
-    long idle_settle_seconds; /* for the backoff to reach its ceiling */
-    long idle_seconds;
-    const char *queue_mode; /* x-queue-mode of the bench queue, or "" */
-    long delayed;           /* rows delayed a day below the backlog's ids */
-};
-
-static void
+void
 die(const char *fmt, ...)
 {
     va_list ap;
@@ -71,7 +47,7 @@ die(const char *fmt, ...)
     exit(1);
 }
 
-static double
+double
 now_s(void)
 {
     struct timespec ts;
@@ -79,7 +55,7 @@ now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void
+void
 sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -89,20 +65,12 @@ sleep_s(double s)
 
 /* ---- database ---- */
 
-/* The two MariaDB servers of tests/servers.sh. */
-struct server {
-    const char *name;
-    int port;
-    const char *pidfile; /* pidof cannot tell the two mariadbd apart */
-    bool binlog;
-};
+const struct server no_binlog = {"binlog off", 3306, "/run/mysqld/mysqld.pid",
+                                 false};
+const struct server with_binlog = {"binlog on", 3307,
+                                   "/run/mysqld/mysqld-binlog.pid", true};
 
-static const struct server no_binlog = {"binlog off", 3306,
-                                        "/run/mysqld/mysqld.pid", false};
-static const struct server with_binlog = {
-    "binlog on", 3307, "/run/mysqld/mysqld-binlog.pid", true};
-
-static MYSQL *
+MYSQL *
 db_connect(const struct server *sv, const char *db)
 {
     MYSQL *m = mysql_init(NULL);
@@ -112,7 +80,7 @@ db_connect(const struct server *sv, const char *db)
     return m;
 }
 
-static void
+void
 db_exec(MYSQL *m, const char *fmt, ...)
 {
     va_list ap;
@@ -127,7 +95,7 @@ db_exec(MYSQL *m, const char *fmt, ...)
     free(sql);
 }
 
-static long long
+long long
 db_int(MYSQL *m, const char *sql)
 {
     if (mysql_query(m, sql) != 0)
@@ -144,17 +112,26 @@ db_int(MYSQL *m, const char *sql)
  * Statements the relay's own user sent so far: MariaDB's user statistics
  * count per user, so tests or other clients on the server do not blur it.
  */
+long long
+db_user_statements(MYSQL *m, const char *user)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT COALESCE(SUM(SELECT_COMMANDS + UPDATE_COMMANDS + "
+             "OTHER_COMMANDS), 0) FROM information_schema.USER_STATISTICS "
+             "WHERE USER = '%s'",
+             user);
+    return db_int(m, sql);
+}
+
 static long long
 db_relay_statements(MYSQL *m)
 {
-    return db_int(m, "SELECT COALESCE(SUM(SELECT_COMMANDS + UPDATE_COMMANDS "
-                     "+ OTHER_COMMANDS), 0) FROM "
-                     "information_schema.USER_STATISTICS WHERE USER = "
-                     "'" RELAY_USER "'");
+    return db_user_statements(m, RELAY_USER);
 }
 
 /* The server's Questions: every client's statements, each read too. */
-static long long
+long long
 db_questions(MYSQL *m)
 {
     return db_int(m, "SELECT VARIABLE_VALUE FROM "
@@ -162,7 +139,7 @@ db_questions(MYSQL *m)
                      "= 'QUESTIONS'");
 }
 
-static pid_t
+pid_t
 server_pid(const struct server *sv)
 {
     FILE *f = fopen(sv->pidfile, "r");
@@ -275,7 +252,7 @@ db_fill(MYSQL *m, const char *status, long first, long n, long aggregates)
 
 /* ---- broker ---- */
 
-static amqp_connection_state_t
+amqp_connection_state_t
 amqp_open(void)
 {
     amqp_connection_state_t c = amqp_new_connection();
@@ -292,7 +269,7 @@ amqp_open(void)
     return c;
 }
 
-static void
+void
 amqp_done(amqp_connection_state_t c)
 {
     amqp_channel_close(c, 1, AMQP_REPLY_SUCCESS);
@@ -305,7 +282,7 @@ amqp_done(amqp_connection_state_t c)
  * would keep what the queue was (RabbitMQ 3.10 leaves a queue once made
  * lazy by a policy lazy after the policy is gone).
  */
-static void
+void
 queue_reset(const struct settings *s)
 {
     amqp_connection_state_t c = amqp_open();
@@ -327,7 +304,7 @@ queue_reset(const struct settings *s)
 }
 
 /* CPU time (user + system) a process has used, in milliseconds. */
-static double
+double
 cpu_ms(pid_t pid)
 {
     char path[64], buf[1024];
@@ -529,20 +506,26 @@ print_ceiling(const char *what, const struct ceiling *c)
 
 /* ---- the daemon ---- */
 
-static FILE *
-config_open(const char *path)
+FILE *
+config_open_relay(const char *path, const char *relay_keys)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         die("cannot write %s", path);
     fchmod(fileno(f), 0600);
-    fprintf(
-        f,
-        "relay:\n  id: bench\n  log_level: warn\n  listen: \"127.0.0.1:%d\"\n"
-        "brokers:\n  main:\n    url: amqp://guest:guest@127.0.0.1:5672/\n"
-        "databases:\n",
-        METRICS_PORT);
+    fprintf(f,
+            "relay:\n  id: bench\n  log_level: warn\n  listen: "
+            "\"127.0.0.1:%d\"\n%s"
+            "brokers:\n  main:\n    url: amqp://guest:guest@127.0.0.1:5672/\n"
+            "databases:\n",
+            METRICS_PORT, relay_keys);
     return f;
+}
+
+FILE *
+config_open(const char *path)
+{
+    return config_open_relay(path, "");
 }
 
 /*
@@ -575,7 +558,7 @@ write_config(const char *path, const struct server *sv, const char *ordering,
     fclose(f);
 }
 
-static pid_t
+pid_t
 start_daemon(const struct settings *s, const char *conf)
 {
     pid_t pid = fork();
@@ -593,7 +576,7 @@ start_daemon(const struct settings *s, const char *conf)
 }
 
 /* Peak resident set of a live process, in KiB (VmHWM). */
-static long
+long
 peak_rss_kib(pid_t pid)
 {
     char path[64], line[256];
@@ -609,7 +592,7 @@ peak_rss_kib(pid_t pid)
     return kib;
 }
 
-static void
+void
 stop_daemon(pid_t pid)
 {
     int status;
@@ -624,7 +607,7 @@ stop_daemon(pid_t pid)
  * (HTTP/1.0: the answer ends with the connection); malloc'd, NULL when
  * nothing answers in time.
  */
-static char *
+char *
 fetch_page(const char *path)
 {
     char req[128];
@@ -655,7 +638,7 @@ fetch_page(const char *path)
 }
 
 /* The sum of a metric's samples whose labels hold label. */
-static double
+double
 metric_sum(const char *page, const char *name, const char *label)
 {
     double sum = 0;
@@ -673,7 +656,7 @@ metric_sum(const char *page, const char *name, const char *label)
 }
 
 /* How many outboxes the binlog stream wakes now, by outboxd's count. */
-static double
+double
 binlog_woken(const char *page)
 {
     return metric_sum(page, "outboxd_wake_source", "source=\"binlog\"");
@@ -690,7 +673,7 @@ wake_source(double woken, long n, char *buf, size_t len)
 }
 
 /* /readyz answers 200 once every outbox has its database and broker. */
-static bool
+bool
 daemon_ready(void)
 {
     char *page = fetch_page("/readyz");
@@ -719,16 +702,6 @@ wait_started(const struct server *sv, long n)
     }
 }
 
-struct drain_result {
-    double rate;      /* first: median_run sorts runs by it */
-    double low, high; /* the slowest and fastest of the runs */
-    long rss_kib;
-    double statements_per_1000;
-    double cpu_ms_per_1000[3]; /* mariadbd, RabbitMQ, outboxd */
-    double seconds;
-    double wait_s[2]; /* what outboxd waited on: broker, database */
-    double woken;     /* outboxes the binlog woke at the end: 0 or 1 */
-};
 _Static_assert(offsetof(struct ceiling, rate) == 0 &&
                    offsetof(struct drain_result, rate) == 0,
                "median_run reads a run's rate at its start");
@@ -760,12 +733,6 @@ print_waits(const char *which, const struct drain_result *r)
 }
 
 static const char *const cpu_names[3] = {"mariadbd", "rabbitmq", "outboxd"};
-
-/* What a drain runs against: a server, and its wake (NULL: auto). */
-struct target {
-    const struct server *sv;
-    const char *wake;
-};
 
 /* Drains a backlog of n PENDING rows (after `sent` old SENT rows). */
 static struct drain_result
@@ -834,7 +801,7 @@ measure_drain(const struct settings *s, struct target to, const char *ordering,
  * twentieth from run to run, enough to cross a target.  The median run's
  * CPU and statements are printed; the peak RSS is the highest.
  */
-static struct drain_result
+struct drain_result
 measure_drain_median(const struct settings *s, struct target to,
                      const char *ordering, long sent, long held)
 {
@@ -905,13 +872,6 @@ drain_with_binlog(const struct settings *s, const struct drain_result *off)
 
 /* ---- latency at a steady rate ---- */
 
-/* Latencies by the events' own numbers, whatever order they arrive in. */
-struct consumer {
-    long expected;
-    int64_t *latency_us;
-    long received;
-};
-
 /* A field of the bench's own JSON payloads. */
 static long long
 payload_field(const amqp_bytes_t *body, const char *key)
@@ -920,7 +880,7 @@ payload_field(const amqp_bytes_t *body, const char *key)
     return at ? strtoll(at + strlen(key), NULL, 10) : -1;
 }
 
-static void *
+void *
 consume_latencies(void *arg)
 {
     struct consumer *c = arg;
@@ -948,7 +908,7 @@ consume_latencies(void *arg)
     return NULL;
 }
 
-static int
+int
 cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -1129,7 +1089,7 @@ struct idle_result {
     double outboxd_cpu_ms, empty_claims, woken;
 };
 
-static double
+double
 empty_claims(void)
 {
     char *page = fetch_page("/metrics");
@@ -1229,7 +1189,7 @@ measure_ceilings(const struct settings *s, struct ceiling *bare,
            turn.rate / shaped->rate, turn.rabbit_ms_per_1000);
 }
 
-static long
+long
 env_long(const char *name, long def)
 {
     const char *v = getenv(name);
@@ -1473,8 +1433,14 @@ main(void)
     const char *only = getenv("BENCH_ONLY");
     if (only != NULL && strcmp(only, "wake") != 0 &&
         strcmp(only, "bytes") != 0 && strcmp(only, "drain") != 0 &&
-        strcmp(only, "delayed") != 0)
-        die("BENCH_ONLY must be wake, bytes, drain or delayed");
+        strcmp(only, "delayed") != 0 && strcmp(only, "tenants") != 0)
+        die("BENCH_ONLY must be wake, bytes, drain, delayed or tenants");
+    /* BENCH_ONLY=tenants: one outboxd over many tenant schemas
+     * (bench_tenants.c). */
+    if (only != NULL && strcmp(only, "tenants") == 0) {
+        measure_tenants(&s);
+        return 0;
+    }
     if (only != NULL && strcmp(only, "delayed") == 0) {
         measure_delayed(&s);
         return 0;
@@ -1533,5 +1499,6 @@ main(void)
     measure_bytes(&s);
     measure_latencies(&s);
     measure_idles(&s);
+    measure_tenants(&s);
     return 0;
 }

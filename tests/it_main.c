@@ -27,6 +27,7 @@ Suite *it_hold_suite(void);
 Suite *it_expiry_suite(void);
 Suite *it_delay_suite(void);
 Suite *it_discover_suite(void);
+Suite *it_tenants_suite(void);
 
 int
 main(void)
@@ -53,6 +54,7 @@ main(void)
     srunner_add_suite(sr, it_expiry_suite());
     srunner_add_suite(sr, it_delay_suite());
     srunner_add_suite(sr, it_discover_suite());
+    srunner_add_suite(sr, it_tenants_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
