@@ -674,7 +674,7 @@ tenants_settings(const struct settings *s)
         .s = s,
         .sv = &with_binlog, /* the wake needs its binary log */
         .n = env_long("BENCH_TENANTS", 1000),
-        .pattern = style != NULL && strcmp(style, "pattern") == 0,
+        .pattern = style == NULL || strcmp(style, "explicit") != 0,
         .events = env_long("BENCH_TENANTS_EVENTS", 100),
         .spread_s = (double)env_long("BENCH_TENANTS_SPREAD_MS", 2000) / 1000,
         .ready_s = env_long("BENCH_TENANTS_READY_SECONDS", 300),

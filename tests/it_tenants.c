@@ -4,12 +4,9 @@
  * broken tenant reported while the others go on, a tenant created while
  * running picked up, a SIGKILL mid-drain losing nothing.
  *
- * OUTBOXD_TENANTS_PATTERN unset: every test is skipped, saying so (until
- * outboxd has database_like).  Set to "explicit": the same tests over one
- * database entry per tenant, as today's outboxd reads them, which checks
- * the fixture (IT_TENANTS tenants, 200 by default: the server's 151
- * max_connections hold about 100 of them at a time).  Anything else: the
- * pattern.
+ * OUTBOXD_TENANTS_PATTERN=explicit: the same tests over one database
+ * entry per tenant instead of the pattern, which checks the fixture
+ * (IT_TENANTS tenants, 200 by default).
  */
 #define _GNU_SOURCE
 #include "itest.h"
@@ -49,18 +46,6 @@ struct tfx {
         if (!IT_WAIT(ms, expr)) {                                              \
             it_daemon_dump_log(&(f)->d);                                       \
             ck_abort_msg(__VA_ARGS__);                                         \
-        }                                                                      \
-    } while (0)
-
-/* The tests run only where outboxd is asked to find tenants. */
-#define TENANTS_GUARD()                                                        \
-    do {                                                                       \
-        if (getenv("OUTBOXD_TENANTS_PATTERN") == NULL) {                       \
-            fprintf(stderr,                                                    \
-                    "it_tenants: %s skipped: OUTBOXD_TENANTS_PATTERN "         \
-                    "is unset (outboxd without database_like)\n",              \
-                    __func__);                                                 \
-            return;                                                            \
         }                                                                      \
     } while (0)
 
@@ -453,7 +438,6 @@ deliver_round(struct tfx *f, char tag, int tenants)
 /* (a) Events in every tenant, all delivered, each aggregate's in order. */
 START_TEST(test_all_delivered)
 {
-    TENANTS_GUARD();
     struct tfx f;
     tfx_open(&f);
     tfx_start(&f);
@@ -477,7 +461,6 @@ END_TEST
  */
 START_TEST(test_broken_tenant)
 {
-    TENANTS_GUARD();
     struct tfx f;
     tfx_open(&f);
     tfx_start(&f);
@@ -520,7 +503,6 @@ END_TEST
 /* (c) A tenant created while outboxd runs is found and delivered. */
 START_TEST(test_new_tenant)
 {
-    TENANTS_GUARD();
     struct tfx f;
     tfx_open(&f);
     if (!f.pattern) {
@@ -551,7 +533,6 @@ END_TEST
  */
 START_TEST(test_sigkill_mid_drain)
 {
-    TENANTS_GUARD();
     struct tfx f;
     tfx_open(&f);
     const int per = 100;
