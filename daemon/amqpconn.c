@@ -25,6 +25,9 @@
 #include "publisher_int.h"
 #include "util.h"
 
+/* How long connection.close waits for close-ok. */
+#define CLOSE_TIMEOUT_MS 200
+
 #define FRAME_MAX 131072
 /* Debian's CA bundle (ca-certificates), used when tls.ca_file is unset. */
 #define SYSTEM_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
@@ -481,7 +484,10 @@ amqpconn_disconnect(struct amqpconn *c)
 {
     if (c->conn == NULL)
         return;
-    /* rpc timeout is set, so a hung broker cannot hold us here. */
+    /* A broker that answers takes milliseconds to close; one that hangs
+     * must not hold a shutdown for the whole rpc timeout. */
+    struct timeval tv = {0, CLOSE_TIMEOUT_MS * 1000};
+    amqp_set_rpc_timeout(c->conn, &tv);
     amqp_connection_close(c->conn, AMQP_REPLY_SUCCESS);
     conn_drop(c, "disconnected");
 }

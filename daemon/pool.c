@@ -71,6 +71,16 @@ pool_new(unsigned nthreads, const struct pool_hooks *hooks)
     return p;
 }
 
+static void
+close_shares(struct pool_thread *t)
+{
+    pthread_mutex_lock(&t->shares_lock);
+    for (size_t i = 0; i < t->nshares; i++)
+        if (t->shares[i].kind->close != NULL)
+            t->shares[i].kind->close(t->shares[i].obj);
+    pthread_mutex_unlock(&t->shares_lock);
+}
+
 static void *
 thread_main(void *arg)
 {
@@ -80,6 +90,7 @@ thread_main(void *arg)
     t->pool->running++;
     /* Outboxes come and go: an empty loop waits for the next one. */
     event_base_loop(t->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    close_shares(t);
     t->pool->running--;
     if (t->pool->hooks.thread_end)
         t->pool->hooks.thread_end();

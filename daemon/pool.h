@@ -60,6 +60,10 @@ struct pool_share_kind {
     bool (*serves)(const void *obj, const void *key);
     void *(*make)(const void *key);
     void (*drop)(void *obj);
+    /* Run on the thread as its loop ends, every thread at once, so that
+     * closing a thousand outboxes' links costs one close per thread, in
+     * parallel; drop comes later.  NULL: nothing. */
+    void (*close)(void *obj);
 };
 
 /* t's object of kind k that serves key, made if none does; counted as

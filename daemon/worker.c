@@ -209,8 +209,14 @@ session_drop(void *obj)
     dbsession_free(obj);
 }
 
-static const struct pool_share_kind session_kind = {session_serves,
-                                                    session_make, session_drop};
+static void
+session_close(void *obj)
+{
+    dbsession_close(obj);
+}
+
+static const struct pool_share_kind session_kind = {
+    session_serves, session_make, session_drop, session_close};
 
 /* And a broker connection per broker, named after the relay. */
 struct conn_key {
@@ -240,8 +246,14 @@ conn_drop(void *obj)
     amqpconn_free(obj);
 }
 
+static void
+conn_close(void *obj)
+{
+    amqpconn_disconnect(obj);
+}
+
 static const struct pool_share_kind conn_kind = {conn_serves, conn_make,
-                                                 conn_drop};
+                                                 conn_drop, conn_close};
 
 struct worker *
 worker_new(const struct outbox_config *ob, const char *relay_id,

@@ -120,7 +120,8 @@ int_drop(void *obj)
     free(obj);
 }
 
-static const struct pool_share_kind int_kind = {int_serves, int_make, int_drop};
+static const struct pool_share_kind int_kind = {int_serves, int_make, int_drop,
+                                                NULL};
 
 /* Outboxes of one server share one session per thread, never across
  * threads; the last user's leaving closes it. */

@@ -436,6 +436,60 @@ deliver_round(struct tfx *f, char tag, int tenants)
 /* ---- tests ---- */
 
 /* (a) Events in every tenant, all delivered, each aggregate's in order. */
+/* Lines `cmd` prints, -1 if it cannot run. */
+static long
+count_lines(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    if (p == NULL)
+        return -1;
+    long n = 0;
+    int ch;
+    while ((ch = fgetc(p)) != EOF)
+        n += ch == '\n';
+    pclose(p);
+    return n;
+}
+
+/*
+ * What 200 tenants cost the process: relay.workers threads (0: 4 per
+ * CPU, 4 to 32) and a helper each, main, the binlog stream and the
+ * discovery's helper; a broker connection and a database session per
+ * worker, beside the binlog dump and the discovery's session.
+ */
+static void
+assert_bounded(struct tfx *f)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long w = cpus * 4 < 4 ? 4 : cpus * 4 > 32 ? 32 : cpus * 4;
+    char *cmd = xasprintf("grep -h '^Threads:' /proc/%d/status | tr -dc "
+                          "0-9; echo",
+                          (int)f->d.pid);
+    FILE *p = popen(cmd, "r");
+    long threads = -1;
+    if (p != NULL && fscanf(p, "%ld", &threads) != 1)
+        threads = -1;
+    if (p != NULL)
+        pclose(p);
+    free(cmd);
+    cmd = xasprintf("ss -Htnp state established '( dport = :5672 )' | "
+                    "grep 'pid=%d,'",
+                    (int)f->d.pid);
+    long amqp = count_lines(cmd);
+    free(cmd);
+    long sessions = it_db_int(f->sql,
+                              "SELECT COUNT(*) FROM information_schema."
+                              "PROCESSLIST WHERE USER = '%s'",
+                              f->user);
+    fprintf(stderr,
+            "it_tenants: %d tenants: %ld threads, %ld AMQP connections, "
+            "%ld database sessions (relay.workers %ld)\n",
+            f->n, threads, amqp, sessions, w);
+    ck_assert_msg(threads > 0 && threads <= 2 * w + 3, "%ld threads", threads);
+    ck_assert_msg(amqp >= 1 && amqp <= w, "%ld AMQP connections", amqp);
+    ck_assert_msg(sessions >= 1 && sessions <= w + 2, "%ld sessions", sessions);
+}
+
 START_TEST(test_all_delivered)
 {
     struct tfx f;
@@ -449,6 +503,8 @@ START_TEST(test_all_delivered)
              "rows of the tenants were delivered but not marked SENT");
     fprintf(stderr, "it_tenants: %ld events over %d tenants, %ld again\n",
             t.got, f.n, t.dups);
+    if (f.pattern)
+        assert_bounded(&f);
     tally_free(&t);
     tfx_close(&f);
 }
