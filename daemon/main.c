@@ -111,6 +111,26 @@ all_at(const struct daemon *d, size_t i)
                            : tenants_worker(d->tenants, i - d->nworkers);
 }
 
+/* What keeps w's outbox from ready, as a line into buf; 0 if nothing. */
+static int
+not_ready_line(struct worker *w, char *buf, size_t len)
+{
+    bool db = worker_db_connected(w);
+    bool broker = worker_broker_connected(w);
+    const struct outbox_config *ob = worker_outbox(w);
+    if (db && broker && ob->database->wake == WAKE_BINLOG &&
+        !worker_wake_live(w))
+        return snprintf(buf, len,
+                        "not ready: %s: wake: binlog, and its binlog stream "
+                        "is not live\n",
+                        ob->name);
+    if (db && broker)
+        return 0;
+    return snprintf(buf, len, "not ready: %s: %s%s%s not connected\n", ob->name,
+                    db ? "" : "database", db || broker ? "" : " and ",
+                    broker ? "" : "broker");
+}
+
 /* True when every outbox has both links; else one line per outbox. */
 static bool
 daemon_ready(void *arg, char *err, size_t errlen)
@@ -123,24 +143,7 @@ daemon_ready(void *arg, char *err, size_t errlen)
         return false;
     }
     for (size_t i = 0; i < all_count(d) && len < errlen; i++) {
-        bool db = worker_db_connected(all_at(d, i));
-        bool broker = worker_broker_connected(all_at(d, i));
-        const struct outbox_config *ob = worker_outbox(all_at(d, i));
-        if (db && broker && ob->database->wake == WAKE_BINLOG &&
-            !worker_wake_live(all_at(d, i))) {
-            int n = snprintf(err + len, errlen - len,
-                             "not ready: %s: wake: binlog, and its binlog "
-                             "stream is not live\n",
-                             ob->name);
-            len += n > 0 ? (size_t)n : 0;
-            continue;
-        }
-        if (db && broker)
-            continue;
-        int n = snprintf(
-            err + len, errlen - len, "not ready: %s: %s%s%s not connected\n",
-            worker_outbox(all_at(d, i))->name, db ? "" : "database",
-            db || broker ? "" : " and ", broker ? "" : "broker");
+        int n = not_ready_line(all_at(d, i), err + len, errlen - len);
         len += n > 0 ? (size_t)n : 0;
     }
     return err[0] == '\0';

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
 #include "amqpconn.h"
 #include "dbsession.h"
+#include "log.h"
 #include "logrepeat.h"
 #include "pacer.h"
 #include "pool.h"
