@@ -1941,6 +1941,13 @@ tenants_one_account(struct tenants *t, char *user, size_t ulen, char *pass,
         t->fx[i].dbc.user = user;
         t->fx[i].dbc.password = pass;
     }
+    /* A session copies its account when it is made: made anew. */
+    for (size_t i = 0; i < t->n; i++)
+        store_free(t->st[i]);
+    dbsession_free(t->sess);
+    t->sess = dbsession_new(&t->fx[0].dbc);
+    for (size_t i = 0; i < t->n; i++)
+        t->st[i] = store_new(&t->fx[i].ob, t->sess);
 }
 
 /*
