@@ -115,9 +115,9 @@ scratch_free(struct relay_scratch *s)
 }
 
 /*
- * An idle relay keeps no batch memory: a thousand idle tenants would
- * otherwise each hold their high-water mark of rows and arenas.  What
- * a refusing server left unrecorded stays.
+ * A relay between batches keeps no batch memory: a thousand idle
+ * tenants would otherwise each hold their high-water mark of rows and
+ * arenas.  What a refusing server left unrecorded stays.
  */
 static void
 relay_trim(struct relay *r)
@@ -1020,5 +1020,10 @@ relay_cycle(struct relay *r)
     enum relay_result rc = relay_batch(r);
     histogram_observe_us(&r->stats.batch_duration,
                          (int64_t)(metrics_clock_us() - t0));
+    /* Nothing carried to the next cycle: a thousand tenants that each
+     * drained a short batch keep no batch memory while their turns come
+     * round, where a drain that pipelines keeps its slots. */
+    if (rc != RELAY_FULL)
+        relay_trim(r);
     return rc;
 }
