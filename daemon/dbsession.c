@@ -49,6 +49,7 @@ struct dbsession {
     bool version;    /* last failure: the server is too old */
     unsigned last_errno;
     uint64_t generation, statements, connects;
+    uint64_t row_bytes_hint; /* dbsession_row_bytes_hint */
 };
 
 static pthread_once_t library_once = PTHREAD_ONCE_INIT;
@@ -469,4 +470,16 @@ dbsession_set_checks_off(struct dbsession *s, bool off)
         return -1;
     s->checks_off = off;
     return 0;
+}
+
+uint64_t
+dbsession_row_bytes_hint(const struct dbsession *s)
+{
+    return s->row_bytes_hint;
+}
+
+void
+dbsession_set_row_bytes_hint(struct dbsession *s, uint64_t bytes)
+{
+    s->row_bytes_hint = bytes;
 }

@@ -87,6 +87,13 @@ void dbsession_refuse_read_only(struct dbsession *s);
  * value is per table: the session keeps the value it last set (on at
  * open), and this sets it only when it differs.
  */
+/*
+ * The mean row size its stores' last claims saw, 0 before any: a store
+ * that has claimed nothing yet sizes its first window by it, so that a
+ * thousand tenants of one table do not each start with a small claim.
+ */
+uint64_t dbsession_row_bytes_hint(const struct dbsession *s);
+void dbsession_set_row_bytes_hint(struct dbsession *s, uint64_t bytes);
 bool dbsession_checks_off(const struct dbsession *s);
 int dbsession_set_checks_off(struct dbsession *s, bool off);
 

@@ -111,6 +111,18 @@ publisher_disconnect(struct publisher *p)
 }
 
 void
+publisher_trim(struct publisher *p)
+{
+    free(p->inflight);
+    free(p->headers);
+    free(p->scratch);
+    p->inflight = NULL;
+    p->headers = NULL;
+    p->scratch = NULL;
+    p->inflight_cap = p->headers_cap = p->scratch_cap = 0;
+}
+
+void
 publisher_free(struct publisher *p)
 {
     if (p == NULL)

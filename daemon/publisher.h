@@ -29,6 +29,8 @@ struct publisher *publisher_new(const struct broker_config *broker,
  */
 struct publisher *publisher_new_shared(struct amqpconn *c,
                                        const struct broker_config *broker);
+/* Frees the buffers a wave grew (between two batches of a tenant). */
+void publisher_trim(struct publisher *p);
 void publisher_free(struct publisher *p);
 
 /*

@@ -54,6 +54,30 @@ store_new(const struct outbox_config *ob, struct dbsession *shared)
     return st;
 }
 
+/* Frees and zeroes *p, its capacity with it. */
+static void
+free_grown(void *pp, size_t *cap)
+{
+    void **p = pp;
+    free(*p);
+    *p = NULL;
+    *cap = 0;
+}
+
+void
+store_trim(struct store *st)
+{
+    strbuf_free(&st->sql);
+    strbuf_free(&st->fin.text);
+    free_grown(&st->claim.located, &st->claim.located_cap);
+    free_grown(&st->claim.heads, &st->claim.heads_cap);
+    free_grown(&st->claim.drop, &st->claim.drop_cap);
+    free_grown(&st->claim.byagg, &st->claim.byagg_cap);
+    free_grown(&st->claim.groups, &st->claim.groups_cap);
+    free_grown(&st->claim.earlier, &st->claim.earlier_cap);
+    free_grown(&st->fin.items, &st->fin.items_cap);
+}
+
 void
 store_free(struct store *st)
 {

@@ -35,6 +35,9 @@ struct store;
  */
 struct store *store_new(const struct outbox_config *ob,
                         struct dbsession *shared);
+/* Frees the scratch that grows to the largest batch (the plan stays):
+ * between the batches of one of a thousand tenants. */
+void store_trim(struct store *st);
 void store_free(struct store *st);
 /* Frees the client library's per-thread state; call as a thread ends. */
 void store_thread_end(void);

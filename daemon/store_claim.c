@@ -308,8 +308,10 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
  * How many candidates to ask for.  Rows past the byte cut are still read
  * whole, so the window is a quarter more than the last claim's mean row
  * says will fit, capped at limit: all of it for small rows, which never
- * reach the budget.  Before any mean, FIRST_WINDOW: one extra claim at
- * start for small rows, where limit would read batch_size large ones.
+ * reach the budget.  Before any mean of its own, the mean its session's
+ * other stores saw (tenants of one table), else FIRST_WINDOW: one extra
+ * claim at start for small rows, where limit would read batch_size
+ * large ones.
  */
 static size_t
 claim_window(const struct store *st, const struct outbox_batch *b, size_t limit)
@@ -317,9 +319,12 @@ claim_window(const struct store *st, const struct outbox_batch *b, size_t limit)
     if (st->ob->batch_bytes == 0)
         return limit;
     uint64_t want = FIRST_WINDOW;
-    if (st->claim.row_bytes_est > 0) {
+    uint64_t est = st->claim.row_bytes_est;
+    if (est == 0) /* a tenant's first claim: its neighbours' rows */
+        est = dbsession_row_bytes_hint(st->conn.sess);
+    if (est > 0) {
         uint64_t left = bytes_left(st, b);
-        want = (left + left / 4) / st->claim.row_bytes_est;
+        want = (left + left / 4) / est;
     }
     if (want < 1)
         want = 1;
@@ -343,6 +348,7 @@ note_row_bytes(struct store *st)
         return;
     uint64_t mean = st->claim.seen_bytes / st->claim.seen_rows;
     st->claim.row_bytes_est = mean > 0 ? mean : 1;
+    dbsession_set_row_bytes_hint(st->conn.sess, st->claim.row_bytes_est);
 }
 
 /*

@@ -475,6 +475,12 @@ run_cycle(struct worker *w)
     w->relay.claim_ahead = pool_thread_busy(w->thread) <= (w->busy ? 1 : 0);
     enum relay_result rc = relay_cycle(&w->relay);
     pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
+    /* Nothing carried to the next cycle (the relay trimmed its batches
+     * too): a thousand tenants between turns hold no scratch. */
+    if (rc != RELAY_FULL) {
+        store_trim(w->store);
+        publisher_trim(w->pub);
+    }
     if (rc != RELAY_STORE_DOWN && rc != RELAY_BROKER_DOWN) {
         link_clear(w, &w->db, "database");
         link_clear(w, &w->broker, "broker");
