@@ -104,10 +104,36 @@ publisher_channel_lost(struct publisher *p, const char *reason)
 void
 publisher_disconnect(struct publisher *p)
 {
+    p->parked = false;
     if (p->owns_conn)
         amqpconn_disconnect(p->c);
     else
         conn_channel_close(p->c, p);
+}
+
+void
+publisher_park(struct publisher *p)
+{
+    publisher_trim(p);
+    if (p->owns_conn || p->channel == 0 || p->c->conn == NULL)
+        return;
+    conn_channel_close(p->c, p);
+    p->parked = true;
+}
+
+/* A parked publisher's channel again, for a wave; -1 and err when the
+ * broker refuses one (the connection may be gone with it). */
+static int
+unpark(struct publisher *p, char *err, size_t errlen)
+{
+    if (!p->parked || p->c->conn == NULL)
+        return 0;
+    char why[ERR_LEN];
+    p->parked = false;
+    if (conn_channel_open(p->c, p, why, sizeof(why)) == 0)
+        return 0;
+    err_set(err, errlen, "%s: %s", publisher_url(p), why);
+    return -1;
 }
 
 void
@@ -146,7 +172,7 @@ publisher_free(struct publisher *p)
 bool
 publisher_is_connected(const struct publisher *p)
 {
-    return p->c->conn != NULL && p->channel != 0;
+    return p->c->conn != NULL && (p->channel != 0 || p->parked);
 }
 
 bool
@@ -924,7 +950,7 @@ publisher_publish_wave(struct publisher *p, struct outbox_batch *b,
                        struct outbox_row **rows, size_t n, bool mandatory,
                        uint64_t deadline_ms, char *err, size_t errlen)
 {
-    if (not_connected(p, err, errlen))
+    if (not_connected(p, err, errlen) || unpark(p, err, errlen) < 0)
         return -1;
     struct wave w;
     wave_init(&w, p, b, rows, n);
@@ -955,7 +981,7 @@ int
 publisher_wait_unblocked(struct publisher *p, uint64_t deadline_ms, char *err,
                          size_t errlen)
 {
-    if (not_connected(p, err, errlen))
+    if (not_connected(p, err, errlen) || unpark(p, err, errlen) < 0)
         return -1;
     struct wave w;
     wave_init(&w, p, NULL, NULL, 0);
@@ -977,6 +1003,8 @@ publisher_poll(struct publisher *p, char *err, size_t errlen)
 {
     if (not_connected(p, err, errlen))
         return -1;
+    if (p->parked) /* the connection's frames and heartbeats */
+        return amqpconn_poll(p->c, err, errlen);
     struct wave w;
     wave_init(&w, p, NULL, NULL, 0);
     w.err = err;

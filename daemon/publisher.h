@@ -31,6 +31,14 @@ struct publisher *publisher_new_shared(struct amqpconn *c,
                                        const struct broker_config *broker);
 /* Frees the buffers a wave grew (between two batches of a tenant). */
 void publisher_trim(struct publisher *p);
+/*
+ * publisher_trim, and on a shared connection its channel closed while
+ * the outbox has nothing to publish: the client library keeps a
+ * frame_max page per channel it ever read on, and the broker a process
+ * per channel.  It still counts as connected; the next wave opens a
+ * channel again.
+ */
+void publisher_park(struct publisher *p);
 void publisher_free(struct publisher *p);
 
 /*

@@ -80,6 +80,9 @@ struct exchange_seen {
 struct publisher {
     struct amqpconn *c;
     bool owns_conn; /* publisher_new: a private connection */
+    /* publisher_park: its channel given back while the outbox has
+     * nothing to publish; the next wave opens one. */
+    bool parked;
     /* This outbox's view of the broker: its confirm_timeout, its name. */
     const struct broker_config *broker;
     amqp_channel_t channel; /* 0 when it has none */

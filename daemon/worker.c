@@ -479,7 +479,7 @@ run_cycle(struct worker *w)
      * too): a thousand tenants between turns hold no scratch. */
     if (rc != RELAY_FULL) {
         store_trim(w->store);
-        publisher_trim(w->pub);
+        publisher_park(w->pub);
     }
     if (rc != RELAY_STORE_DOWN && rc != RELAY_BROKER_DOWN) {
         link_clear(w, &w->db, "database");
