@@ -16,17 +16,6 @@
 #define LOCK_WAIT_S "10"
 #define IO_TIMEOUT_MIN_MS 30000
 
-enum {
-    ERRNO_UNKNOWN_COM = 1047, /* Galera: node not primary (WSREP not ready) */
-    ERRNO_SERVER_SHUTDOWN = 1053,
-    ERRNO_OPTION_PREVENTS = 1290,   /* --read-only, --super-read-only */
-    ERRNO_READ_ONLY_MODE = 1836,    /* MySQL: super_read_only */
-    ERRNO_CONNECTION_KILLED = 1927, /* MariaDB */
-    ERRNO_CLIENT_FIRST = 2000,      /* CR_*: the client library's own */
-    ERRNO_CLIENT_LAST = 2999,
-    ERRNO_INTERACTION_TIMEOUT = 4031, /* MySQL 8.0.24+ */
-};
-
 struct dbsession {
     const struct database_config *dc; /* &server, or a private one's own */
     /* A shared session's copy of what it connects with: the entry it was

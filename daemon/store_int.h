@@ -22,24 +22,6 @@
 #define TOKEN_MIN_CHARS 24     /* room for some relay id, '/', 16 hex */
 #define TOKEN_MAX_CHARS (sizeof(((struct outbox_batch *)0)->token) - 1)
 
-/* Error numbers shared by MySQL and MariaDB (MariaDB-only ones marked). */
-enum {
-    ERRNO_UNKNOWN_COM = 1047, /* Galera: node not primary (WSREP not ready) */
-    ERRNO_SERVER_SHUTDOWN = 1053,
-    ERRNO_BAD_FIELD = 1054,
-    ERRNO_TABLE_ACCESS_DENIED = 1142,
-    ERRNO_COLUMN_ACCESS_DENIED = 1143,
-    ERRNO_NO_SUCH_TABLE = 1146,
-    ERRNO_LOCK_WAIT_TIMEOUT = 1205,
-    ERRNO_DEADLOCK = 1213,
-    ERRNO_OPTION_PREVENTS = 1290,   /* --read-only, --super-read-only */
-    ERRNO_READ_ONLY_MODE = 1836,    /* MySQL: super_read_only */
-    ERRNO_CONNECTION_KILLED = 1927, /* MariaDB */
-    ERRNO_CLIENT_FIRST = 2000,      /* CR_*: the client library's own */
-    ERRNO_CLIENT_LAST = 2999,
-    ERRNO_INTERACTION_TIMEOUT = 4031, /* MySQL 8.0.24+ */
-};
-
 /* Where claim candidates come from, in the order they are taken:
  * SRC_DELAYED, PENDING rows whose available_at has come, only on a table
  * with that column. */
