@@ -167,6 +167,12 @@ daemon_metrics_text(void *arg, size_t *len)
         .reloads_failed = d->reloads_failed,
         .outbox_series = d->cfg->relay.metrics_outbox_series,
     };
+    struct tenants_stats ts;
+    tenants_stats(d->tenants, &ts);
+    dm.discoveries = ts.discoveries;
+    dm.discovery_failures = ts.failures;
+    dm.tenants_added = ts.added;
+    dm.tenants_removed = ts.removed;
     if (d->metrics_groups == NULL)
         d->metrics_groups = metrics_groups_new();
     dm.groups = d->metrics_groups;
@@ -390,12 +396,22 @@ start_workers(struct daemon *d)
     return 0;
 }
 
+/* The stream of db's server, if there is one yet. */
 static struct binlog_stream *
-stream_for(struct daemon *d, const struct database_config *db)
+stream_find(struct daemon *d, const struct database_config *db)
 {
     for (size_t i = 0; i < d->nstreams; i++)
         if (binlog_stream_serves(d->streams[i], db))
             return d->streams[i];
+    return NULL;
+}
+
+static struct binlog_stream *
+stream_for(struct daemon *d, const struct database_config *db)
+{
+    struct binlog_stream *found = stream_find(d, db);
+    if (found != NULL)
+        return found;
     d->streams = xrealloc(d->streams, (d->nstreams + 1) * sizeof(*d->streams));
     struct binlog_stream *s = d->streams[d->nstreams++] = binlog_stream_new(db);
     if (d->streams_started && binlog_stream_start(s) < 0)
@@ -441,9 +457,9 @@ static void
 tenant_stopping(void *arg, struct worker *w)
 {
     struct daemon *d = arg;
-    const struct outbox_config *ob = worker_outbox(w);
-    if (ob->database->wake != WAKE_POLL)
-        binlog_stream_remove(stream_for(d, ob->database), w);
+    struct binlog_stream *s = stream_find(d, worker_outbox(w)->database);
+    if (s != NULL)
+        binlog_stream_remove(s, w);
 }
 
 /* After the streams: a tenant found is watched at once. */

@@ -338,6 +338,25 @@ render_histograms(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
                           obs[i].batch_duration);
 }
 
+/* The database_like entries' discovery, across all of them. */
+static void
+render_discovery(struct strbuf *o, const struct daemon_metrics *dm)
+{
+    family(o, "outboxd_discoveries_total", "counter",
+           "Times a database_like entry's server was asked for its "
+           "tenants, by result.");
+    strbuf_addf(o, "outboxd_discoveries_total{result=\"success\"} %llu\n",
+                (unsigned long long)(dm->discoveries - dm->discovery_failures));
+    strbuf_addf(o, "outboxd_discoveries_total{result=\"failure\"} %llu\n",
+                (unsigned long long)dm->discovery_failures);
+    family(o, "outboxd_tenants_changed_total", "counter",
+           "Tenant schemas found (added) and gone (removed) since start.");
+    strbuf_addf(o, "outboxd_tenants_changed_total{change=\"added\"} %llu\n",
+                (unsigned long long)dm->tenants_added);
+    strbuf_addf(o, "outboxd_tenants_changed_total{change=\"removed\"} %llu\n",
+                (unsigned long long)dm->tenants_removed);
+}
+
 static void
 render_daemon(struct strbuf *o, const struct daemon_metrics *dm)
 {
@@ -357,6 +376,7 @@ render_daemon(struct strbuf *o, const struct daemon_metrics *dm)
                 (unsigned long long)dm->reloads_ok);
     strbuf_addf(o, "outboxd_config_reloads_total{result=\"failure\"} %llu\n",
                 (unsigned long long)dm->reloads_failed);
+    render_discovery(o, dm);
 }
 
 /* How many outboxes each series stands for: sum() counts them all. */

@@ -80,6 +80,9 @@ struct daemon_metrics {
     const char *version;
     bool last_reload_ok;
     uint64_t reloads_ok, reloads_failed;
+    /* database_like entries: discoveries run and failed, tenants found
+     * and gone (tenants.h). */
+    uint64_t discoveries, discovery_failures, tenants_added, tenants_removed;
     unsigned outbox_series; /* relay.metrics_outbox_series */
     /* What the folded counters remember between scrapes; NULL: none. */
     struct metrics_groups *groups;

@@ -575,6 +575,13 @@ START_TEST(test_new_tenant)
     tally_init(&t, 'c', f.n + 1, 3, 1);
     insert_events(&f, 'c', f.n + 1, f.n + 1, 3, 1);
     tally_assert(&f, &t, 3);
+    /* and says so in its metrics */
+    char *page = NULL, want[96];
+    snprintf(want, sizeof(want),
+             "outboxd_tenants_changed_total{change=\"added\"} %d\n", f.n + 1);
+    ck_assert_int_eq(it_http_get(f.http_port, "/metrics", &page), 200);
+    ck_assert_msg(strstr(page, want) != NULL, "no \"%s\" on /metrics", want);
+    free(page);
     /* and the others still go */
     deliver_round(&f, 'd', f.n + 1);
     tally_free(&t);
