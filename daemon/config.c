@@ -1361,10 +1361,7 @@ static bool
 database_name_valid(const char *name)
 {
     /* A dot would make "<database>.<table>" ambiguous. */
-    size_t len = strlen(name);
-    return len > 0 && strspn(name, "abcdefghijklmnopqrstuvwxyz"
-                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                   "0123456789_-") == len;
+    return str_is_word(name, "_-");
 }
 
 /*

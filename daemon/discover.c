@@ -20,10 +20,7 @@
 static bool
 schema_name_valid(const char *name)
 {
-    size_t len = strlen(name);
-    return len > 0 && strspn(name, "abcdefghijklmnopqrstuvwxyz"
-                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                   "0123456789_$-") == len;
+    return str_is_word(name, "_$-");
 }
 
 /* s as a quoted SQL string; -1 when the client cannot escape it. */

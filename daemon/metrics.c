@@ -338,23 +338,33 @@ render_histograms(struct strbuf *o, const struct outbox_metrics *obs, size_t n)
                           obs[i].batch_duration);
 }
 
+/* A counter of two series that differ by one label's value. */
+static void
+counter_pair(struct strbuf *o, const char *name, const char *help,
+             const char *label, const char *a, uint64_t va, const char *b,
+             uint64_t vb)
+{
+    family(o, name, "counter", help);
+    strbuf_addf(o, "%s{%s=\"%s\"} %llu\n", name, label, a,
+                (unsigned long long)va);
+    strbuf_addf(o, "%s{%s=\"%s\"} %llu\n", name, label, b,
+                (unsigned long long)vb);
+}
+
 /* The database_like entries' discovery, across all of them. */
 static void
 render_discovery(struct strbuf *o, const struct daemon_metrics *dm)
 {
-    family(o, "outboxd_discoveries_total", "counter",
-           "Times a database_like entry's server was asked for its "
-           "tenants, by result.");
-    strbuf_addf(o, "outboxd_discoveries_total{result=\"success\"} %llu\n",
-                (unsigned long long)(dm->discoveries - dm->discovery_failures));
-    strbuf_addf(o, "outboxd_discoveries_total{result=\"failure\"} %llu\n",
-                (unsigned long long)dm->discovery_failures);
-    family(o, "outboxd_tenants_changed_total", "counter",
-           "Tenant schemas found (added) and gone (removed) since start.");
-    strbuf_addf(o, "outboxd_tenants_changed_total{change=\"added\"} %llu\n",
-                (unsigned long long)dm->tenants_added);
-    strbuf_addf(o, "outboxd_tenants_changed_total{change=\"removed\"} %llu\n",
-                (unsigned long long)dm->tenants_removed);
+    counter_pair(o, "outboxd_discoveries_total",
+                 "Times a database_like entry's server was asked for its "
+                 "tenants, by result.",
+                 "result", "success", dm->discoveries - dm->discovery_failures,
+                 "failure", dm->discovery_failures);
+    counter_pair(o, "outboxd_tenants_changed_total",
+                 "Tenant schemas found (added) and gone (removed) since "
+                 "start.",
+                 "change", "added", dm->tenants_added, "removed",
+                 dm->tenants_removed);
 }
 
 static void
@@ -370,12 +380,9 @@ render_daemon(struct strbuf *o, const struct daemon_metrics *dm)
            "configuration is still running.");
     strbuf_addf(o, "outboxd_config_last_reload_successful %d\n",
                 dm->last_reload_ok ? 1 : 0);
-    family(o, "outboxd_config_reloads_total", "counter",
-           "SIGHUP reloads, by result.");
-    strbuf_addf(o, "outboxd_config_reloads_total{result=\"success\"} %llu\n",
-                (unsigned long long)dm->reloads_ok);
-    strbuf_addf(o, "outboxd_config_reloads_total{result=\"failure\"} %llu\n",
-                (unsigned long long)dm->reloads_failed);
+    counter_pair(o, "outboxd_config_reloads_total",
+                 "SIGHUP reloads, by result.", "result", "success",
+                 dm->reloads_ok, "failure", dm->reloads_failed);
     render_discovery(o, dm);
 }
 

@@ -166,6 +166,21 @@ strbuf_free(struct strbuf *b)
     *b = (struct strbuf){0};
 }
 
+bool
+str_is_word(const char *s, const char *extra)
+{
+    size_t len = strlen(s);
+    if (len == 0)
+        return false;
+    for (const char *c = s; *c; c++) {
+        bool alnum = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                     (*c >= '0' && *c <= '9');
+        if (!alnum && strchr(extra, *c) == NULL)
+            return false;
+    }
+    return true;
+}
+
 size_t
 str_copy(char *dst, const char *src, size_t size)
 {

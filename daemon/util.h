@@ -60,6 +60,8 @@ void strbuf_free(struct strbuf *b);
 
 /* Copies at most size-1 bytes and always terminates; returns strlen(src). */
 size_t str_copy(char *dst, const char *src, size_t size);
+/* s is not empty and holds only ASCII letters, digits and chars of extra. */
+bool str_is_word(const char *s, const char *extra);
 /* snprintf into an error buffer; tolerates a NULL or zero-sized buffer. */
 void err_set(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

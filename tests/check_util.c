@@ -183,6 +183,17 @@ START_TEST(test_xasprintf)
 }
 END_TEST
 
+/* Names of databases and schemas: letters, digits and the given few. */
+START_TEST(test_str_is_word)
+{
+    ck_assert(str_is_word("tenant_0001", "_"));
+    ck_assert(str_is_word("a$b-c", "_$-"));
+    ck_assert(!str_is_word("", "_"));
+    ck_assert(!str_is_word("a.b", "_-"));
+    ck_assert(!str_is_word("t\xc3\xa9", "_"));
+}
+END_TEST
+
 Suite *
 util_suite(void)
 {
@@ -192,6 +203,7 @@ util_suite(void)
                         sizeof(good_durations) / sizeof(*good_durations));
     tcase_add_loop_test(tc, test_duration_bad, 0,
                         sizeof(bad_durations) / sizeof(*bad_durations));
+    tcase_add_test(tc, test_str_is_word);
     tcase_add_test(tc, test_duration_format);
     tcase_add_loop_test(tc, test_size_good, 0,
                         sizeof(good_sizes) / sizeof(*good_sizes));
