@@ -28,8 +28,8 @@ struct pool_thread {
     pthread_t thread;
     bool started;
     struct helper helper;
-    size_t load; /* outboxes placed here; main thread only */
-    size_t busy; /* pool_thread_busy: this thread only */
+    _Atomic size_t load; /* outboxes placed here, by the main thread */
+    size_t busy;         /* pool_thread_busy: this thread only */
 };
 
 struct pool {

@@ -36,6 +36,7 @@ unsigned pool_size(const struct pool *p);
 struct pool_thread *pool_assign(struct pool *p);
 /* One outbox less on t: a later pool_assign may pick it again. */
 void pool_unassign(struct pool_thread *t);
+/* Outboxes on t now; from any thread. */
 size_t pool_thread_load(const struct pool_thread *t);
 
 struct event_base *pool_thread_base(struct pool_thread *t);

@@ -476,10 +476,12 @@ run_cycle(struct worker *w)
     enum relay_result rc = relay_cycle(&w->relay);
     pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
     /* Nothing carried to the next cycle (the relay trimmed its batches
-     * too): a thousand tenants between turns hold no scratch. */
+     * too): a thousand tenants between turns hold no scratch, nor a
+     * channel; an outbox alone on its thread keeps its channel open. */
     if (rc != RELAY_FULL) {
         store_trim(w->store);
-        publisher_park(w->pub);
+        if (pool_thread_load(w->thread) > 1)
+            publisher_park(w->pub);
     }
     if (rc != RELAY_STORE_DOWN && rc != RELAY_BROKER_DOWN) {
         link_clear(w, &w->db, "database");
