@@ -51,7 +51,15 @@ pacer_next(struct pacer *p, const struct pacer_limits *lim,
         return 0;
     }
     if (out == PACER_FOUND) {
-        /* More may be committing right behind these: look again soon. */
+        /* More may be committing right behind these: look again soon.
+         * With a live stream they bring their own wakes: one look once
+         * the settle is over, for a row told before it was visible and
+         * for when a delayed row, a retry or a lease falls due (the
+         * claim after a short batch probes first), then the ceiling. */
+        if (live) {
+            p->step_ms = pacer_ceiling(lim, live);
+            return min_u64(PACER_SETTLE_MS, p->step_ms);
+        }
         p->step_ms = lim->min_ms;
         return empty_wait(p, lim, live);
     }

@@ -412,6 +412,8 @@ static int
 fetch_source(struct store *st, struct outbox_batch *b, enum claim_source src,
              size_t limit, char *err, size_t errlen)
 {
+    if (src == SRC_RETRY && st->claim.retry_none)
+        return 0; /* the probe just saw none due */
     if (src != SRC_DELAYED)
         return fetch_candidates(st, b, src, limit, err, errlen);
     if (st->claim.delayed_none_ms != 0 &&
@@ -704,31 +706,39 @@ find_duplicates(struct store *st, struct outbox_batch *b, char *err,
 }
 
 /*
- * After an empty claim, the next one first asks in one read whether any
- * row is claimable, and if none is, when the next falls due: an idle
- * outbox then costs this statement and a commit per poll, where the
- * claim's reads would cost three or four.  Each part is one index probe
- * on sql/outbox.sql's table: (status, available_at, id), whose first
- * delayed entry also tells when the next delayed row falls due, so that
- * the relay wakes for it with no commit to wake it; next_retry_at.  The
- * same read asks whether the server went read-only: an idle relay writes
- * nothing that would be refused, and must still leave a demoted primary.
+ * After a claim that did not fill its batch, the next one first asks in
+ * one read whether any row is claimable now, and when the next falls
+ * due: an idle outbox then costs this statement and a commit per poll,
+ * where the claim's reads would cost three or four.  Each part is one
+ * index probe on sql/outbox.sql's table: (status, available_at, id),
+ * whose first delayed entry also tells when the next delayed row falls
+ * due; next_retry_at; the PROCESSING rows, the few in flight.  When rows
+ * are there, the claim that follows skips the looks the probe answered:
+ * retries not due, no lease run out, no delayed row due.  The same read
+ * asks whether the server went read-only: an idle relay writes nothing
+ * that would be refused, and must still leave a demoted primary.
  */
+enum probe_column {
+    PROBE_PENDING,
+    PROBE_RETRY,
+    PROBE_LEASE,
+    PROBE_RO,
+    PROBE_DELAYED
+};
+
 static void
 build_probe_sql(struct store *st)
 {
     struct strbuf *q = &st->sql;
-    const char *pending = st->plan.claim_where[SRC_PENDING];
     strbuf_reset(q);
-    strbuf_addf(
-        q,
-        "SELECT IF(EXISTS(SELECT 1 FROM %s%s), "
-        "0, TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
-        "MIN(`next_retry_at`) FROM %s WHERE `status` = 'RETRY'))), "
-        "IF(EXISTS(SELECT 1 FROM %s%s), NULL, "
-        "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT MIN(`locked_until`) "
-        "FROM %s WHERE `status` = 'PROCESSING'))), @@global.read_only",
-        st->table, pending, st->table, st->table, pending, st->table);
+    strbuf_addf(q,
+                "SELECT EXISTS(SELECT 1 FROM %s%s), TIMESTAMPDIFF(MICROSECOND, "
+                "NOW(6), (SELECT MIN(`next_retry_at`) FROM %s WHERE `status` "
+                "= 'RETRY')), TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+                "MIN(`locked_until`) FROM %s WHERE `status` = "
+                "'PROCESSING')), @@global.read_only",
+                st->table, st->plan.claim_where[SRC_PENDING], st->table,
+                st->table);
     if (st->plan.available_at)
         strbuf_addf(q,
                     ", TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
@@ -737,17 +747,31 @@ build_probe_sql(struct store *st)
                     st->table);
 }
 
-/* One of the probe's "due in" columns: a row due now, or the soonest. */
-static void
+/* One of the probe's "due in" columns: a row due now, or the soonest;
+ * returns whether one is due now. */
+static bool
 note_due(MYSQL_ROW r, unsigned nfields, unsigned i, bool *now, uint64_t *due)
 {
     if (r == NULL || i >= nfields || r[i] == NULL)
-        return;
+        return false;
     long long us = strtoll(r[i], NULL, 10);
     if (us <= 0)
         *now = true;
     else if ((uint64_t)(us + 999) / 1000 < *due)
         *due = (uint64_t)(us + 999) / 1000;
+    return us <= 0;
+}
+
+/* What the probe answered, for the claim that follows it at once: a
+ * look it answered "none" is as good as one the claim made itself. */
+static void
+note_probed(struct store *st, bool retry_due, bool lease_over, bool delayed_due)
+{
+    uint64_t now = clock_ms();
+    st->claim.retry_none = !retry_due;
+    st->claim.expired_none_ms = lease_over ? 0 : now;
+    if (st->plan.available_at)
+        st->claim.delayed_none_ms = delayed_due ? 0 : now;
 }
 
 static int
@@ -760,25 +784,17 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
         return -1;
     MYSQL_ROW r = mysql_fetch_row(res);
     unsigned nf = mysql_num_fields(res);
-    bool lease = r != NULL && r[1] != NULL;
-    bool lease_over = lease && strtoll(r[1], NULL, 10) <= 0;
-    bool ro = r != NULL && r[2] != NULL && strcmp(r[2], "0") != 0;
-    bool delayed_due =
-        r != NULL && nf > 3 && r[3] != NULL && strtoll(r[3], NULL, 10) <= 0;
-    *now = false;
+    bool ro = r != NULL && r[PROBE_RO] != NULL && strcmp(r[PROBE_RO], "0") != 0;
+    *now = r != NULL && r[PROBE_PENDING] != NULL &&
+           strcmp(r[PROBE_PENDING], "0") != 0;
     *due_in_ms = UINT64_MAX;
-    note_due(r, nf, 0, now, due_in_ms); /* pending now, or a retry */
-    note_due(r, nf, 1, now, due_in_ms); /* a lease */
-    note_due(r, nf, 3, now, due_in_ms); /* a delayed row */
+    bool retry_due = note_due(r, nf, PROBE_RETRY, now, due_in_ms);
+    bool lease_over = note_due(r, nf, PROBE_LEASE, now, due_in_ms);
+    bool delayed_due = note_due(r, nf, PROBE_DELAYED, now, due_in_ms);
     mysql_free_result(res);
     if (ro && !dbsession_read_only_allowed(st->conn.sess))
         return store_refuse_read_only(st, err, errlen);
-    /* A lease that ran out is what the claim's look for them finds; a
-     * delayed row come due, what its look finds. */
-    if (lease_over)
-        st->claim.expired_none_ms = 0;
-    if (delayed_due)
-        st->claim.delayed_none_ms = 0;
+    note_probed(st, retry_due, lease_over, delayed_due);
     return 0;
 }
 
@@ -787,6 +803,7 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
            char *err, size_t errlen)
 {
     bool now = true;
+    st->claim.retry_none = false;
     if (st->claim.probe_first &&
         probe(st, &now, &b->due_in_ms, err, errlen) < 0)
         return -1;
@@ -834,7 +851,10 @@ store_claim_batch(struct store *st, const char *relay_id,
             return -1;
         st->conn.last_errno = 0;
         if (claim_once(st, relay_id, b, err, errlen) == 0) {
-            st->claim.probe_first = b->n == 0;
+            /* A claim short of its batch emptied the table, or nearly:
+             * the next one asks first (see build_probe_sql). */
+            st->claim.probe_first =
+                b->candidates < (st->ob->batch_size ? st->ob->batch_size : 1);
             return 0;
         }
         store_rollback(st);

@@ -48,21 +48,41 @@ START_TEST(test_found_resets)
 }
 END_TEST
 
-/* A live stream: a short settle after a wake, then its long ceiling. */
+/* A live stream: a short settle after a wake that found nothing, then
+ * its long ceiling. */
 START_TEST(test_live_settles_then_waits_for_wakes)
 {
     struct pacer p;
     pacer_init(&p, &lim);
     pacer_woken(&p, &lim);
-    ck_assert_uint_eq(pacer_next(&p, &lim, PACER_FOUND, true, PACER_NOT_DUE),
-                      1);
-    uint64_t want[] = {2, 4, 8, 16, 10000, 10000};
+    uint64_t want[] = {1, 2, 4, 8, 16, 10000, 10000};
     for (size_t i = 0; i < sizeof(want) / sizeof(*want); i++)
         ck_assert_uint_eq(
             pacer_next(&p, &lim, PACER_EMPTY, true, PACER_NOT_DUE), want[i]);
     pacer_woken(&p, &lim);
     ck_assert_uint_eq(pacer_next(&p, &lim, PACER_EMPTY, true, PACER_NOT_DUE),
                       1);
+}
+END_TEST
+
+/* A live stream after rows were found: the rows behind them bring
+ * their own wakes, so one look when the settle is over, then the
+ * ceiling (or a row's due time, which that look reads). */
+START_TEST(test_live_found_looks_once)
+{
+    struct pacer p;
+    pacer_init(&p, &lim);
+    pacer_woken(&p, &lim);
+    ck_assert_uint_eq(pacer_next(&p, &lim, PACER_FOUND, true, PACER_NOT_DUE),
+                      PACER_SETTLE_MS);
+    ck_assert_uint_eq(pacer_next(&p, &lim, PACER_EMPTY, true, PACER_NOT_DUE),
+                      10000);
+    ck_assert_uint_eq(pacer_next(&p, &lim, PACER_FOUND, true, PACER_NOT_DUE),
+                      PACER_SETTLE_MS);
+    ck_assert_uint_eq(pacer_next(&p, &lim, PACER_EMPTY, true, 700), 700);
+    /* The stream went down since: the poll's backoff, from its ceiling */
+    ck_assert_uint_eq(pacer_next(&p, &lim, PACER_EMPTY, false, PACER_NOT_DUE),
+                      1000);
 }
 END_TEST
 
@@ -115,6 +135,7 @@ pacer_suite(void)
     tcase_add_test(tc, test_poll_backoff_to_ceiling);
     tcase_add_test(tc, test_found_resets);
     tcase_add_test(tc, test_live_settles_then_waits_for_wakes);
+    tcase_add_test(tc, test_live_found_looks_once);
     tcase_add_test(tc, test_stream_down_uses_poll_ceiling);
     tcase_add_test(tc, test_due_row_caps_the_wait);
     tcase_add_test(tc, test_zero_min);
