@@ -163,6 +163,57 @@ START_TEST(test_schema_needs_every_table)
 }
 END_TEST
 
+/* discover_schemas' answer, its warning into err. */
+static size_t
+discover_count(const struct database_config *entry, char *err, size_t errlen)
+{
+    char **names;
+    size_t n;
+    MYSQL *db = discover_connect(entry, err, errlen);
+    ck_assert_msg(db != NULL, "%s", err);
+    ck_assert_msg(discover_schemas(db, entry, &names, &n, err, errlen) == 0,
+                  "%s", err);
+    mysql_close(db);
+    discover_names_free(names, n);
+    return n;
+}
+
+/*
+ * Tenants with more tables than the server's table caches hold: the
+ * discovery says so, with the cache's size, and still finds them all;
+ * with room for them, it says nothing.
+ */
+START_TEST(test_table_caches_too_small)
+{
+    struct dfx f;
+    dfx_open(&f);
+    for (size_t i = 0; i < 3; i++) { /* _t1 .. _t3: 4 tables each */
+        MYSQL *db = it_db_connect(f.made[i]);
+        for (int k = 2; k <= 4; k++)
+            it_db_exec(db, "CREATE TABLE o%d LIKE outbox_event", k);
+        mysql_close(db);
+    }
+    struct config *cfg = dfx_config(
+        &f, IT_DB_USER, IT_DB_PASSWORD,
+        "      - table: o2\n      - table: o3\n      - table: o4\n", "");
+    MYSQL *root = it_db_connect(NULL);
+    long long was = it_db_int(root, "SELECT @@global.table_open_cache");
+    it_db_exec(root, "SET GLOBAL table_open_cache = 10"); /* its least */
+    char err[ERR_LEN];
+    size_t n = discover_count(&cfg->databases[0], err, sizeof(err));
+    it_db_exec(root, "SET GLOBAL table_open_cache = %lld", was);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_msg(strstr(err, "table_open_cache (10)") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "database tenants: ") == err, "%s", err);
+    n = discover_count(&cfg->databases[0], err, sizeof(err));
+    ck_assert_uint_eq(n, 3);
+    ck_assert_str_eq(err, "");
+    mysql_close(root);
+    config_free(cfg);
+    dfx_close(&f);
+}
+END_TEST
+
 /* The server lists only what the user may see: a relay account granted
  * on one tenant's table finds that tenant alone. */
 START_TEST(test_schemas_by_grant)
@@ -312,6 +363,7 @@ it_discover_suite(void)
     tcase_add_test(tc, test_schemas_found);
     tcase_add_test(tc, test_schema_needs_every_table);
     tcase_add_test(tc, test_schemas_by_grant);
+    tcase_add_test(tc, test_table_caches_too_small);
     tcase_add_test(tc, test_outboxctl_over_tenants);
     tcase_add_test(tc, test_outboxctl_names);
     tcase_add_test(tc, test_outboxctl_server_down);
