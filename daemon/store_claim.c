@@ -727,18 +727,27 @@ enum probe_column {
 };
 
 static void
-build_probe_sql(struct store *st)
+build_probe_sql(struct store *st, bool lease_look)
 {
     struct strbuf *q = &st->sql;
+    const char *pending = st->plan.claim_where[SRC_PENDING];
     strbuf_reset(q);
     strbuf_addf(q,
                 "SELECT EXISTS(SELECT 1 FROM %s%s), TIMESTAMPDIFF(MICROSECOND, "
                 "NOW(6), (SELECT MIN(`next_retry_at`) FROM %s WHERE `status` "
-                "= 'RETRY')), TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
+                "= 'RETRY')), ",
+                st->table, pending, st->table);
+    /* The leases: in a drain of several relays the PROCESSING rows are
+     * their batches in flight, so with rows pending they are read at most
+     * as often as the claim's own look for expired ones would. */
+    if (!lease_look)
+        strbuf_addf(q, "IF(EXISTS(SELECT 1 FROM %s%s), NULL, ", st->table,
+                    pending);
+    strbuf_addf(q,
+                "TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
                 "MIN(`locked_until`) FROM %s WHERE `status` = "
-                "'PROCESSING')), @@global.read_only",
-                st->table, st->plan.claim_where[SRC_PENDING], st->table,
-                st->table);
+                "'PROCESSING'))%s, @@global.read_only",
+                st->table, lease_look ? "" : ")");
     if (st->plan.available_at)
         strbuf_addf(q,
                     ", TIMESTAMPDIFF(MICROSECOND, NOW(6), (SELECT "
@@ -765,11 +774,15 @@ note_due(MYSQL_ROW r, unsigned nfields, unsigned i, bool *now, uint64_t *due)
 /* What the probe answered, for the claim that follows it at once: a
  * look it answered "none" is as good as one the claim made itself. */
 static void
-note_probed(struct store *st, bool retry_due, bool lease_over, bool delayed_due)
+note_probed(struct store *st, bool retry_due, bool lease_known, bool lease_over,
+            bool delayed_due)
 {
     uint64_t now = clock_ms();
     st->claim.retry_none = !retry_due;
-    st->claim.expired_none_ms = lease_over ? 0 : now;
+    if (lease_over)
+        st->claim.expired_none_ms = 0;
+    else if (lease_known)
+        st->claim.expired_none_ms = now;
     if (st->plan.available_at)
         st->claim.delayed_none_ms = delayed_due ? 0 : now;
 }
@@ -778,15 +791,17 @@ static int
 probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
       size_t errlen)
 {
-    build_probe_sql(st);
+    bool lease_look = expired_look_due(st);
+    build_probe_sql(st, lease_look);
     MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
     if (res == NULL)
         return -1;
     MYSQL_ROW r = mysql_fetch_row(res);
     unsigned nf = mysql_num_fields(res);
     bool ro = r != NULL && r[PROBE_RO] != NULL && strcmp(r[PROBE_RO], "0") != 0;
-    *now = r != NULL && r[PROBE_PENDING] != NULL &&
-           strcmp(r[PROBE_PENDING], "0") != 0;
+    bool pending = r != NULL && r[PROBE_PENDING] != NULL &&
+                   strcmp(r[PROBE_PENDING], "0") != 0;
+    *now = pending;
     *due_in_ms = UINT64_MAX;
     bool retry_due = note_due(r, nf, PROBE_RETRY, now, due_in_ms);
     bool lease_over = note_due(r, nf, PROBE_LEASE, now, due_in_ms);
@@ -794,7 +809,8 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
     mysql_free_result(res);
     if (ro && !dbsession_read_only_allowed(st->conn.sess))
         return store_refuse_read_only(st, err, errlen);
-    note_probed(st, retry_due, lease_over, delayed_due);
+    /* Without the look, the leases were read only with nothing pending. */
+    note_probed(st, retry_due, lease_look || !pending, lease_over, delayed_due);
     return 0;
 }
 
