@@ -1511,6 +1511,38 @@ START_TEST(test_woken_claim_skips_answered_looks)
 }
 END_TEST
 
+/*
+ * A record is all or nothing: when the server refuses its last
+ * statement, the statements before it roll back with it.  Here the SENT
+ * group goes first and the RETRY group, which a CHECK refuses, last.
+ */
+START_TEST(test_refused_last_record_commits_nothing)
+{
+    struct fx *fx = fx_setup(_i);
+    it_db_insert_events(fx->sql, "outbox_event", "rc", 2, 2, 64);
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event ADD CONSTRAINT "
+                        "no_retries CHECK (`status` <> 'RETRY')");
+    store_recheck_schema(st); /* read again by the claim */
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 2);
+    set_outcome(b, &b->rows[0], ROW_ACKED, NULL);
+    set_outcome(b, &b->rows[1], ROW_FAILED, "broker said no");
+    char err[ERR_LEN] = "";
+    size_t lost = 0;
+    ck_assert_int_eq(store_finalize_batch(st, b, &lost, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "no_retries") != NULL, "%s", err);
+    ck_assert_int_eq(it_db_count_status(fx->sql, "PROCESSING"), 2);
+    ck_assert_int_eq(it_db_count_status(fx->sql, "SENT"), 0);
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP CONSTRAINT no_retries");
+    store_recheck_schema(st);
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    ck_assert_int_eq(it_db_count_status(fx->sql, "SENT"), 1);
+    ck_assert_int_eq(it_db_count_status(fx->sql, "RETRY"), 1);
+}
+END_TEST
+
 /* The store session's check_constraint_checks, read on that session. */
 static int
 session_checks(struct store *st)
@@ -2181,7 +2213,8 @@ it_store_suite(void)
     tcase_add_loop_test(tc, test_claim_order_follows_index, 0, NSCHEMAS);
     tcase_add_test(tc, test_server_gone);
     tcase_add_loop_test(tc, test_statement_budget, 0, NSCHEMAS);
-    tcase_add_loop_test(tc, test_woken_claim_skips_answered_looks, 0,
+    tcase_add_loop_test(tc, test_woken_claim_skips_answered_looks, 0, NSCHEMAS);
+    tcase_add_loop_test(tc, test_refused_last_record_commits_nothing, 0,
                         NSCHEMAS);
     tcase_add_loop_test(
         tc, test_check_constraints_skipped_only_when_unchangeable, 0, NSCHEMAS);
