@@ -20,10 +20,11 @@
  * all.  The server lists only the tables the session's user has a
  * privilege on.  A matching schema whose name has a character outside
  * [A-Za-z0-9_$-] is left out too, and on 0 err then names it (else err
- * is ""), for the caller to warn; so it says when the tenants' tables
- * outnumber the server's table caches.  db is a session on entry's server,
- * outside a transaction: this commits the one it may open.  -1 and err
- * on failure, with nothing in *names.  Free with discover_names_free.
+ * is ""), for the caller to warn; so does it when the tenants' tables
+ * outnumber the server's table caches.  db is a session on entry's
+ * server, outside a transaction: this commits the one it may open.  -1
+ * and err on failure, with nothing in *names.  Free with
+ * discover_names_free.
  */
 int discover_schemas(MYSQL *db, const struct database_config *entry,
                      char ***names, size_t *n, char *err, size_t errlen)

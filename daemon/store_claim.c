@@ -712,7 +712,8 @@ find_duplicates(struct store *st, struct outbox_batch *b, char *err,
  * where the claim's reads would cost three or four.  Each part is one
  * index probe on sql/outbox.sql's table: (status, available_at, id),
  * whose first delayed entry also tells when the next delayed row falls
- * due; next_retry_at; the PROCESSING rows, the few in flight.  When rows
+ * due; next_retry_at; the leases of the PROCESSING rows, the few in
+ * flight (see build_probe_sql for a drain of several relays).  When rows
  * are there, the claim that follows skips the looks the probe answered:
  * retries not due, no lease run out, no delayed row due.  The same read
  * asks whether the server went read-only: an idle relay writes nothing
@@ -737,9 +738,9 @@ build_probe_sql(struct store *st, bool lease_look)
                 "NOW(6), (SELECT MIN(`next_retry_at`) FROM %s WHERE `status` "
                 "= 'RETRY')), ",
                 st->table, pending, st->table);
-    /* The leases: in a drain of several relays the PROCESSING rows are
-     * their batches in flight, so with rows pending they are read at most
-     * as often as the claim's own look for expired ones would. */
+    /* In a drain of several relays the PROCESSING rows are their batches
+     * in flight: with rows pending, their leases are read at most as often
+     * as the claim's own look for expired ones reads them. */
     if (!lease_look)
         strbuf_addf(q, "IF(EXISTS(SELECT 1 FROM %s%s), NULL, ", st->table,
                     pending);
