@@ -412,8 +412,6 @@ static int
 fetch_source(struct store *st, struct outbox_batch *b, enum claim_source src,
              size_t limit, char *err, size_t errlen)
 {
-    if (src == SRC_RETRY && st->claim.retry_none)
-        return 0; /* the probe just saw none due */
     if (src != SRC_DELAYED)
         return fetch_candidates(st, b, src, limit, err, errlen);
     if (st->claim.delayed_none_ms != 0 &&
@@ -775,11 +773,10 @@ note_due(MYSQL_ROW r, unsigned nfields, unsigned i, bool *now, uint64_t *due)
 /* What the probe answered, for the claim that follows it at once: a
  * look it answered "none" is as good as one the claim made itself. */
 static void
-note_probed(struct store *st, bool retry_due, bool lease_known, bool lease_over,
+note_probed(struct store *st, bool lease_known, bool lease_over,
             bool delayed_due)
 {
     uint64_t now = clock_ms();
-    st->claim.retry_none = !retry_due;
     if (lease_over)
         st->claim.expired_none_ms = 0;
     else if (lease_known)
@@ -788,9 +785,10 @@ note_probed(struct store *st, bool retry_due, bool lease_known, bool lease_over,
         st->claim.delayed_none_ms = delayed_due ? 0 : now;
 }
 
+/* *now: a row is claimable now; *retry_due: a RETRY row is due. */
 static int
-probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
-      size_t errlen)
+probe(struct store *st, bool *now, bool *retry_due, uint64_t *due_in_ms,
+      char *err, size_t errlen)
 {
     bool lease_look = expired_look_due(st);
     build_probe_sql(st, lease_look);
@@ -804,14 +802,34 @@ probe(struct store *st, bool *now, uint64_t *due_in_ms, char *err,
                    strcmp(r[PROBE_PENDING], "0") != 0;
     *now = pending;
     *due_in_ms = UINT64_MAX;
-    bool retry_due = note_due(r, nf, PROBE_RETRY, now, due_in_ms);
+    *retry_due = note_due(r, nf, PROBE_RETRY, now, due_in_ms);
     bool lease_over = note_due(r, nf, PROBE_LEASE, now, due_in_ms);
     bool delayed_due = note_due(r, nf, PROBE_DELAYED, now, due_in_ms);
     mysql_free_result(res);
     if (ro && !dbsession_read_only_allowed(st->conn.sess))
         return store_refuse_read_only(st, err, errlen);
     /* Without the look, the leases were read only with nothing pending. */
-    note_probed(st, retry_due, lease_look || !pending, lease_over, delayed_due);
+    note_probed(st, lease_look || !pending, lease_over, delayed_due);
+    return 0;
+}
+
+/* The most rows one claim takes. */
+static size_t
+claim_cap(const struct store *st)
+{
+    return st->ob->batch_size ? st->ob->batch_size : 1;
+}
+
+/* The sources after the expired leases, in turn, until the batch is
+ * full or cut short; RETRY left out when the probe saw none due. */
+static int
+fetch_sources(struct store *st, struct outbox_batch *b, size_t cap,
+              bool retry_due, char *err, size_t errlen)
+{
+    for (int s = retry_due ? SRC_RETRY : SRC_DELAYED;
+         s < SRC_COUNT && b->n < cap && !st->claim.cut_short; s++)
+        if (fetch_source(st, b, s, cap - b->n, err, errlen) < 0)
+            return -1;
     return 0;
 }
 
@@ -819,10 +837,9 @@ static int
 claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
            char *err, size_t errlen)
 {
-    bool now = true;
-    st->claim.retry_none = false;
+    bool now = true, retry_due = true;
     if (st->claim.probe_first &&
-        probe(st, &now, &b->due_in_ms, err, errlen) < 0)
+        probe(st, &now, &retry_due, &b->due_in_ms, err, errlen) < 0)
         return -1;
     if (!now)
         return store_commit(st, "claim", err, errlen);
@@ -830,16 +847,14 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
     st->claim.nheads = 0;
     st->claim.cut_short = false;
     st->claim.seen_bytes = st->claim.seen_rows = 0;
-    size_t cap = st->ob->batch_size ? st->ob->batch_size : 1;
+    size_t cap = claim_cap(st);
     if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
         return -1;
     if (b->n > 0) {
         b->candidates = cap; /* cut short on purpose: claim again at once */
     } else {
-        for (int s = SRC_RETRY;
-             s < SRC_COUNT && b->n < cap && !st->claim.cut_short; s++)
-            if (fetch_source(st, b, s, cap - b->n, err, errlen) < 0)
-                return -1;
+        if (fetch_sources(st, b, cap, retry_due, err, errlen) < 0)
+            return -1;
         /* Cut by bytes or by the window: claim again at once. */
         b->candidates = st->claim.cut_short ? cap : b->n;
         if (filter_candidates(st, b, err, errlen) < 0)
@@ -870,8 +885,7 @@ store_claim_batch(struct store *st, const char *relay_id,
         if (claim_once(st, relay_id, b, err, errlen) == 0) {
             /* A claim short of its batch emptied the table, or nearly:
              * the next one asks first (see build_probe_sql). */
-            st->claim.probe_first =
-                b->candidates < (st->ob->batch_size ? st->ob->batch_size : 1);
+            st->claim.probe_first = b->candidates < claim_cap(st);
             return 0;
         }
         store_rollback(st);

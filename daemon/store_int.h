@@ -121,7 +121,6 @@ struct claim_scratch {
     uint64_t expired_none_ms; /* when the last look for expired leases
                                  found none */
     bool probe_first;         /* the last claim did not fill its batch */
-    bool retry_none;          /* this claim's probe saw no retry due */
     uint64_t delayed_none_ms; /* when the last look for due delayed rows
                                  found none */
     unsigned char *drop;      /* candidates dropped by ordering */

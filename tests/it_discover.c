@@ -103,19 +103,27 @@ dfx_config(struct dfx *f, const char *user, const char *password,
     return cfg;
 }
 
+/* discover_schemas' answer into names, its warning into err. */
+static size_t
+discover_once(const struct database_config *entry, char ***names, char *err,
+              size_t errlen)
+{
+    size_t n;
+    MYSQL *db = discover_connect(entry, err, errlen);
+    ck_assert_msg(db != NULL, "%s", err);
+    ck_assert_msg(discover_schemas(db, entry, names, &n, err, errlen) == 0,
+                  "%s", err);
+    mysql_close(db);
+    return n;
+}
+
 /* The schemas discovered, as "a b c" without the prefix. */
 static char *
 discovered(const struct database_config *entry, const char *prefix)
 {
     char err[ERR_LEN], **names;
-    size_t n;
-    MYSQL *db = discover_connect(entry, err, sizeof(err));
-    ck_assert_msg(db != NULL, "%s", err);
-    ck_assert_msg(discover_schemas(db, entry, &names, &n, err, sizeof(err)) ==
-                      0,
-                  "%s", err);
+    size_t n = discover_once(entry, &names, err, sizeof(err));
     ck_assert_str_eq(err, "");
-    mysql_close(db);
     struct strbuf out = {0};
     strbuf_adds(&out, "");
     for (size_t i = 0; i < n; i++) {
@@ -163,17 +171,12 @@ START_TEST(test_schema_needs_every_table)
 }
 END_TEST
 
-/* discover_schemas' answer, its warning into err. */
+/* How many schemas discover_schemas found, its warning into err. */
 static size_t
 discover_count(const struct database_config *entry, char *err, size_t errlen)
 {
     char **names;
-    size_t n;
-    MYSQL *db = discover_connect(entry, err, errlen);
-    ck_assert_msg(db != NULL, "%s", err);
-    ck_assert_msg(discover_schemas(db, entry, &names, &n, err, errlen) == 0,
-                  "%s", err);
-    mysql_close(db);
+    size_t n = discover_once(entry, &names, err, errlen);
     discover_names_free(names, n);
     return n;
 }

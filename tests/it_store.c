@@ -1474,8 +1474,8 @@ END_TEST
  * A claim after a short one probes first, and skips the looks the probe
  * answered: an idle outbox woken for one event pays the probe, the
  * locate, the lock, the mark and the commit, with no look for retries,
- * delayed rows or expired leases.  A retry the probe saw due is still
- * claimed, by the same claim.
+ * delayed rows or expired leases.  A retry or an expired lease the probe
+ * saw due is still claimed, by the same claim.
  */
 START_TEST(test_woken_claim_skips_answered_looks)
 {
@@ -1508,6 +1508,17 @@ START_TEST(test_woken_claim_skips_answered_looks)
                         "WHERE event_id LIKE 'wr-%%0%%'");
     claim_ok(st, b);
     ck_assert_uint_eq(b->n, 2);
+    /* A lease run out, nothing pending: the probe, within a second of
+     * the last look for expired leases, reads it, and its claim takes
+     * the row back at once. */
+    ack_all(b);
+    ck_assert_uint_eq(finalize_ok(st, b), 0);
+    it_db_exec(fx->sql, "UPDATE outbox_event SET status = 'PROCESSING', "
+                        "locked_by = 'gone/0', locked_until = NOW(6) - "
+                        "INTERVAL 1 SECOND WHERE event_id = 'wk-0'");
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 1);
+    ck_assert_int_eq(b->rows[0].claimed_from, OUTBOX_PROCESSING);
 }
 END_TEST
 
