@@ -373,3 +373,10 @@ backoff_ms(unsigned attempt, uint64_t initial, uint64_t max)
     uint64_t half = delay / 2;
     return half + (half ? (uint64_t)random() % (half + 1) : 0);
 }
+
+uint64_t
+spread_ms(uint64_t ms, unsigned spread)
+{
+    uint64_t part = spread ? ms / spread : 0;
+    return ms - (part ? (uint64_t)random() % (part + 1) : 0);
+}

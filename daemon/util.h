@@ -91,5 +91,9 @@ void size_format(uint64_t bytes, char *buf, size_t size);
 
 /* Capped exponential backoff with jitter in [half, full]: for reconnects. */
 uint64_t backoff_ms(unsigned attempt, uint64_t initial, uint64_t max);
+/* ms less a random part of at most ms / spread: the periodic work of
+ * outboxes started together (a thousand tenants found at once) drifts
+ * apart instead of reaching the database in one burst. */
+uint64_t spread_ms(uint64_t ms, unsigned spread);
 
 #endif

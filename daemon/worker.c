@@ -34,6 +34,13 @@
 #define LOG_REPEAT_MAX_MS 600000
 /* How often the rows and oldest-pending gauges are counted. */
 #define STATS_INTERVAL_MS 5000
+/* The periodic work of outboxes started together (a thousand tenants
+ * found at once) is spread (util.h spread_ms): counts and idle looks by
+ * up to a quarter of their period each time, the first retention run
+ * over the second half of its interval.  In step, each worker thread
+ * ran its outboxes' counts or looks back to back, and an event behind
+ * them waited 100-190 ms. */
+#define PERIOD_SPREAD 4
 /* With a live wake stream and nothing changed in the table, the counts
  * cannot have changed either: they are read again this often anyway. */
 #define STATS_QUIET_MS 60000
@@ -451,7 +458,10 @@ static void
 pace(struct worker *w, enum pacer_outcome out, uint64_t due_in_ms)
 {
     struct pacer_limits lim = pace_limits(w);
-    schedule(w, pacer_next(&w->pacer, &lim, out, w->wake_live, due_in_ms));
+    uint64_t wait = pacer_next(&w->pacer, &lim, out, w->wake_live, due_in_ms);
+    if (wait == pacer_ceiling(&lim, w->wake_live))
+        wait = spread_ms(wait, PERIOD_SPREAD);
+    schedule(w, wait);
 }
 
 static void
@@ -612,6 +622,14 @@ stats_holds(struct worker *w, MYSQL *db)
 }
 
 static void
+stats_schedule(struct worker *w)
+{
+    uint64_t ms = spread_ms(STATS_INTERVAL_MS, PERIOD_SPREAD);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(w->stats, &tv);
+}
+
+static void
 stats_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct worker *w = arg;
@@ -619,6 +637,8 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
     char err[ERR_LEN];
     (void)fd;
     (void)what;
+    if (!w->stopping)
+        stats_schedule(w);
     MYSQL *db = store_session(w->store);
     if (db == NULL || w->stopping) {
         w->rows_known = false;
@@ -786,21 +806,19 @@ wake_cb(evutil_socket_t fd, short what, void *arg)
 int
 worker_start(struct worker *w)
 {
-    struct timeval every = {STATS_INTERVAL_MS / 1000,
-                            (STATS_INTERVAL_MS % 1000) * 1000};
     w->tick = evtimer_new(w->base, tick_cb, w);
     w->wake = event_new(w->base, -1, 0, wake_cb, w);
     w->kick = event_new(w->base, -1, 0, kick_cb, w);
     w->reload = event_new(w->base, -1, 0, reload_cb, w);
-    w->stats = event_new(w->base, -1, EV_PERSIST, stats_cb, w);
+    w->stats = evtimer_new(w->base, stats_cb, w);
     w->retention = evtimer_new(w->base, retention_cb, w);
     if (w->tick == NULL || w->wake == NULL || w->kick == NULL ||
         w->reload == NULL || w->stats == NULL || w->retention == NULL)
         return -1;
     /* The loop may run these at once: the worker is complete by now. */
     w->started = true;
-    evtimer_add(w->stats, &every);
-    retention_schedule(w, w->ob->retention_interval_ms);
+    stats_schedule(w);
+    retention_schedule(w, spread_ms(w->ob->retention_interval_ms, 2));
     schedule(w, 0);
     return 0;
 }

@@ -139,6 +139,25 @@ START_TEST(test_backoff_bounds)
 }
 END_TEST
 
+/* Within [ms - ms/spread, ms], and spread out: outboxes started together
+ * drift apart only if the draws differ. */
+START_TEST(test_spread_bounds)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int k = 0; k < 1000; k++) {
+        uint64_t d = spread_ms(10000, 4);
+        ck_assert_uint_ge(d, 7500);
+        ck_assert_uint_le(d, 10000);
+        lo = d < lo ? d : lo;
+        hi = d > hi ? d : hi;
+    }
+    ck_assert_uint_lt(lo, 8000);
+    ck_assert_uint_gt(hi, 9500);
+    ck_assert_uint_eq(spread_ms(3, 4), 3); /* nothing to spread */
+    ck_assert_uint_eq(spread_ms(10, 0), 10);
+}
+END_TEST
+
 START_TEST(test_str_copy_truncates)
 {
     char buf[4];
@@ -211,6 +230,7 @@ util_suite(void)
                         sizeof(bad_sizes) / sizeof(*bad_sizes));
     tcase_add_test(tc, test_size_format);
     tcase_add_test(tc, test_backoff_bounds);
+    tcase_add_test(tc, test_spread_bounds);
     tcase_add_test(tc, test_str_copy_truncates);
     tcase_add_test(tc, test_strbuf_grows);
     tcase_add_test(tc, test_xasprintf);
