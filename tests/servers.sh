@@ -94,7 +94,7 @@ BINLOG_MARIADBD_ARGS=(--no-defaults --user=mysql --datadir="$BINLOG_DATADIR"
     --character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci
     --innodb-buffer-pool-size="$INNODB_POOL" --innodb-log-buffer-size=8M
     --key-buffer-size=8M --aria-pagecache-buffer-size=8M
-    --table-definition-cache=2000 --table-open-cache=4000)
+    --table-definition-cache=2000 --table-open-cache=8000)
 
 # Same pid file as /etc/init.d/rabbitmq-server, so either can stop the node.
 RABBIT_PIDFILE=/run/rabbitmq/pid
