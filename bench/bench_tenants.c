@@ -35,9 +35,14 @@ struct tenants {
     bool pattern;    /* one database_like entry, else one entry each */
     long events;     /* per tenant, for the drain */
     long aggregates; /* per tenant, for the drain */
-    double spread_s; /* the latency events, spread evenly over it */
-    long ready_s;    /* the deadline for every tenant to be connected */
-    long workers;    /* relay.workers; 0: left out (outboxd's default) */
+    long fast_rate;  /* events/s of the run with one event in each */
+    long slow_rate;  /* events/s of the run over every slow_stride-th */
+    long slow_stride;
+    long ready_s; /* the deadline for every tenant to be connected */
+    /* The idle window: a minute holds each tenant's retention run and
+     * its quiet recount once. */
+    long idle_s;
+    long workers; /* relay.workers; 0: left out (outboxd's default) */
 };
 
 static void
@@ -456,44 +461,55 @@ measure_tenants_idle(const struct tenants *t, pid_t pid)
     double empty0 = empty_claims(), cpu0[2] = {cpu_ms(server), cpu_ms(pid)};
     long long relay0 = db_user_statements(m, TENANT_USER);
     long long q0 = db_questions(m);
-    sleep_s((double)s->idle_seconds);
+    sleep_s((double)t->idle_s);
     long long relay = db_user_statements(m, TENANT_USER) - relay0;
     long long q = db_questions(m) - q0 - 2; /* the closing pair */
     double cpu[2] = {cpu_ms(server) - cpu0[0], cpu_ms(pid) - cpu0[1]};
     double empty = empty_claims() - empty0;
     mysql_close(m);
-    double per = (double)t->n * (double)s->idle_seconds;
+    double per = (double)t->n * (double)t->idle_s;
     printf("idle cost, tenants, %s config, %ld tenants over %ld s (after "
            "%ld s to settle): %.3f statements/s per tenant by the relay's "
            "user (%.1f/s in all), %.3f empty claims/s per tenant; Questions "
            "from all clients %.3f/s per tenant; mariadbd CPU %.3f ms/s per "
            "tenant, outboxd CPU %.3f ms/s per tenant\n",
-           style_name(t), t->n, s->idle_seconds, s->idle_settle_seconds,
-           (double)relay / per, (double)relay / (double)s->idle_seconds,
-           empty / per, (double)q / per, cpu[0] / per, cpu[1] / per);
+           style_name(t), t->n, t->idle_s, s->idle_settle_seconds,
+           (double)relay / per, (double)relay / (double)t->idle_s, empty / per,
+           (double)q / per, cpu[0] / per, cpu[1] / per);
 }
 
-/* One event in each tenant, in tenant order, spread evenly over
- * spread_s, each its own transaction; how long each INSERT took to be
- * answered (its commit) into trx_us. */
-static void
-insert_one_each(const struct tenants *t, MYSQL *m, int64_t *trx_us)
+/*
+ * A run of the latency: n events at rate, the k-th into tenant
+ * first + k * stride, each its own transaction (the wake targets count
+ * from its commit).  The events of one run are named by its tag.
+ */
+struct latency_run {
+    const char *tag;
+    long rate, n, stride;
+};
+
+/* The run's INSERTs, evenly paced; how long each one's answer (its
+ * commit) took into trx_us; the rate achieved (one session's INSERTs
+ * may not keep up with the one asked). */
+static double
+insert_paced(const struct latency_run *run, MYSQL *m, int64_t *trx_us)
 {
     double t0 = now_s();
-    for (long i = 0; i < t->n; i++) {
-        double wait = t0 + t->spread_s * (double)i / (double)t->n - now_s();
+    for (long k = 0; k < run->n; k++) {
+        double wait = t0 + (double)k / (double)run->rate - now_s();
         if (wait > 0)
             sleep_s(wait);
         char db[32];
-        tenant_name(db, sizeof(db), i + 1);
+        tenant_name(db, sizeof(db), 1 + k * run->stride);
         int64_t sent = wall_us();
         db_exec(m,
                 "INSERT INTO %s." TENANT_TABLE " (event_id, aggregate_type, "
-                "aggregate_id, event_type, payload) VALUES ('tl-%ld', "
-                "'Tenant', 'tl-%ld', 'OrderCreated', '{\"i\":%ld,\"t\":%lld}')",
-                db, i, i, i, (long long)sent);
-        trx_us[i] = wall_us() - sent;
+                "aggregate_id, event_type, payload) VALUES ('%s-%ld', "
+                "'Tenant', '%s-%ld', 'OrderCreated', '{\"i\":%ld,\"t\":%lld}')",
+                db, run->tag, k, run->tag, k, k, (long long)sent);
+        trx_us[k] = wall_us() - sent;
     }
+    return (double)run->n / (now_s() - t0);
 }
 
 /* p50 / p99 / max of n latencies in ms, sorting them. */
@@ -505,20 +521,20 @@ print_quantiles(const char *what, int64_t *us, long n)
            us[n / 2] / 1000.0, us[n * 99 / 100] / 1000.0, us[n - 1] / 1000.0);
 }
 
-/* Commit to the bench's consumer, one event per idle tenant. */
+/* Commit to the bench's consumer, one event per idle tenant of the run. */
 static void
-measure_tenants_latency(const struct tenants *t)
+measure_tenants_latency(const struct tenants *t, const struct latency_run *run)
 {
-    struct consumer c = {.expected = t->n};
-    c.latency_us = xcalloc((size_t)t->n, sizeof(*c.latency_us));
+    long n = run->n;
+    struct consumer c = {.expected = n};
+    c.latency_us = xcalloc((size_t)n, sizeof(*c.latency_us));
     pthread_t th;
     pthread_create(&th, NULL, consume_latencies, &c);
     sleep_s(1); /* let the consumer subscribe before the clock starts */
-    long n = t->n;
     int64_t *trx = xcalloc((size_t)n, sizeof(*trx));
     int64_t *after = xcalloc((size_t)n, sizeof(*after));
     MYSQL *m = db_connect(t->sv, NULL);
-    insert_one_each(t, m, trx);
+    double rate = insert_paced(run, m, trx);
     mysql_close(m);
     pthread_join(th, NULL);
     if (c.received < c.expected)
@@ -526,10 +542,12 @@ measure_tenants_latency(const struct tenants *t)
             c.expected);
     for (long i = 0; i < n; i++)
         after[i] = c.latency_us[i] - trx[i];
-    printf("latency, tenants, %s config: one event committed in each of %ld "
-           "idle tenants, spread evenly over %.1f s (%.0f events/s), all "
-           "delivered to the consumer; ",
-           style_name(t), n, t->spread_s, (double)n / t->spread_s);
+    printf("latency, tenants, %s config, %ld events/s asked, %.0f achieved: "
+           "one event committed in each of %ld idle tenants",
+           style_name(t), run->rate, rate, n);
+    if (run->stride > 1)
+        printf(" (every %ldth of %ld)", run->stride, t->n);
+    printf(", all delivered to the consumer; ");
     print_quantiles("from COMMIT's answer to the consumer", after, n);
     print_quantiles("; from the INSERT (autocommit)", c.latency_us, n);
     print_quantiles("; the INSERTs themselves", trx, n);
@@ -537,6 +555,19 @@ measure_tenants_latency(const struct tenants *t)
     free(c.latency_us);
     free(trx);
     free(after);
+}
+
+/* The wake targets' two rates: every tenant at the fast one, a sample
+ * of them at the slow one (a thousand events at 10/s would take 100 s). */
+static void
+measure_tenants_latencies(const struct tenants *t)
+{
+    struct latency_run fast = {"tl", t->fast_rate, t->n, 1};
+    struct latency_run slow = {"ts", t->slow_rate,
+                               (t->n + t->slow_stride - 1) / t->slow_stride,
+                               t->slow_stride};
+    measure_tenants_latency(t, &fast);
+    measure_tenants_latency(t, &slow);
 }
 
 /* events rows into each tenant, a statement each, over its aggregates. */
@@ -693,8 +724,11 @@ tenants_settings(const struct settings *s)
         .n = env_long("BENCH_TENANTS", 1000),
         .pattern = style == NULL || strcmp(style, "explicit") != 0,
         .events = env_long("BENCH_TENANTS_EVENTS", 100),
-        .spread_s = (double)env_long("BENCH_TENANTS_SPREAD_MS", 2000) / 1000,
+        .fast_rate = env_long("BENCH_TENANTS_FAST_RATE", 1000),
+        .slow_rate = env_long("BENCH_TENANTS_SLOW_RATE", 10),
+        .slow_stride = env_long("BENCH_TENANTS_SLOW_STRIDE", 5),
         .ready_s = env_long("BENCH_TENANTS_READY_SECONDS", 300),
+        .idle_s = env_long("BENCH_TENANTS_IDLE_SECONDS", 60),
         .workers = env_long("BENCH_TENANTS_WORKERS", 0),
     };
     t.aggregates = env_long("BENCH_TENANTS_AGGREGATES", t.events);
@@ -702,10 +736,13 @@ tenants_settings(const struct settings *s)
         strcmp(style, "explicit") != 0)
         die("BENCH_TENANTS_CONFIG must be explicit or pattern");
     if (t.n < 1 || t.n > 9999 || t.events < 1 || t.aggregates < 1 ||
-        t.spread_s <= 0 || t.ready_s < 1 || t.workers < 0)
+        t.fast_rate < 1 || t.slow_rate < 1 || t.slow_stride < 1 ||
+        t.ready_s < 1 || t.idle_s < 1 || t.workers < 0)
         die("BENCH_TENANTS must be 1 to 9999; BENCH_TENANTS_EVENTS, "
-            "BENCH_TENANTS_AGGREGATES, BENCH_TENANTS_SPREAD_MS and "
-            "BENCH_TENANTS_READY_SECONDS at least 1, BENCH_TENANTS_WORKERS "
+            "BENCH_TENANTS_AGGREGATES, BENCH_TENANTS_FAST_RATE, "
+            "BENCH_TENANTS_SLOW_RATE, BENCH_TENANTS_SLOW_STRIDE, "
+            "BENCH_TENANTS_READY_SECONDS and BENCH_TENANTS_IDLE_SECONDS at "
+            "least 1, BENCH_TENANTS_WORKERS "
             "at least 0");
     return t;
 }
@@ -732,7 +769,7 @@ measure_tenants(const struct settings *s)
     pid_t pid = cleanup_pid = start_daemon(s, TENANT_CONF);
     print_connected(&t, pid, wait_tenants_ready(&t, pid));
     measure_tenants_idle(&t, pid);
-    measure_tenants_latency(&t);
+    measure_tenants_latencies(&t);
     long rss = peak_rss_kib(pid);
     stop_daemon(pid);
     cleanup_pid = 0;
