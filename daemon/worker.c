@@ -39,7 +39,7 @@
  * up to a quarter of their period each time, the first retention run
  * over the second half of its interval.  In step, each worker thread
  * ran its outboxes' counts or looks back to back, and an event behind
- * them waited 100-190 ms. */
+ * them waited 100-260 ms (docs/performance.md). */
 #define PERIOD_SPREAD 4
 /* With a live wake stream and nothing changed in the table, the counts
  * cannot have changed either: they are read again this often anyway. */
