@@ -275,21 +275,6 @@ START_TEST(test_hold_seed_ddl)
 }
 END_TEST
 
-/* The gauges, scraped from /metrics. */
-static double
-scrape(unsigned port, const char *series)
-{
-    char *body = NULL;
-    double v = -1;
-    if (it_http_get(port, "/metrics", &body) == 200) {
-        const char *p = strstr(body, series);
-        if (p != NULL)
-            v = strtod(p + strlen(series), NULL);
-    }
-    free(body);
-    return v;
-}
-
 START_TEST(test_hold_gauges)
 {
     struct it_fx f;
@@ -304,14 +289,14 @@ START_TEST(test_hold_gauges)
     expect_held(&f);
     snprintf(series, sizeof(series),
              "outboxd_held_aggregates{outbox=\"%s.outbox_event\"} ", f.db);
-    ck_assert(IT_WAIT(20000, scrape(port, series) == 1));
+    ck_assert(IT_WAIT(20000, it_metric(port, series) == 1));
     snprintf(series, sizeof(series),
              "outboxd_oldest_hold_seconds{outbox=\"%s.outbox_event\"} ", f.db);
-    ck_assert(IT_WAIT(20000, scrape(port, series) > 0));
+    ck_assert(IT_WAIT(20000, it_metric(port, series) > 0));
     struct it_ctl_run r = it_ctl(f.conf, "dead release poison-1");
     ck_assert_int_eq(r.rc, 0);
     it_ctl_free(&r);
-    ck_assert(IT_WAIT(20000, scrape(port, series) == 0));
+    ck_assert(IT_WAIT(20000, it_metric(port, series) == 0));
     it_fx_close(&f);
 }
 END_TEST

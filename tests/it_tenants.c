@@ -2,7 +2,8 @@
  * it_tenants: one outboxd over 200 tenant schemas on the binlog server,
  * found by one database_like entry: every tenant delivered in order, a
  * broken tenant reported while the others go on, a tenant created while
- * running picked up, a SIGKILL mid-drain losing nothing.
+ * running picked up, a SIGKILL mid-drain losing nothing, the server out
+ * of reach (discovery failing) dropping no tenant.
  *
  * OUTBOXD_TENANTS_PATTERN=explicit: the same tests over one database
  * entry per tenant instead of the pattern, which checks the fixture
@@ -10,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "itest.h"
+#include "itproxy.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -35,7 +37,8 @@ struct tfx {
     int added; /* tenants created while running */
     bool pattern;
     unsigned http_port;
-    MYSQL *sql; /* admin session, multi-statements on */
+    unsigned db_port; /* the binlog server, or a proxy in front of it */
+    MYSQL *sql;       /* admin session, multi-statements on */
     struct it_consumer *consumer;
     struct it_daemon d;
 };
@@ -232,7 +235,7 @@ config_entry(FILE *out, struct tfx *f, const char *entry, const char *key,
             "        exchange: \"%s\"\n"
             /* a SIGKILL's leases expire soon */
             "        lease: 5s\n",
-            entry, IT_DB_BINLOG_PORT, f->user, f->password, key, value, f->ex);
+            entry, f->db_port, f->user, f->password, key, value, f->ex);
     /* a tenant made while running is found within seconds */
     if (f->pattern)
         fprintf(out, "    discover_interval: 2s\n");
@@ -294,6 +297,7 @@ tfx_open(struct tfx *f)
     it_db_relay_account(f->name, f->user, sizeof(f->user), f->password,
                         sizeof(f->password));
     f->http_port = it_free_port();
+    f->db_port = IT_DB_BINLOG_PORT;
     f->sql = it_db_connect_port(IT_DB_BINLOG_PORT, NULL);
     ck_assert(
         mysql_set_server_option(f->sql, MYSQL_OPTION_MULTI_STATEMENTS_ON) == 0);
@@ -623,6 +627,56 @@ START_TEST(test_sigkill_mid_drain)
 }
 END_TEST
 
+/*
+ * (e) The server out of the relay's reach, every session cut and every
+ * new one refused (a proxy in front of it moved to a dead port): the
+ * discovery fails, and a failed discovery is not an empty one, so no
+ * tenant is dropped.  Events committed meanwhile all go once the path
+ * is back, in order, and the discovery says it works again.
+ */
+START_TEST(test_discovery_fails)
+{
+    struct tfx f;
+    struct it_proxy px;
+    tfx_open(&f);
+    if (!f.pattern) {
+        fprintf(stderr, "it_tenants: test_discovery_fails skipped: explicit "
+                        "entries discover nothing\n");
+        tfx_close(&f);
+        return;
+    }
+    it_proxy_start(&px, IT_DB_BINLOG_PORT);
+    f.db_port = px.port;
+    write_config(&f);
+    tfx_start(&f);
+    deliver_round(&f, 'a', f.n);
+    it_proxy_move(&px, it_free_port(), true);
+    TFX_WAIT(&f, SLOW_MS,
+             log_lines(&f,
+                       "cannot discover the tenants, the running ones go "
+                       "on",
+                       "") >= 1,
+             "no log line says the discovery failed");
+    struct tally t;
+    tally_init(&t, 'e', f.n, 2, 1);
+    insert_events(&f, 'e', 1, f.n, 2, 1);
+    it_proxy_move(&px, IT_DB_BINLOG_PORT, false);
+    tally_assert(&f, &t, (long)f.n * 2);
+    TFX_WAIT(&f, SLOW_MS, log_lines(&f, "discovery works again", "") >= 1,
+             "no log line says the discovery works again");
+    ck_assert_msg(it_metric(f.http_port, "outboxd_discoveries_total{result="
+                                         "\"failure\"} ") >= 1,
+                  "no failed discovery counted");
+    ck_assert_msg(it_metric(f.http_port, "outboxd_tenants_changed_total{change="
+                                         "\"removed\"} ") == 0,
+                  "tenants were dropped while the server was out of reach");
+    deliver_round(&f, 'f', f.n);
+    tally_free(&t);
+    tfx_close(&f);
+    it_proxy_stop(&px);
+}
+END_TEST
+
 Suite *
 it_tenants_suite(void)
 {
@@ -633,6 +687,7 @@ it_tenants_suite(void)
     tcase_add_test(tc, test_broken_tenant);
     tcase_add_test(tc, test_new_tenant);
     tcase_add_test(tc, test_sigkill_mid_drain);
+    tcase_add_test(tc, test_discovery_fails);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -992,3 +992,17 @@ out:
     free(raw);
     return status;
 }
+
+double
+it_metric(unsigned port, const char *series)
+{
+    char *body = NULL;
+    double v = -1;
+    if (it_http_get(port, "/metrics", &body) == 200) {
+        const char *p = strstr(body, series);
+        if (p != NULL)
+            v = strtod(p + strlen(series), NULL);
+    }
+    free(body);
+    return v;
+}

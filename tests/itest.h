@@ -216,5 +216,8 @@ unsigned it_free_port(void);
 /* Why the last it_http_get returned -1. */
 extern char it_http_why[256];
 int it_http_get(unsigned port, const char *path, char **body);
+/* The value of a series on port's /metrics, named up to its value's space
+ * ("outboxd_x{k=\"v\"} "); -1 when the page or the series is missing. */
+double it_metric(unsigned port, const char *series);
 
 #endif
