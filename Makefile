@@ -49,7 +49,8 @@ IT_SRCS := $(wildcard tests/it_*.c) tests/itest.c tests/itproxy.c
 UNIT_OBJS = $(UNIT_SRCS:%.c=$(BUILD)/%.o)
 IT_OBJS = $(IT_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all check check-unit check-alerts check-integration check-packaging \
+.PHONY: all check check-build check-unit check-alerts check-integration \
+	check-packaging \
 	man setup demo install clean format valgrind bench fuzz fuzz-build \
 	deb check-deb check-version
 
@@ -83,12 +84,18 @@ $(BUILD)/check_unit: $(UNIT_OBJS) $(DAEMON_OBJS)
 $(BUILD)/check_integration: $(IT_OBJS) $(DAEMON_OBJS)
 	$(LINK) -o $@ $^ $(LIBS) $(TEST_LIBS)
 
-# The README's test command: servers first, then every suite.
+# The README's test command: servers first, the binaries built on every
+# CPU, then every suite, one after the other (they share the servers).
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+
 check:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start
+	$(MAKE) -j$(NPROC) check-build
 	$(MAKE) check-unit check-alerts check-man check-outboxctl \
 		check-integration
+
+check-build: all $(BUILD)/check_unit $(BUILD)/check_integration
 
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
