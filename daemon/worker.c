@@ -426,6 +426,14 @@ connect_broker(struct worker *w)
     link_ok(w, &w->broker, "broker", publisher_url(w->pub));
 }
 
+/* Arms a one-shot timer ms from now. */
+static void
+timer_add_ms(struct event *ev, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(ev, &tv);
+}
+
 /* Returns the delay in force, which the gauge shows. */
 static uint64_t
 schedule(struct worker *w, uint64_t delay_ms)
@@ -436,9 +444,7 @@ schedule(struct worker *w, uint64_t delay_ms)
     if (beat > 0 && delay_ms > beat)
         delay_ms = beat;
     w->poll_wait_ms = delay_ms;
-    struct timeval tv = {(time_t)(delay_ms / 1000),
-                         (suseconds_t)(delay_ms % 1000) * 1000};
-    evtimer_add(w->tick, &tv);
+    timer_add_ms(w->tick, delay_ms);
     return delay_ms;
 }
 
@@ -624,9 +630,7 @@ stats_holds(struct worker *w, MYSQL *db)
 static void
 stats_schedule(struct worker *w)
 {
-    uint64_t ms = spread_ms(STATS_INTERVAL_MS, PERIOD_SPREAD);
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    evtimer_add(w->stats, &tv);
+    timer_add_ms(w->stats, spread_ms(STATS_INTERVAL_MS, PERIOD_SPREAD));
 }
 
 static void
@@ -663,9 +667,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
 static void
 retention_schedule(struct worker *w, uint64_t delay_ms)
 {
-    struct timeval tv = {(time_t)(delay_ms / 1000),
-                         (suseconds_t)(delay_ms % 1000) * 1000};
-    evtimer_add(w->retention, &tv);
+    timer_add_ms(w->retention, delay_ms);
 }
 
 /* One bounded run; false when the budget ran out with rows left. */
