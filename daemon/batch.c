@@ -4,6 +4,7 @@
  */
 #include "batch.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@ struct arena_chunk {
     struct arena_chunk *next;
     size_t used, size;
     bool mapped; /* its own mapping: munmap gives it back to the kernel */
+    uint64_t spared_ms; /* when it joined the spares */
     /* Aligned whatever the fields above: the arena holds pointer arrays
      * (outbox_row.columns) as well as strings. */
     _Alignas(max_align_t) char data[];
@@ -69,6 +71,105 @@ batch_init(struct outbox_batch *b)
 }
 
 /*
+ * Mappings given back while rows flow stay mapped for the next claims:
+ * a fresh one costs a page fault and a zeroed page for every 4 KiB the
+ * payload fills, a third of outboxd's CPU with 64 KiB rows
+ * (docs/performance.md).  Shared by all threads (a batch is claimed on
+ * the relay's helper thread and released on its worker), newest first,
+ * at most BATCH_SPARE_BYTES, and unmapped once unused for
+ * BATCH_SPARE_IDLE_MS, so that an idle relay holds none.
+ */
+static struct {
+    pthread_mutex_t lock;
+    struct arena_chunk *head;
+    size_t bytes;
+} spares = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+
+/* Whole pages: what the kernel maps, and at most what it keeps resident. */
+static size_t
+mapping_size(size_t size)
+{
+    size_t page = 4096;
+    return (sizeof(struct arena_chunk) + size + page - 1) / page * page;
+}
+
+/* A spare at most a quarter larger than asked for: the pages it keeps
+ * resident are bounded by what the batch would have mapped anyway. */
+static struct arena_chunk *
+spare_take(size_t size)
+{
+    size_t want = mapping_size(size);
+    pthread_mutex_lock(&spares.lock);
+    struct arena_chunk **at = &spares.head, *c = NULL;
+    for (; *at != NULL; at = &(*at)->next) {
+        size_t have = mapping_size((*at)->size);
+        if (have >= want && have - want <= want / 4) {
+            c = *at;
+            *at = c->next;
+            spares.bytes -= have;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&spares.lock);
+    return c;
+}
+
+/* false: no room, the caller unmaps it. */
+static bool
+spare_put(struct arena_chunk *c)
+{
+    size_t have = mapping_size(c->size);
+    pthread_mutex_lock(&spares.lock);
+    bool room = spares.bytes + have <= BATCH_SPARE_BYTES;
+    if (room) {
+        c->spared_ms = clock_ms();
+        c->next = spares.head;
+        spares.head = c;
+        spares.bytes += have;
+    }
+    pthread_mutex_unlock(&spares.lock);
+    return room;
+}
+
+/* now_ms may predate a spare another thread put since it was read. */
+static bool
+spare_stale(const struct arena_chunk *c, uint64_t now_ms)
+{
+    return now_ms > c->spared_ms &&
+           now_ms - c->spared_ms >= BATCH_SPARE_IDLE_MS;
+}
+
+void
+batch_spares_expire(uint64_t now_ms)
+{
+    struct arena_chunk *old = NULL;
+    pthread_mutex_lock(&spares.lock);
+    /* Newest first: everything past the first stale one is stale. */
+    struct arena_chunk **at = &spares.head;
+    while (*at != NULL && !spare_stale(*at, now_ms))
+        at = &(*at)->next;
+    old = *at;
+    *at = NULL;
+    for (struct arena_chunk *c = old; c != NULL; c = c->next)
+        spares.bytes -= mapping_size(c->size);
+    pthread_mutex_unlock(&spares.lock);
+    while (old != NULL) {
+        struct arena_chunk *next = old->next;
+        munmap(old, mapping_size(old->size));
+        old = next;
+    }
+}
+
+size_t
+batch_spare_bytes(void)
+{
+    pthread_mutex_lock(&spares.lock);
+    size_t n = spares.bytes;
+    pthread_mutex_unlock(&spares.lock);
+    return n;
+}
+
+/*
  * A payload larger than a chunk gets a mapping of its own in the bulk
  * store: unmapping returns it to the kernel at once, where malloc, whose
  * mmap threshold rises with each large free, keeps such blocks in heaps
@@ -78,10 +179,17 @@ static struct arena_chunk *
 chunk_new(size_t size, bool map)
 {
     struct arena_chunk *c = NULL;
+    if (map && (c = spare_take(size)) != NULL) {
+        c->used = 0;
+        c->next = NULL;
+        return c;
+    }
     if (map) {
-        void *p = mmap(NULL, sizeof(*c) + size, PROT_READ | PROT_WRITE,
+        size_t len = mapping_size(size);
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         c = p != MAP_FAILED ? p : NULL;
+        size = len - sizeof(*c);
     }
     if (c == NULL) {
         c = xmalloc(sizeof(*c) + size);
@@ -97,10 +205,12 @@ chunk_new(size_t size, bool map)
 static void
 chunk_free(struct arena_chunk *c)
 {
-    if (c != NULL && c->mapped)
-        munmap(c, sizeof(*c) + c->size);
-    else
+    if (c != NULL && c->mapped) {
+        if (!spare_put(c))
+            munmap(c, mapping_size(c->size));
+    } else {
         free(c);
+    }
 }
 
 /* Frees all but the oldest chunk, and that too if it is outsized: a
@@ -138,6 +248,9 @@ batch_release_bulk(struct outbox_batch *b)
 void
 batch_reset(struct outbox_batch *b)
 {
+    /* Every claim begins here, idle looks too: spares a drain left go
+     * back within BATCH_SPARE_IDLE_MS of its end plus one look. */
+    batch_spares_expire(clock_ms());
     batch_release_bulk(b);
     b->n = 0;
     b->candidates = 0;

@@ -115,6 +115,15 @@ char *batch_bulkdup(struct outbox_batch *b, const void *p, size_t n);
  * only ids, states and errors are left to record. */
 void batch_release_bulk(struct outbox_batch *b);
 
+/* Large payloads' mappings kept for the next claims (batch.c), each for
+ * at most a second unused: one default batch_bytes of payloads, with room
+ * for their headers and the pages' rounding. */
+#define BATCH_SPARE_BYTES ((size_t)24 * 1024 * 1024)
+#define BATCH_SPARE_IDLE_MS 1000
+/* Unmaps the spares unused since before now_ms - BATCH_SPARE_IDLE_MS. */
+void batch_spares_expire(uint64_t now_ms);
+size_t batch_spare_bytes(void);
+
 /*
  * Moves a row to a new state; returns -1 (and changes nothing) on a
  * transition the machine does not have.  error is copied.

@@ -5,6 +5,7 @@
 
 #include "batch.h"
 #include "log.h"
+#include "util.h"
 
 Suite *batch_suite(void);
 
@@ -101,6 +102,68 @@ START_TEST(test_arena_aligned)
 }
 END_TEST
 
+/* The next claim's large payloads land in the mapping the last batch
+ * gave back, not in fresh pages to fault and zero. */
+START_TEST(test_bulk_mapping_reused)
+{
+    static char big[100000];
+    batch_spares_expire(UINT64_MAX);
+    struct outbox_batch a, b;
+    batch_init(&a);
+    batch_init(&b);
+    const char *first = batch_bulkdup(&a, big, sizeof(big));
+    batch_release_bulk(&a);
+    ck_assert_uint_gt(batch_spare_bytes(), sizeof(big));
+    const char *again = batch_bulkdup(&b, big, sizeof(big));
+    ck_assert_ptr_eq(again, first);
+    ck_assert_uint_eq(batch_spare_bytes(), 0);
+    batch_free(&a);
+    batch_free(&b);
+}
+END_TEST
+
+/* A spare much larger than the payload stays where it is: reused, it
+ * would keep resident pages the payload never needed. */
+START_TEST(test_bulk_spare_fits_size)
+{
+    static char big[1048576];
+    batch_spares_expire(UINT64_MAX);
+    struct outbox_batch b;
+    batch_init(&b);
+    batch_bulkdup(&b, big, sizeof(big));
+    batch_release_bulk(&b);
+    size_t spare = batch_spare_bytes();
+    ck_assert_uint_gt(spare, sizeof(big));
+    batch_bulkdup(&b, big, 100000);
+    ck_assert_uint_eq(batch_spare_bytes(), spare);
+    batch_free(&b);
+    batch_spares_expire(UINT64_MAX);
+}
+END_TEST
+
+/* What a drain leaves is bounded, and goes once unused for the idle
+ * limit; until then the next claims may still take it. */
+START_TEST(test_bulk_spares_bounded_and_expire)
+{
+    static char big[1048576];
+    batch_spares_expire(UINT64_MAX);
+    struct outbox_batch b;
+    batch_init(&b);
+    for (int i = 0; i < 40; i++)
+        batch_bulkdup(&b, big, sizeof(big));
+    batch_release_bulk(&b);
+    size_t spare = batch_spare_bytes();
+    ck_assert_uint_le(spare, BATCH_SPARE_BYTES);
+    ck_assert_uint_gt(spare, BATCH_SPARE_BYTES - 2 * sizeof(big));
+    uint64_t put_by = clock_ms();
+    batch_spares_expire(put_by); /* younger than the limit: kept */
+    ck_assert_uint_eq(batch_spare_bytes(), spare);
+    batch_spares_expire(put_by + BATCH_SPARE_IDLE_MS);
+    ck_assert_uint_eq(batch_spare_bytes(), 0);
+    batch_free(&b);
+}
+END_TEST
+
 START_TEST(test_status_names)
 {
     for (int s = 0; s < OUTBOX_STATUS_COUNT; s++)
@@ -167,6 +230,9 @@ batch_suite(void)
     tcase_add_test(tc, test_published_released);
     tcase_add_test(tc, test_arena_survives_growth);
     tcase_add_test(tc, test_arena_aligned);
+    tcase_add_test(tc, test_bulk_mapping_reused);
+    tcase_add_test(tc, test_bulk_spare_fits_size);
+    tcase_add_test(tc, test_bulk_spares_bounded_and_expire);
     tcase_add_test(tc, test_status_names);
     tcase_add_test(tc, test_expiry_ms_left);
     tcase_add_test(tc, test_format_expiry);
