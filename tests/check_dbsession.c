@@ -1,11 +1,19 @@
 /*
- * check_dbsession: which databases one session may serve, and which
- * errors end it for every store on it (no server needed).
+ * check_dbsession: which databases one session may serve, which errors
+ * end it for every store on it, and how it backs off a server that is
+ * down (no server needed).
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dbsession.h"
+#include "util.h"
 
 Suite *dbsession_suite(void);
 
@@ -97,6 +105,114 @@ START_TEST(test_fail_records_class)
 }
 END_TEST
 
+/* A listening socket on a free local port that accepts one connection
+ * at a time and closes it at once: a server that cuts the handshake. */
+struct cutter {
+    int fd;
+    int port;
+    int accepted;
+    pthread_mutex_t lock;
+    pthread_t thread;
+};
+
+static void *
+cutter_run(void *arg)
+{
+    struct cutter *c = arg;
+    for (;;) {
+        int conn = accept(c->fd, NULL, NULL);
+        if (conn < 0)
+            return NULL;
+        /* Counted before the close that the client's open returns on. */
+        pthread_mutex_lock(&c->lock);
+        c->accepted++;
+        pthread_mutex_unlock(&c->lock);
+        close(conn);
+    }
+}
+
+static int
+cutter_accepted(struct cutter *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int n = c->accepted;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+/* A free port, closed again: connections to it are refused. */
+static int
+free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void
+cutter_start(struct cutter *c, int port)
+{
+    *c = (struct cutter){.port = port};
+    pthread_mutex_init(&c->lock, NULL);
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    int on = 1;
+    setsockopt(c->fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(c->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(c->fd, 8), 0);
+    ck_assert_int_eq(pthread_create(&c->thread, NULL, cutter_run, c), 0);
+}
+
+static void
+cutter_stop(struct cutter *c)
+{
+    shutdown(c->fd, SHUT_RDWR);
+    pthread_join(c->thread, NULL);
+    close(c->fd);
+}
+
+/*
+ * The session a worker shares among its tenants does not hammer a
+ * server that is down: after a failed open, opens within the backoff
+ * fail at once with that error and no connection, and the next attempt
+ * comes no sooner than half the first step (500 ms, jittered).
+ */
+START_TEST(test_open_backs_off)
+{
+    struct database_config a = tenant("tenant_0001");
+    a.host = "127.0.0.1";
+    a.port = free_port();
+    struct dbsession *s = dbsession_new(&a);
+    char err[512], again[512];
+    uint64_t failed_at = clock_ms();
+    ck_assert_int_eq(dbsession_open(s, err, sizeof(err)), -1);
+    struct cutter c;
+    cutter_start(&c, a.port); /* the port now answers */
+    ck_assert_int_eq(dbsession_open(s, again, sizeof(again)), -1);
+    ck_assert_str_eq(again, err);
+    ck_assert_int_eq(cutter_accepted(&c), 0);
+    uint64_t deadline = clock_ms() + 10000;
+    while (cutter_accepted(&c) == 0 && clock_ms() < deadline) {
+        ck_assert_int_eq(dbsession_open(s, again, sizeof(again)), -1);
+        if (cutter_accepted(&c) == 0)
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    ck_assert_int_eq(cutter_accepted(&c), 1);
+    ck_assert_uint_ge(clock_ms() - failed_at, 250);
+    ck_assert_str_ne(again, err); /* the handshake cut, not the refusal */
+    ck_assert(!dbsession_is_open(s));
+    cutter_stop(&c);
+    dbsession_free(s);
+}
+END_TEST
+
 START_TEST(test_parse_version)
 {
     ck_assert_uint_eq(dbsession_parse_version("10.11.6-MariaDB"), 101106);
@@ -114,6 +230,7 @@ dbsession_suite(void)
     tcase_add_test(tc, test_private_serves_its_own);
     tcase_add_test(tc, test_errors_that_end_the_session);
     tcase_add_test(tc, test_fail_records_class);
+    tcase_add_test(tc, test_open_backs_off);
     tcase_add_test(tc, test_parse_version);
     suite_add_tcase(s, tc);
     return s;
