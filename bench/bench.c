@@ -1403,9 +1403,21 @@ pin_process(pid_t pid, const cpu_set_t *cpus)
  * and the broker run on hosts of their own; !apart: all CPUs for all
  * again.  false: fewer than two CPUs, or not allowed.
  */
+static bool pin_apart(bool apart);
+
+/* A bench that dies while pinned leaves the servers as it found them. */
+static void
+unpin_at_exit(void)
+{
+    pin_apart(false);
+}
+
 static bool
 pin_apart(bool apart)
 {
+    static bool armed;
+    if (apart && !armed)
+        armed = atexit(unpin_at_exit) == 0;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 2)
         return false;

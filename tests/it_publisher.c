@@ -1683,6 +1683,61 @@ START_TEST(test_shared_channels_run_out)
 }
 END_TEST
 
+/*
+ * A tenant's publisher parked between turns finds, at its next wave, no
+ * channel to be had: the wave fails with the reason before any row is
+ * published (so none can be marked SENT), the connection stays for the
+ * others, and once a channel is free the same publisher connects and
+ * its rows are confirmed.
+ */
+START_TEST(test_parked_channel_cannot_reopen)
+{
+    const char *url = IT_AMQP_URL;
+    struct fx f;
+    fx_init_urls(&f, &url, 1);
+    struct amqpconn *c = amqpconn_new(&f.broker, f.name);
+    ck_assert_msg(amqpconn_connect(c, f.err, sizeof(f.err)) == 0, "%s", f.err);
+    publisher_free(f.p);
+    f.p = publisher_new_shared(c, NULL);
+    ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
+                  f.err);
+    publisher_park(f.p);
+    ck_assert(publisher_is_connected(f.p)); /* parked, not lost */
+    char err[ERR_LEN];
+    /* the parked channel's number is free once the broker confirms */
+    ck_assert(IT_WAIT(5000, amqpconn_poll(c, err, sizeof(err)) == 0 &&
+                                amqpconn_channels(c) == 0));
+    unsigned max = amqpconn_channel_max(c);
+    struct publisher **others = xcalloc(max, sizeof(*others));
+    for (unsigned i = 0; i < max; i++) {
+        others[i] = publisher_new_shared(c, NULL);
+        ck_assert_msg(publisher_connect(others[i], err, sizeof(err)) == 0,
+                      "channel %u: %s", i + 1, err);
+    }
+    fx_declare_queue(&f);
+    add_rows(&f, 1, 10, f.ex, "k");
+    ck_assert_int_eq(fx_wave(&f, true, 10000), -1);
+    ck_assert_msg(strstr(f.err, "no free channel") &&
+                      strstr(f.err, "channel_max"),
+                  "%s", f.err);
+    assert_all_state(&f, ROW_CLAIMED);
+    ck_assert(!publisher_is_connected(f.p));
+    ck_assert(amqpconn_is_connected(c));
+    publisher_free(others[0]);
+    others[0] = NULL;
+    ck_assert_msg(
+        IT_WAIT(5000, publisher_connect(f.p, f.err, sizeof(f.err)) == 0), "%s",
+        f.err);
+    ck_assert_msg(fx_wave(&f, true, 10000) == 0, "%s", f.err);
+    assert_all_state(&f, ROW_ACKED);
+    for (unsigned i = 1; i < max; i++)
+        publisher_free(others[i]);
+    free(others);
+    fx_free(&f);
+    amqpconn_free(c);
+}
+END_TEST
+
 Suite *
 it_publisher_suite(void)
 {
@@ -1711,6 +1766,7 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_shared_nacking);
     tcase_add_test(tc, test_shared_crossed_close);
     tcase_add_test(tc, test_shared_channels_run_out);
+    tcase_add_test(tc, test_parked_channel_cannot_reopen);
     suite_add_tcase(s, tc);
     /* Its own case, last: these block or stop the broker for every
      * client, so CK_RUN_CASE=main skips them while others test. */
