@@ -1632,15 +1632,25 @@ START_TEST(test_shared_crossed_close)
 }
 END_TEST
 
+/* The fixture (its publisher unconnected) and a shared connection to the
+ * test broker, connected, for publishers made with publisher_new_shared. */
+static struct amqpconn *
+fx_init_connection(struct fx *f)
+{
+    const char *url = IT_AMQP_URL;
+    fx_init_urls(f, &url, 1);
+    struct amqpconn *c = amqpconn_new(&f->broker, f->name);
+    ck_assert_msg(amqpconn_connect(c, f->err, sizeof(f->err)) == 0, "%s",
+                  f->err);
+    return c;
+}
+
 /* As many publishers as the broker allows channels, then a clear error;
  * one freed makes room again. */
 START_TEST(test_shared_channels_run_out)
 {
-    const char *url = IT_AMQP_URL;
     struct fx f;
-    fx_init_urls(&f, &url, 1);
-    struct amqpconn *c = amqpconn_new(&f.broker, f.name);
-    ck_assert_msg(amqpconn_connect(c, f.err, sizeof(f.err)) == 0, "%s", f.err);
+    struct amqpconn *c = fx_init_connection(&f);
     unsigned max = amqpconn_channel_max(c);
     ck_assert_uint_ge(max, 1);
     ck_assert_uint_le(max, 65535);
@@ -1692,11 +1702,8 @@ END_TEST
  */
 START_TEST(test_parked_channel_cannot_reopen)
 {
-    const char *url = IT_AMQP_URL;
     struct fx f;
-    fx_init_urls(&f, &url, 1);
-    struct amqpconn *c = amqpconn_new(&f.broker, f.name);
-    ck_assert_msg(amqpconn_connect(c, f.err, sizeof(f.err)) == 0, "%s", f.err);
+    struct amqpconn *c = fx_init_connection(&f);
     publisher_free(f.p);
     f.p = publisher_new_shared(c, NULL);
     ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
