@@ -117,7 +117,7 @@ publisher_park(struct publisher *p)
     publisher_trim(p);
     if (p->owns_conn || p->channel == 0 || p->c->conn == NULL)
         return;
-    conn_channel_close(p->c, p);
+    conn_channel_park(p->c, p);
     p->parked = true;
 }
 

@@ -32,11 +32,12 @@ struct publisher *publisher_new_shared(struct amqpconn *c,
 /* Frees the buffers a wave grew (between two batches of a tenant). */
 void publisher_trim(struct publisher *p);
 /*
- * publisher_trim, and on a shared connection its channel closed while
- * the outbox has nothing to publish: the client library keeps a
+ * publisher_trim, and on a shared connection its channel given back
+ * while the outbox has nothing to publish: the client library keeps a
  * frame_max page per channel it ever read on, and the broker a process
- * per channel.  It still counts as connected; the next wave opens a
- * channel again.
+ * per channel.  The connection keeps it open for its next publisher
+ * (conn_channel_park).  It still counts as connected; the next wave
+ * takes that spare channel, or opens one.
  */
 void publisher_park(struct publisher *p);
 void publisher_free(struct publisher *p);

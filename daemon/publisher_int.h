@@ -24,11 +24,15 @@ enum chan_state {
      * and the number is not reused before, so no late frame of it can
      * reach a new channel. */
     CHAN_CLOSING,
+    /* A parked publisher's confirm channel, kept open for the next
+     * publisher of the connection (conn_channel_park). */
+    CHAN_SPARE,
 };
 
 struct chan_slot {
     enum chan_state state;
     struct publisher *p; /* OPEN, CLOSING: whose it is; NULL once freed */
+    uint64_t next_tag;   /* SPARE: the delivery tag its next publish gets */
 };
 
 struct amqpconn {
@@ -81,7 +85,8 @@ struct publisher {
     struct amqpconn *c;
     bool owns_conn; /* publisher_new: a private connection */
     /* publisher_park: its channel given back while the outbox has
-     * nothing to publish; the next wave opens one. */
+     * nothing to publish; the next wave takes the connection's spare or
+     * opens one. */
     bool parked;
     /* This outbox's view of the broker: its confirm_timeout, its name. */
     const struct broker_config *broker;
@@ -127,11 +132,15 @@ amqp_channel_t conn_channel_alloc(struct amqpconn *c, enum chan_state st,
                                   size_t errlen);
 /* The broker closed ch and was told close-ok: the number is free. */
 void conn_channel_free(struct amqpconn *c, amqp_channel_t ch);
-/* channel.open and confirm.select for p; tags restart at 1. */
+/* A spare channel for p, its tags going on; else channel.open and
+ * confirm.select, tags restarting at 1. */
 int conn_channel_open(struct amqpconn *c, struct publisher *p, char *err,
                       size_t errlen);
 /* Sends channel.close for p's channel without waiting for close-ok. */
 void conn_channel_close(struct amqpconn *c, struct publisher *p);
+/* p's channel kept open as a spare for the connection's next publisher,
+ * or closed when the connection has enough spares. */
+void conn_channel_park(struct amqpconn *c, struct publisher *p);
 /*
  * A method on a channel other than the reader's own (or channel 0): to
  * the publisher it concerns.  -1 when the connection had to be dropped,

@@ -1694,6 +1694,45 @@ START_TEST(test_shared_channels_run_out)
 END_TEST
 
 /*
+ * A parked publisher's channel goes to the next publisher of the
+ * connection without a channel.open: its deliveries are numbered on from
+ * the first's, so every confirm of its waves is applied (a wave counting
+ * from 1 again would wait out its deadline), and the broker sees one
+ * channel where each turn used to open and close one.  The first gets a
+ * channel of its own again while the spare is taken.
+ */
+START_TEST(test_parked_channel_reused)
+{
+    struct shared_fx s;
+    shared_init(&s);
+    struct fx *a = &s.f[0], *b = &s.f[1];
+    ck_assert_msg(shared_wave(a, 1, 7, a->ex) == 0, "%s", a->err);
+    assert_all_state(a, ROW_ACKED);
+    amqp_channel_t ach = publisher_channel(a->p);
+    publisher_park(a->p);
+    publisher_park(b->p); /* one spare is kept: b's channel closes */
+    for (uint64_t id = 1; id < 600; id += 200) {
+        ck_assert_msg(shared_wave(b, id, 200, b->ex) == 0, "%s", b->err);
+        assert_all_state(b, ROW_ACKED);
+        ck_assert_uint_eq(publisher_channel(b->p), ach);
+        publisher_park(b->p);
+    }
+    int seen[601] = {0};
+    ck_assert_uint_eq(raw_collect(b->q, seen, 601), 600);
+    for (int id = 1; id <= 600; id++)
+        ck_assert_int_eq(seen[id], 1);
+    /* the spare, the third publisher's channel and the exchange check's */
+    ck_assert_uint_eq(amqpconn_channels(s.c), 3);
+    ck_assert_msg(shared_wave(b, 600, 5, b->ex) == 0, "%s", b->err);
+    ck_assert_msg(shared_wave(a, 8, 5, a->ex) == 0, "%s", a->err);
+    assert_all_state(a, ROW_ACKED);
+    assert_all_state(b, ROW_ACKED);
+    ck_assert_uint_ne(publisher_channel(a->p), ach);
+    shared_free(&s);
+}
+END_TEST
+
+/*
  * A tenant's publisher parked between turns finds, at its next wave, no
  * channel to be had: the wave fails with the reason before any row is
  * published (so none can be marked SENT), the connection stays for the
@@ -1708,12 +1747,12 @@ START_TEST(test_parked_channel_cannot_reopen)
     f.p = publisher_new_shared(c, NULL);
     ck_assert_msg(publisher_connect(f.p, f.err, sizeof(f.err)) == 0, "%s",
                   f.err);
+    amqp_channel_t parked = publisher_channel(f.p);
     publisher_park(f.p);
     ck_assert(publisher_is_connected(f.p)); /* parked, not lost */
     char err[ERR_LEN];
-    /* the parked channel's number is free once the broker confirms */
-    ck_assert(IT_WAIT(5000, amqpconn_poll(c, err, sizeof(err)) == 0 &&
-                                amqpconn_channels(c) == 0));
+    /* the parked channel stays open, the connection's spare */
+    ck_assert_uint_eq(amqpconn_channels(c), 1);
     unsigned max = amqpconn_channel_max(c);
     struct publisher **others = xcalloc(max, sizeof(*others));
     for (unsigned i = 0; i < max; i++) {
@@ -1721,6 +1760,7 @@ START_TEST(test_parked_channel_cannot_reopen)
         ck_assert_msg(publisher_connect(others[i], err, sizeof(err)) == 0,
                       "channel %u: %s", i + 1, err);
     }
+    ck_assert_uint_eq(publisher_channel(others[0]), parked);
     fx_declare_queue(&f);
     add_rows(&f, 1, 10, f.ex, "k");
     ck_assert_int_eq(fx_wave(&f, true, 10000), -1);
@@ -1773,6 +1813,7 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_shared_nacking);
     tcase_add_test(tc, test_shared_crossed_close);
     tcase_add_test(tc, test_shared_channels_run_out);
+    tcase_add_test(tc, test_parked_channel_reused);
     tcase_add_test(tc, test_parked_channel_cannot_reopen);
     suite_add_tcase(s, tc);
     /* Its own case, last: these block or stop the broker for every
