@@ -679,9 +679,12 @@ spares(const struct amqpconn *c)
 
 /*
  * A parked publisher's waves are over: its acks are in, or given up on
- * and closed with their channel, or released behind a broker alarm; a
+ * and closed with their channel, or released behind a broker alarm.  A
  * late confirm of those names a tag below the next owner's first, which
- * that owner's waves ignore, as they ignore their own earlier ones.
+ * that owner's waves ignore, as they ignore their own earlier ones; a
+ * late return can only send a row of the same message_id to RETRY, and
+ * a late channel.close ends the next owner's wave as a close of its own
+ * would: never a row marked SENT that was not confirmed.
  */
 void
 conn_channel_park(struct amqpconn *c, struct publisher *p)
