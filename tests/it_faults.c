@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "itest.h"
+#include "itproxy.h"
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -1118,12 +1119,32 @@ END_TEST
 /* ---- 7. the database lost after the confirms, before the marks ---- */
 
 /*
- * Locks the rows the relay claimed, as soon as they are committed, and
- * returns the relay's session once its finalize waits for them (NULL if
- * it never did).  Large bodies keep the batch in flight long enough.
+ * The relay's broker path runs through px, the broker's replies held
+ * back while the test locks the batch: the relay claims and publishes,
+ * and nothing it claimed can be confirmed, so recorded, before the lock
+ * is in.  A batch in flight for the lock to catch was a race the relay
+ * could win (large bodies confirmed between two looks at the table).
+ */
+static void
+fx_open_held(struct fx *f, struct it_proxy *px, const char *outbox_keys)
+{
+    char urls[128];
+    it_proxy_start(px, 5672);
+    snprintf(urls, sizeof(urls), "urls: [\"amqp://guest:guest@127.0.0.1:%u/\"]",
+             px->port);
+    fx_open(f, "#", urls, outbox_keys, NULL);
+    daemon_start(f, 0);
+    ck_assert(IT_WAIT(20000, log_count(f, 0, "broker connected") > 0));
+    px->stall_replies = true;
+}
+
+/*
+ * Locks the rows the relay claimed, as soon as they are committed, lets
+ * the broker's replies through, and returns the relay's session once its
+ * finalize waits for the lock (NULL if it never did).
  */
 static char *
-lock_claimed_rows(struct fx *f, long long *locked)
+lock_claimed_rows(struct fx *f, struct it_proxy *px, long long *locked)
 {
     uint64_t deadline = it_now_ms() + 20000;
     while (it_db_count_status(f->sql, "PROCESSING") == 0 &&
@@ -1133,7 +1154,8 @@ lock_claimed_rows(struct fx *f, long long *locked)
     *locked = it_db_int(f->sql, "SELECT COUNT(*) FROM (SELECT id FROM "
                                 "outbox_event WHERE status = 'PROCESSING' "
                                 "FOR UPDATE) x");
-    ck_assert_msg(*locked > 0, "the batch was recorded before it was locked");
+    px->stall_replies = false;
+    ck_assert_msg(*locked > 0, "no claimed batch to lock");
     /* The relay's session has no default schema: its statement names
      * the table by schema. */
     char *session = NULL;
@@ -1159,14 +1181,12 @@ START_TEST(test_db_lost_at_finalize)
      * has seen how large they are (store_claim.c, claim_window). */
     enum { N = 32 };
     struct fx f;
-    fx_open(&f, "#", NULL, "lease: 2s\nbatch_size: 40\npoll_interval: 20ms",
-            NULL);
-    daemon_start(&f, 0);
-    /* large bodies: the batch stays in flight for a while */
+    struct it_proxy px;
+    fx_open_held(&f, &px, "lease: 2s\nbatch_size: 40\npoll_interval: 20ms");
     it_db_insert_events(f.sql, "outbox_event", "lost", N, N, 200000);
     it_db_exec(f.sql, "COMMIT");
     long long locked;
-    char *session = lock_claimed_rows(&f, &locked);
+    char *session = lock_claimed_rows(&f, &px, &locked);
     /* the database goes away for that session: error 2013 */
     it_db_exec(f.sql, "KILL CONNECTION %s", session);
     free(session);
@@ -1187,6 +1207,7 @@ START_TEST(test_db_lost_at_finalize)
     tally_free(&t);
     daemon_term(&f, 0, 10000);
     fx_close(&f);
+    it_proxy_stop(&px);
 }
 END_TEST
 
@@ -1217,12 +1238,12 @@ START_TEST(test_lock_wait_at_finalize)
 {
     enum { N = 32 }; /* one batch, as above */
     struct fx f;
-    fx_open(&f, "#", NULL, "batch_size: 40\npoll_interval: 20ms", NULL);
-    daemon_start(&f, 0);
+    struct it_proxy px;
+    fx_open_held(&f, &px, "batch_size: 40\npoll_interval: 20ms");
     it_db_insert_events(f.sql, "outbox_event", "wait", N, N, 200000);
     it_db_exec(f.sql, "COMMIT");
     long long locked;
-    char *session = lock_claimed_rows(&f, &locked);
+    char *session = lock_claimed_rows(&f, &px, &locked);
     /* the relay's session waits 10 s for a row lock: hold it longer */
     it_sleep_ms(11000);
     it_db_exec(f.sql, "ROLLBACK");
@@ -1231,6 +1252,7 @@ START_TEST(test_lock_wait_at_finalize)
     ck_assert_int_eq(log_count(&f, 0, "could not record"), 0);
     daemon_term(&f, 0, 10000);
     fx_close(&f);
+    it_proxy_stop(&px);
 }
 END_TEST
 
@@ -1245,15 +1267,14 @@ START_TEST(test_claim_ahead_fails_on_dropped_column)
 {
     enum { N = 120 };
     struct fx f;
-    fx_open(&f, "#", NULL, "lease: 5s\nbatch_size: 40\npoll_interval: 20ms",
-            NULL);
-    daemon_start(&f, 0);
+    struct it_proxy px;
+    fx_open_held(&f, &px, "lease: 5s\nbatch_size: 40\npoll_interval: 20ms");
     it_db_insert_events(f.sql, "outbox_event", "drop", N, N, 100000);
     it_db_exec(f.sql, "COMMIT");
     /* Rows alone, no gaps: the claim ahead must not wait for the test. */
     it_db_exec(f.sql, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
     long long locked;
-    free(lock_claimed_rows(&f, &locked));
+    free(lock_claimed_rows(&f, &px, &locked));
     it_sh("mariadb -h127.0.0.1 -u%s -p%s %s -e 'ALTER TABLE outbox_event "
           "DROP COLUMN trace_id' >/dev/null 2>&1 &",
           IT_DB_USER, IT_DB_PASSWORD, f.db);
@@ -1270,6 +1291,7 @@ START_TEST(test_claim_ahead_fails_on_dropped_column)
     ck_assert_int_ge(log_count(&f, 0, "Unknown column"), 1);
     daemon_term(&f, 0, 10000);
     fx_close(&f);
+    it_proxy_stop(&px);
 }
 END_TEST
 

@@ -72,7 +72,7 @@ pump_main(void *arg)
 {
     struct pump *p = arg;
     for (bool up = true; up && !p->px->stop && !pump_cut(p);) {
-        bool hold = p->dump && p->px->stall_dump;
+        bool hold = (p->dump && p->px->stall_dump) || p->px->stall_replies;
         struct pollfd fds[2] = {{.fd = p->client, .events = POLLIN},
                                 {.fd = p->server, .events = hold ? 0 : POLLIN}};
         if (poll(fds, 2, 50) <= 0)

@@ -1,7 +1,7 @@
 /*
  * itproxy: a TCP forwarder on a free loopback port for the integration
  * tests, that can move to another server (cutting the old connections or
- * not) and stall the binlog dumps it carries.
+ * not) and stall the binlog dumps it carries, or every server's replies.
  */
 #ifndef OUTBOXD_ITPROXY_H
 #define OUTBOXD_ITPROXY_H
@@ -23,6 +23,9 @@ struct it_proxy {
      * gets nothing more from the server, as a hung dump thread or a
      * half-dead path would do, while every other session goes on. */
     _Atomic bool stall_dump;
+    /* Every connection gets nothing more from its server (a broker's
+     * confirms held back) until cleared; what the client sends goes on. */
+    _Atomic bool stall_replies;
     _Atomic bool stop;
     _Atomic int pumps;
 };
