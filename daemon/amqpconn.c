@@ -33,14 +33,6 @@
 #define SYSTEM_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
 /* AMQP numbers channels in 16 bits; channel_max 0 means no limit. */
 #define CHANNEL_LIMIT 65535
-/*
- * Open channels a connection keeps for its parked publishers.  A pool
- * thread runs one outbox's cycle at a time, so one serves all its
- * tenants in turn: a woken tenant's event then costs the broker no
- * channel.open, confirm.select and channel.close, which took it 2 ms of
- * CPU per event at 1,000 tenants (docs/performance.md).
- */
-#define SPARE_CHANNELS 1
 
 /* ---- urls and errors ---- */
 
@@ -482,6 +474,7 @@ conn_drop(struct amqpconn *c, const char *reason)
     c->nslots = 0;
     c->check_channel = 0;
     c->check_open = false;
+    c->spare_channel = 0;
     c->blocked = false;
     c->max_body = 0; /* the next broker may be configured otherwise */
     c->nacking_since_ms = 0;
@@ -559,7 +552,7 @@ conn_channel_alloc(struct amqpconn *c, enum chan_state st, struct publisher *p,
         memset(c->slots + c->nslots, 0, (n - c->nslots) * sizeof(*c->slots));
         c->nslots = n;
     }
-    c->slots[ch] = (struct chan_slot){st, p, 0};
+    c->slots[ch] = (struct chan_slot){st, p};
     return (amqp_channel_t)ch;
 }
 
@@ -567,11 +560,13 @@ void
 conn_channel_free(struct amqpconn *c, amqp_channel_t ch)
 {
     if (ch < c->nslots)
-        c->slots[ch] = (struct chan_slot){CHAN_FREE, NULL, 0};
+        c->slots[ch] = (struct chan_slot){CHAN_FREE, NULL};
     if (ch == c->check_channel) {
         c->check_channel = 0;
         c->check_open = false;
     }
+    if (ch == c->spare_channel)
+        c->spare_channel = 0;
 }
 
 /*
@@ -612,27 +607,17 @@ channel_given(struct publisher *p, amqp_channel_t ch, uint64_t next_tag)
     p->lost[0] = '\0';
 }
 
-/* A spare channel for p, with the delivery tags it has reached. */
-static bool
-take_spare(struct amqpconn *c, struct publisher *p)
-{
-    for (size_t ch = 1; ch < c->nslots; ch++) {
-        struct chan_slot *s = &c->slots[ch];
-        if (s->state != CHAN_SPARE)
-            continue;
-        channel_given(p, (amqp_channel_t)ch, s->next_tag);
-        *s = (struct chan_slot){CHAN_OPEN, p, 0};
-        return true;
-    }
-    return false;
-}
-
 int
 conn_channel_open(struct amqpconn *c, struct publisher *p, char *err,
                   size_t errlen)
 {
-    if (take_spare(c, p))
+    amqp_channel_t spare = c->spare_channel;
+    if (spare != 0) { /* no rpc: the tags go on where they were */
+        c->spare_channel = 0;
+        c->slots[spare] = (struct chan_slot){CHAN_OPEN, p};
+        channel_given(p, spare, c->spare_next_tag);
         return 0;
+    }
     amqp_channel_t ch = conn_channel_alloc(c, CHAN_OPEN, p, err, errlen);
     if (ch == 0)
         return -1;
@@ -668,17 +653,11 @@ conn_channel_close(struct amqpconn *c, struct publisher *p)
         conn_drop(c, "connection lost: sending channel.close");
 }
 
-static size_t
-spares(const struct amqpconn *c)
-{
-    size_t n = 0;
-    for (size_t i = 1; i < c->nslots; i++)
-        n += c->slots[i].state == CHAN_SPARE;
-    return n;
-}
-
 /*
- * A parked publisher's waves are over: its acks are in, or given up on
+ * A woken tenant's batch on the spare costs the broker no channel.open,
+ * confirm.select and channel.close, which took it 2 ms of CPU per event
+ * at 1,000 tenants (docs/performance.md).  A parked publisher's waves
+ * are over: its acks are in, or given up on
  * and closed with their channel, or released behind a broker alarm.  A
  * late confirm of those names a tag below the next owner's first, which
  * that owner's waves ignore, as they ignore their own earlier ones; a
@@ -692,11 +671,13 @@ conn_channel_park(struct amqpconn *c, struct publisher *p)
     amqp_channel_t ch = p->channel;
     if (ch == 0 || c->conn == NULL)
         return;
-    if (spares(c) >= SPARE_CHANNELS) {
+    if (c->spare_channel != 0) {
         conn_channel_close(c, p);
         return;
     }
-    c->slots[ch] = (struct chan_slot){CHAN_SPARE, NULL, p->next_tag};
+    c->slots[ch] = (struct chan_slot){CHAN_SPARE, NULL};
+    c->spare_channel = ch;
+    c->spare_next_tag = p->next_tag;
     p->channel = 0;
     str_copy(p->lost, "channel parked", sizeof(p->lost));
 }

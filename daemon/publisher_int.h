@@ -32,7 +32,6 @@ enum chan_state {
 struct chan_slot {
     enum chan_state state;
     struct publisher *p; /* OPEN, CLOSING: whose it is; NULL once freed */
-    uint64_t next_tag;   /* SPARE: the delivery tag its next publish gets */
 };
 
 struct amqpconn {
@@ -61,8 +60,13 @@ struct amqpconn {
     size_t nslots;
     unsigned channel_max;         /* negotiated at login */
     amqp_channel_t check_channel; /* 0 until needed */
-    bool check_open;              /* channel.open done on it */
-    size_t npublishers;           /* attached, shared or owner */
+    /* The one CHAN_SPARE channel, 0 if none: a pool thread runs one
+     * outbox's cycle at a time, so one serves all its tenants in turn.
+     * spare_next_tag: the delivery tag its next publish gets. */
+    amqp_channel_t spare_channel;
+    uint64_t spare_next_tag;
+    bool check_open;    /* channel.open done on it */
+    size_t npublishers; /* attached, shared or owner */
 };
 
 struct inflight {

@@ -1733,6 +1733,37 @@ START_TEST(test_parked_channel_reused)
 END_TEST
 
 /*
+ * A spare channel does not outlive its connection: closed by the broker
+ * while a publisher's channel is parked, the next connection starts with
+ * none, and the publishers' waves there (tags from 1 on fresh channels)
+ * are all confirmed.
+ */
+START_TEST(test_parked_channel_connection_closed)
+{
+    struct shared_fx s;
+    shared_init(&s);
+    struct fx *a = &s.f[0], *b = &s.f[1];
+    ck_assert_msg(shared_wave(a, 1, 7, a->ex) == 0, "%s", a->err);
+    publisher_park(a->p);
+    publisher_park(b->p);
+    char pid[128], err[ERR_LEN];
+    ck_assert(broker_connection_pid(a->name, pid, sizeof(pid)));
+    ck_assert_int_eq(
+        it_sh("rabbitmqctl -q close_connection '%s' spare >/dev/null", pid), 0);
+    ck_assert(IT_WAIT(10000, amqpconn_poll(s.c, err, sizeof(err)) < 0));
+    ck_assert(!publisher_is_connected(a->p) && !publisher_is_connected(b->p));
+    for (int i = 0; i < 2; i++) {
+        struct fx *f = &s.f[i];
+        ck_assert_msg(publisher_connect(f->p, f->err, sizeof(f->err)) == 0,
+                      "%s", f->err);
+        ck_assert_msg(shared_wave(f, 100, 10, f->ex) == 0, "%s", f->err);
+        assert_all_state(f, ROW_ACKED);
+    }
+    shared_free(&s);
+}
+END_TEST
+
+/*
  * A tenant's publisher parked between turns finds, at its next wave, no
  * channel to be had: the wave fails with the reason before any row is
  * published (so none can be marked SENT), the connection stays for the
@@ -1814,6 +1845,7 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_shared_crossed_close);
     tcase_add_test(tc, test_shared_channels_run_out);
     tcase_add_test(tc, test_parked_channel_reused);
+    tcase_add_test(tc, test_parked_channel_connection_closed);
     tcase_add_test(tc, test_parked_channel_cannot_reopen);
     suite_add_tcase(s, tc);
     /* Its own case, last: these block or stop the broker for every
