@@ -328,7 +328,7 @@ cpu_ms(pid_t pid)
     return (double)(utime + stime) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }
 
-static pid_t
+pid_t
 pid_of(const char *name)
 {
     char cmd[128], line[32];

@@ -85,6 +85,8 @@ long long db_user_statements(MYSQL *m, const char *user);
 long long db_questions(MYSQL *m);
 pid_t server_pid(const struct server *sv);
 double cpu_ms(pid_t pid);
+/* A process by its name (pidof -s), 0 if none runs. */
+pid_t pid_of(const char *name);
 
 /* A connection to the local RabbitMQ, channel 1 open. */
 amqp_connection_state_t amqp_open(void);

@@ -42,7 +42,8 @@ struct tenants {
     /* The idle window: a minute holds each tenant's retention run and
      * its quiet recount once. */
     long idle_s;
-    long workers; /* relay.workers; 0: left out (outboxd's default) */
+    long workers;    /* relay.workers; 0: left out (outboxd's default) */
+    bool drain_only; /* BENCH_TENANTS_DRAIN_ONLY: for an A/B of drains */
 };
 
 static void
@@ -654,6 +655,10 @@ queue_depth(amqp_connection_state_t c)
 
 struct tenant_drain {
     double seconds;
+    double first_s;       /* from the start to the first message queued */
+    double queued_s;      /* to the last one queued */
+    double cpu_ms[3];     /* mariadbd, RabbitMQ, outboxd, over the drain */
+    long long statements; /* the relay's, over the drain */
     long queued;
     long rss_kib;
     long threads;
@@ -673,19 +678,30 @@ drain_tenants(const struct tenants *t)
     char *probe = unfinished_probe(t);
     MYSQL *m = db_connect(t->sv, NULL);
     amqp_connection_state_t c = amqp_open();
+    pid_t servers[2] = {server_pid(t->sv), pid_of("beam.smp")};
+    double cpu0[2] = {cpu_ms(servers[0]), cpu_ms(servers[1])};
+    long long q0 = db_user_statements(m, TENANT_USER);
     double t0 = now_s();
     pid_t pid = cleanup_pid = start_daemon(t->s, TENANT_CONF);
-    while (queue_depth(c) < total) {
+    d.first_s = 0;
+    for (long depth; (depth = queue_depth(c)) < total;) {
+        if (depth > 0 && d.first_s == 0)
+            d.first_s = now_s() - t0;
         if (now_s() - t0 > 600)
             die("the tenants' drain took more than 10 minutes");
         sleep_s(0.05);
     }
+    d.queued_s = now_s() - t0;
     while (db_int(m, probe) > 0) {
         if (now_s() - t0 > 600)
             die("the tenants' drain took more than 10 minutes");
         sleep_s(0.05);
     }
     d.seconds = now_s() - t0;
+    d.cpu_ms[0] = cpu_ms(servers[0]) - cpu0[0];
+    d.cpu_ms[1] = cpu_ms(servers[1]) - cpu0[1];
+    d.cpu_ms[2] = cpu_ms(pid);
+    d.statements = db_user_statements(m, TENANT_USER) - q0;
     d.queued = queue_depth(c);
     amqp_done(c);
     d.rss_kib = peak_rss_kib(pid);
@@ -716,10 +732,19 @@ measure_tenants_drain(const struct tenants *t)
            "stopped: %.2f s from its start to all SENT = %.0f events/s = "
            "%.2f of one outbox draining %ld events on the same server "
            "(%.0f events/s, median of %ld, %.0f-%.0f); %ld messages "
-           "queued; %ld threads at the end\n",
+           "queued; %ld threads at the end; the first message queued "
+           "%.2f s after the start, the last %.2f s\n",
            style_name(t), t->events, t->n, total, t->aggregates, d.seconds,
            rate, rate / r.rate, total, r.rate, one.drain_runs, r.low, r.high,
-           d.queued, d.threads);
+           d.queued, d.threads, d.first_s, d.queued_s);
+    double k = 1000.0 / (double)total;
+    printf("drain, tenants against one outbox (its median run), per 1,000 "
+           "events: the relay's statements %.0f against %.0f; CPU ms "
+           "mariadbd %.0f against %.0f, RabbitMQ %.0f against %.0f, outboxd "
+           "%.0f against %.0f\n",
+           (double)d.statements * k, r.statements_per_1000, d.cpu_ms[0] * k,
+           r.cpu_ms_per_1000[0], d.cpu_ms[1] * k, r.cpu_ms_per_1000[1],
+           d.cpu_ms[2] * k, r.cpu_ms_per_1000[2]);
     if (d.queued < total)
         die("the tenants' drain left %ld of %ld events unqueued",
             total - d.queued, total);
@@ -762,6 +787,7 @@ tenants_settings(const struct settings *s)
         .ready_s = env_long("BENCH_TENANTS_READY_SECONDS", 300),
         .idle_s = env_long("BENCH_TENANTS_IDLE_SECONDS", 60),
         .workers = env_long("BENCH_TENANTS_WORKERS", 0),
+        .drain_only = env_long("BENCH_TENANTS_DRAIN_ONLY", 0) != 0,
     };
     t.aggregates = env_long("BENCH_TENANTS_AGGREGATES", t.events);
     if (style != NULL && *style != '\0' && strcmp(style, "pattern") != 0 &&
@@ -777,6 +803,21 @@ tenants_settings(const struct settings *s)
             "least 1, BENCH_TENANTS_WORKERS "
             "at least 0");
     return t;
+}
+
+/* Connected, idle, one event each, stopped: the peak RSS so far. */
+static long
+measure_tenants_connected(const struct tenants *t)
+{
+    queue_reset(t->s);
+    pid_t pid = cleanup_pid = start_daemon(t->s, TENANT_CONF);
+    print_connected(t, pid, wait_tenants_ready(t, pid));
+    measure_tenants_idle(t, pid);
+    measure_tenants_latencies(t);
+    long rss = peak_rss_kib(pid);
+    stop_daemon(pid);
+    cleanup_pid = 0;
+    return rss;
 }
 
 /*
@@ -797,14 +838,7 @@ measure_tenants(const struct settings *s)
            style_name(&t), t.n, TENANT_TABLE, setup_s,
            t.workers > 0 ? getenv("BENCH_TENANTS_WORKERS") : "not set");
     tenants_config(&t);
-    queue_reset(s);
-    pid_t pid = cleanup_pid = start_daemon(s, TENANT_CONF);
-    print_connected(&t, pid, wait_tenants_ready(&t, pid));
-    measure_tenants_idle(&t, pid);
-    measure_tenants_latencies(&t);
-    long rss = peak_rss_kib(pid);
-    stop_daemon(pid);
-    cleanup_pid = 0;
+    long rss = t.drain_only ? 0 : measure_tenants_connected(&t);
     long drain_rss = measure_tenants_drain(&t);
     printf("peak RSS of outboxd over %ld tenants (VmHWM): %.1f MiB connected, "
            "idle and one event each; %.1f MiB through the drain\n",
