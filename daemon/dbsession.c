@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dbconn.h"
+#include "schema_cache.h"
 #include "util.h"
 
 /* Lock waits fail well before the read timeout would drop the session. */
@@ -38,7 +39,8 @@ struct dbsession {
     bool version;    /* last failure: the server is too old */
     unsigned last_errno;
     uint64_t generation, statements, connects;
-    uint64_t row_bytes_hint; /* dbsession_row_bytes_hint */
+    uint64_t row_bytes_hint;      /* dbsession_row_bytes_hint */
+    struct schema_cache *schemas; /* dbsession_schema_cache */
 };
 
 static pthread_once_t library_once = PTHREAD_ONCE_INIT;
@@ -123,6 +125,7 @@ dbsession_free(struct dbsession *s)
     if (s == NULL)
         return;
     dbsession_close(s);
+    schema_cache_free(s->schemas);
     if (s->dc == &s->server)
         server_free(&s->server);
     free(s->where);
@@ -301,12 +304,16 @@ dbsession_open(struct dbsession *s, char *err, size_t errlen)
     return 0;
 }
 
+/* The next session may reach another server (a failover): what the
+ * stores read of this one's tables goes with it. */
 void
 dbsession_close(struct dbsession *s)
 {
     if (s->db != NULL)
         mysql_close(s->db);
     s->db = NULL;
+    if (s->schemas != NULL)
+        schema_cache_clear(s->schemas);
 }
 
 bool
@@ -471,4 +478,12 @@ void
 dbsession_set_row_bytes_hint(struct dbsession *s, uint64_t bytes)
 {
     s->row_bytes_hint = bytes;
+}
+
+struct schema_cache *
+dbsession_schema_cache(struct dbsession *s)
+{
+    if (s->schemas == NULL)
+        s->schemas = schema_cache_new();
+    return s->schemas;
 }

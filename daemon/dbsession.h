@@ -112,6 +112,12 @@ void dbsession_refuse_read_only(struct dbsession *s);
  */
 uint64_t dbsession_row_bytes_hint(const struct dbsession *s);
 void dbsession_set_row_bytes_hint(struct dbsession *s, uint64_t bytes);
+
+struct schema_cache;
+
+/* The table definitions the session's stores have checked
+ * (schema_cache.h); emptied when the session closes. */
+struct schema_cache *dbsession_schema_cache(struct dbsession *s);
 bool dbsession_checks_off(const struct dbsession *s);
 int dbsession_set_checks_off(struct dbsession *s, bool off);
 

@@ -27,6 +27,7 @@ Suite *store_checks_suite(void);
 Suite *store_suite(void);
 Suite *discover_suite(void);
 Suite *dbsession_suite(void);
+Suite *schema_cache_suite(void);
 
 int
 main(void)
@@ -54,6 +55,7 @@ main(void)
     srunner_add_suite(sr, dbsession_suite());
     srunner_add_suite(sr, store_suite());
     srunner_add_suite(sr, discover_suite());
+    srunner_add_suite(sr, schema_cache_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -2009,6 +2009,46 @@ START_TEST(test_shared_schema_fault_isolated)
 }
 END_TEST
 
+/* Statements tenant i's connect (its schema check) sends. */
+static uint64_t
+tenant_connect_cost(struct tenants *t, size_t i)
+{
+    uint64_t s0 = store_statement_count(t->st[i]);
+    tenant_connect(t, i);
+    return store_statement_count(t->st[i]) - s0;
+}
+
+/*
+ * Tenants of one definition: the session reads its columns and indexes
+ * from information_schema for the first alone, though the tables' next
+ * AUTO_INCREMENT differ.  A third tenant's table, one column short, is
+ * read for itself and refused, naming the column.
+ */
+START_TEST(test_shared_definition_read_once)
+{
+    struct tenants *t = tenants_setup(0, NTENANTS);
+    tenants_insert(t, 0, 4);
+    tenants_insert(t, 1, 7);
+    it_db_exec(t->fx[2].sql, "ALTER TABLE outbox_event DROP COLUMN event_type");
+    uint64_t first = tenant_connect_cost(t, 0);
+    uint64_t second = tenant_connect_cost(t, 1);
+    ck_assert_msg(second + 2 <= first,
+                  "the second tenant's check sent %llu statements, the "
+                  "first's %llu",
+                  (unsigned long long)second, (unsigned long long)first);
+    char err[ERR_LEN] = "";
+    connect_fails(t->st[2], err, sizeof(err),
+                  (const char *[]){t->fx[2].db, "event_type", NULL});
+    ck_assert(store_last_error_is_schema(t->st[2]));
+    const size_t inserted[2] = {4, 7};
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_uint_eq(tenant_claim(t, i), inserted[i]);
+        release_all(t->st[i], &t->fx[i].b);
+    }
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 1);
+}
+END_TEST
+
 /* Tenant i's table granted to the relay account of tenant 0, which all
  * the tenants then log in with (one account, one session). */
 static void
@@ -2248,6 +2288,7 @@ it_store_suite(void)
     tcase_add_loop_test(shared, test_shared_claim_and_finalize, 0, NSCHEMAS);
     tcase_add_loop_test(shared, test_shared_schema_fault_isolated, 0, NSCHEMAS);
     tcase_add_test(shared, test_shared_privilege_fault_isolated);
+    tcase_add_test(shared, test_shared_definition_read_once);
     tcase_add_test(shared, test_shared_session_killed);
     tcase_add_loop_test(shared, test_shared_check_constraints_per_table, 0,
                         NSCHEMAS);
