@@ -23,21 +23,8 @@
     "SET `status` = 'PENDING', `retry_count` = 0, `next_retry_at` = NULL, "    \
     "`locked_by` = NULL, `locked_until` = NULL"
 
-/* `name` with backticks doubled: config checks names, this is defence. */
 /* The server's "unknown column": a table without available_at. */
 #define ERRNO_BAD_FIELD 1054
-
-static void
-sql_add_ident(struct strbuf *s, const char *name)
-{
-    strbuf_add(s, "`", 1);
-    for (; *name != '\0'; name++) {
-        if (*name == '`')
-            strbuf_add(s, "`", 1);
-        strbuf_add(s, name, 1);
-    }
-    strbuf_add(s, "`", 1);
-}
 
 /* 'text', quoted and escaped for the session's character set. */
 static void
@@ -51,14 +38,14 @@ sql_add_string(struct strbuf *s, MYSQL *db, const char *text)
     s->p[s->len] = '\0';
 }
 
-/* "<head>`table`<tail>": most statements here have that shape. */
+/* "<head>table<tail>": most statements here have that shape. */
 static void
 sql_table(struct strbuf *s, const char *head, const char *table,
           const char *tail)
 {
     strbuf_reset(s);
     strbuf_adds(s, head);
-    sql_add_ident(s, table);
+    strbuf_adds(s, table);
     strbuf_adds(s, tail);
 }
 
@@ -168,7 +155,7 @@ oldest_pending_sql(struct strbuf *s, const char *table, bool delayed)
                   "SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, NOW(6)) "
                   "FROM ",
                   table, " WHERE `id` = (SELECT MIN(`id`) FROM ");
-        sql_add_ident(s, table);
+        strbuf_adds(s, table);
         strbuf_adds(s, " WHERE `status` = 'PENDING')");
         return;
     }
@@ -176,11 +163,11 @@ oldest_pending_sql(struct strbuf *s, const char *table, bool delayed)
               "SELECT GREATEST(COALESCE((SELECT TIMESTAMPDIFF(MICROSECOND, "
               "`created_at`, NOW(6)) FROM ",
               table, " WHERE `id` = (SELECT MIN(`id`) FROM ");
-    sql_add_ident(s, table);
+    strbuf_adds(s, table);
     strbuf_adds(s, " WHERE `status` = 'PENDING' AND `available_at` IS NULL)), "
                    "-1), COALESCE(TIMESTAMPDIFF(MICROSECOND, (SELECT "
                    "MIN(`available_at`) FROM ");
-    sql_add_ident(s, table);
+    strbuf_adds(s, table);
     strbuf_adds(s, " WHERE `status` = 'PENDING'), NOW(6)), -1))");
 }
 

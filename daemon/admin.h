@@ -2,6 +2,8 @@
  * admin: the SQL behind outboxctl on one outbox table: rows per status,
  * the DEAD rows, and putting DEAD rows back to PENDING.  Library style:
  * returns -1 and fills err, never prints; runs on a store's session.
+ * table is the table as SQL names it, quoted and with its schema
+ * (store_table_sql): the session may serve several schemas.
  */
 #ifndef OUTBOXD_ADMIN_H
 #define OUTBOXD_ADMIN_H

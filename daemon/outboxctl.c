@@ -15,6 +15,7 @@
 
 #include "admin.h"
 #include "config.h"
+#include "dbsession.h"
 #include "discover.h"
 #include "outboxctl.h"
 #include "store.h"
@@ -438,6 +439,28 @@ ctl_report(struct ctl *c, const struct outbox_config *ob, const char *err)
     c->failed = true;
 }
 
+/* The session of ob's server and account, opened by its first store. */
+static struct dbsession *
+ctl_session(struct ctl *c, const struct database_config *db)
+{
+    for (size_t i = 0; i < c->nsessions; i++)
+        if (dbsession_serves(c->sessions[i], db))
+            return c->sessions[i];
+    c->sessions =
+        xrealloc(c->sessions, (c->nsessions + 1) * sizeof(*c->sessions));
+    return c->sessions[c->nsessions++] = dbsession_new(db);
+}
+
+void
+ctl_sessions_free(struct ctl *c)
+{
+    for (size_t i = 0; i < c->nsessions; i++)
+        dbsession_free(c->sessions[i]);
+    free(c->sessions);
+    c->sessions = NULL;
+    c->nsessions = 0;
+}
+
 /*
  * store_connect checks the server version and the table as the daemon
  * does.  A failure that is not about the schema is the database being
@@ -447,7 +470,7 @@ struct store *
 ctl_open_store(struct ctl *c, const struct outbox_config *ob)
 {
     char err[ERR_LEN];
-    struct store *st = store_new(ob, NULL);
+    struct store *st = store_new(ob, ctl_session(c, ob->database));
     /* status and dead list may read a replica; a write there fails on
      * its own statement, with the server's reason. */
     store_allow_read_only(st);
@@ -492,8 +515,8 @@ status_collect(struct ctl *c, struct status_result *r)
         return;
     const char *held = store_hold_cond(st);
     r->holds = held != NULL;
-    if (admin_status(store_session(st), r->ob->table, &r->s, err, sizeof(err)) <
-            0 ||
+    if (admin_status(store_session(st), store_table_sql(st), &r->s, err,
+                     sizeof(err)) < 0 ||
         (held != NULL && stats_sql_holds(store_session(st), store_table_sql(st),
                                          held, &r->h, err, sizeof(err)) < 0))
         ctl_report(c, r->ob, err);
@@ -746,8 +769,8 @@ dead_collect(struct ctl *c, const struct outbox_config *ob,
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return false;
-    int rc = admin_dead_list(store_session(st), ob->table, c->o->limit, l, err,
-                             sizeof(err));
+    int rc = admin_dead_list(store_session(st), store_table_sql(st),
+                             c->o->limit, l, err, sizeof(err));
     if (rc < 0)
         ctl_report(c, ob, err);
     store_free(st);
@@ -900,6 +923,7 @@ main(int argc, char **argv)
     if (c.cfg == NULL)
         return EXIT_CONFIG;
     rc = run(&c);
+    ctl_sessions_free(&c);
     ctl_selection_free(&c);
     config_free(c.cfg);
     store_thread_end();

@@ -56,6 +56,10 @@ struct ctl {
     /* The discovered tenants whose outboxes are in outboxes. */
     struct database_config **tenants;
     size_t ntenants;
+    /* One session per server and account, as the daemon's workers hold:
+     * a thousand tenants are a thousand tables, not connections. */
+    struct dbsession **sessions;
+    size_t nsessions;
     bool unavailable; /* a database could not be reached: exit 69 */
     bool failed;      /* anything else went wrong: exit 1 */
 };
@@ -66,6 +70,7 @@ void ctl_json_str(const char *s);
 void ctl_report(struct ctl *c, const struct outbox_config *ob, const char *err);
 /* A connected store, or NULL once reported (exit 69 or 1). */
 struct store *ctl_open_store(struct ctl *c, const struct outbox_config *ob);
+void ctl_sessions_free(struct ctl *c);
 
 /*
  * outboxctl_select.c: fills outboxes with --outbox NAME or every outbox,

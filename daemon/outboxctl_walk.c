@@ -171,8 +171,10 @@ static int
 retry_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
             uint64_t *total, char *err, size_t errlen)
 {
+    (void)ob;
     (void)c;
-    return admin_dead_count(store_session(st), ob->table, total, err, errlen);
+    return admin_dead_count(store_session(st), store_table_sql(st), total, err,
+                            errlen);
 }
 
 static int
@@ -180,11 +182,12 @@ retry_step(struct ctl *c, struct store *st, const struct outbox_config *ob,
            uint64_t max, uint64_t *done, bool *finished, char *err,
            size_t errlen)
 {
+    (void)ob;
     (void)c;
     unsigned ask =
         max != 0 && max < ADMIN_RETRY_BATCH ? (unsigned)max : ADMIN_RETRY_BATCH;
-    if (admin_dead_retry_batch(store_session(st), ob->table, ask, done, err,
-                               errlen) < 0)
+    if (admin_dead_retry_batch(store_session(st), store_table_sql(st), ask,
+                               done, err, errlen) < 0)
         return -1;
     *finished = *done < ask;
     return 0;
@@ -233,7 +236,7 @@ retry_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return -1;
-    int rc = admin_dead_retry_ids(store_session(st), ob->table,
+    int rc = admin_dead_retry_ids(store_session(st), store_table_sql(st),
                                   (const char *const *)c->o->ids, c->o->nids,
                                   found, &n, err, sizeof(err));
     if (rc < 0)
@@ -268,9 +271,10 @@ static int
 release_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
               uint64_t *total, char *err, size_t errlen)
 {
+    (void)ob;
     (void)c;
-    return admin_held_count(store_session(st), ob->table, store_hold_cond(st),
-                            total, err, errlen);
+    return admin_held_count(store_session(st), store_table_sql(st),
+                            store_hold_cond(st), total, err, errlen);
 }
 
 static int
@@ -278,10 +282,11 @@ release_step(struct ctl *c, struct store *st, const struct outbox_config *ob,
              uint64_t max, uint64_t *done, bool *finished, char *err,
              size_t errlen)
 {
+    (void)ob;
     (void)c;
     unsigned ask =
         max != 0 && max < ADMIN_RETRY_BATCH ? (unsigned)max : ADMIN_RETRY_BATCH;
-    if (admin_dead_release_batch(store_session(st), ob->table,
+    if (admin_dead_release_batch(store_session(st), store_table_sql(st),
                                  store_hold_cond(st), ask, done, err,
                                  errlen) < 0)
         return -1;
@@ -319,7 +324,7 @@ release_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return -1;
-    int rc = admin_dead_release_ids(store_session(st), ob->table,
+    int rc = admin_dead_release_ids(store_session(st), store_table_sql(st),
                                     store_hold_cond(st),
                                     (const char *const *)c->o->ids, c->o->nids,
                                     found, &n, err, sizeof(err));
@@ -423,8 +428,9 @@ static int
 purge_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
             uint64_t *total, char *err, size_t errlen)
 {
-    return admin_purge_count(store_session(st), ob->table, c->o->older_ms,
-                             total, err, errlen);
+    (void)ob;
+    return admin_purge_count(store_session(st), store_table_sql(st),
+                             c->o->older_ms, total, err, errlen);
 }
 
 /* The daemon's own walk and batch size, without its time budget. */

@@ -295,6 +295,41 @@ START_TEST(test_outboxctl_over_tenants)
 }
 END_TEST
 
+/*
+ * outboxctl holds one session per server and account, as the daemon's
+ * workers do: an account allowed two connections an hour (the
+ * discovery's and one more) reads the status of all three tenants.
+ */
+START_TEST(test_outboxctl_one_session)
+{
+    struct dfx f;
+    dfx_open(&f);
+    char user[64];
+    snprintf(user, sizeof(user), "itctl%d", (int)getpid());
+    MYSQL *db = it_db_connect(NULL);
+    it_db_exec(db,
+               "CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY 'pw' WITH "
+               "MAX_CONNECTIONS_PER_HOUR 2",
+               user);
+    for (size_t i = 0; i < 3; i++)
+        it_db_exec(db,
+                   "GRANT SELECT, UPDATE, DELETE ON `%s`.`outbox_event` TO "
+                   "'%s'@'127.0.0.1'",
+                   f.made[i], user);
+    config_free(dfx_config(&f, user, "pw", "", ""));
+    struct it_ctl_run r = it_ctl(f.conf, "status");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "_t1.outbox_event") &&
+                      strstr(r.out, "_t2.outbox_event") &&
+                      strstr(r.out, "_t3.outbox_event"),
+                  "status:\n%s", r.out);
+    it_ctl_free(&r);
+    it_db_exec(db, "DROP USER '%s'@'127.0.0.1'", user);
+    mysql_close(db);
+    dfx_close(&f);
+}
+END_TEST
+
 /* A tenant that is not there is a usage error naming the groups; the
  * group itself selects every tenant; outboxes reads no database. */
 START_TEST(test_outboxctl_names)
@@ -370,6 +405,7 @@ it_discover_suite(void)
     tcase_add_test(tc, test_table_caches_too_small);
     tcase_add_test(tc, test_outboxctl_over_tenants);
     tcase_add_test(tc, test_outboxctl_names);
+    tcase_add_test(tc, test_outboxctl_one_session);
     tcase_add_test(tc, test_outboxctl_server_down);
     suite_add_tcase(s, tc);
     return s;
