@@ -172,7 +172,7 @@ read_info_rows(struct store *st, const char *select_from, const char *order,
  * The columns and indexes, from information_schema unless the session's
  * stores read them for this definition already: each read builds a
  * temporary table in the server (COLUMNS an on-disk one, for its
- * LONGTEXT columns), 1.3 and 0.3 ms of its CPU, for every tenant at start
+ * LONGTEXT columns), 1.2 and 0.35 ms of its CPU, for every tenant at start
  * and again at every recheck.  own holds what was read here.
  */
 static int
