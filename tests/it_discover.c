@@ -298,7 +298,9 @@ END_TEST
 /*
  * outboxctl holds one session per server and account, as the daemon's
  * workers do: an account allowed two connections an hour (the
- * discovery's and one more) reads the status of all three tenants.
+ * discovery's and one more) reads the status of all three tenants.  A
+ * tenant whose table lost a column is named, exit 1, and the session
+ * goes on for the tenant after it.
  */
 START_TEST(test_outboxctl_one_session)
 {
@@ -321,6 +323,17 @@ START_TEST(test_outboxctl_one_session)
     ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
     ck_assert_msg(strstr(r.out, "_t1.outbox_event") &&
                       strstr(r.out, "_t2.outbox_event") &&
+                      strstr(r.out, "_t3.outbox_event"),
+                  "status:\n%s", r.out);
+    it_ctl_free(&r);
+    it_db_exec(db, "FLUSH USER_RESOURCES");
+    it_db_exec(db, "ALTER TABLE `%s`.outbox_event DROP COLUMN event_type",
+               f.made[1]);
+    r = it_ctl(f.conf, "status");
+    ck_assert_msg(r.rc == 1 && strstr(r.err, "_t2.outbox_event") &&
+                      strstr(r.err, "event_type"),
+                  "rc %d: %s", r.rc, r.err);
+    ck_assert_msg(strstr(r.out, "_t1.outbox_event") &&
                       strstr(r.out, "_t3.outbox_event"),
                   "status:\n%s", r.out);
     it_ctl_free(&r);
