@@ -174,6 +174,31 @@ await_node() {
     ctl "$node" await_startup >/dev/null || node_fail "$node" "did not finish booting"
 }
 
+# Nodes restarted together after a full stop wait for each other, and
+# now and then one gives up at boot (RabbitMQ 3.10 BOOT FAILED,
+# check_cluster_consistency meeting a node not running yet; 1 in 13
+# restarts of c3 here), leaving the others waiting.  Each node launched
+# here that exits before its AMQP port opens is launched once more.
+await_launched() {
+    local deadline=$((SECONDS + TIMEOUT)) node waiting again=" "
+    while :; do
+        waiting=
+        for node in "$@"; do
+            port_open "$(amqp_port "$node")" && continue
+            waiting=$node
+            launcher_alive "$node" || ! beam_gone "$node" && continue
+            [[ $again != *" $node "* ]] || node_fail "$node" "exited during startup"
+            log "$(node_name "$node") exited during startup; starting it once more"
+            launch "$node"
+            again+="$node "
+        done
+        [[ -n $waiting ]] || return 0
+        ((SECONDS < deadline)) ||
+            node_fail "$waiting" "AMQP port $(amqp_port "$waiting") not open within ${TIMEOUT}s"
+        sleep 0.2
+    done
+}
+
 # Does node count c1 as a member of its cluster?
 is_member() {
     local status
@@ -213,6 +238,7 @@ cmd_start() {
         started+=("$node")
     done
     # All at once: nodes restarted after a full stop wait for their peers.
+    ((${#started[@]} == 0)) || await_launched "${started[@]}"
     for node in "${NODES[@]}"; do
         await_node "$node"
     done
