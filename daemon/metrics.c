@@ -187,6 +187,11 @@ const struct counter_family metrics_counters[] = {
      OM(db_read_only)},
     {"outboxd_broker_errors_total",
      "Failed broker connects and broker connections lost.", OM(broker_errors)},
+    {"outboxd_confirms_late_total",
+     "Broker confirms (basic.ack or basic.nack frames) that came after "
+     "their wave had given up waiting (confirm_timeout): its rows were "
+     "already retried, so they go out again.",
+     OM(late_confirms)},
 };
 _Static_assert(sizeof(metrics_counters) / sizeof(*metrics_counters) ==
                    METRICS_NCOUNTERS,

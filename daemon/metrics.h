@@ -60,6 +60,8 @@ struct outbox_metrics {
     /* Failed connects, claims and records; those refused as read-only;
      * failed broker connects and connections lost. */
     uint64_t db_errors, db_read_only, broker_errors;
+    /* Broker confirms that came after their wave gave up (publisher.h). */
+    uint64_t late_confirms;
     double poll_wait_s; /* the wait before the next claim */
     /* From the worker's periodic count; false until one succeeded. */
     bool rows_known;

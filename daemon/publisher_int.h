@@ -97,7 +97,8 @@ struct publisher {
     amqp_channel_t channel; /* 0 when it has none */
     char lost[ERR_LEN];     /* why the channel went, for the next call */
     uint64_t next_tag; /* delivery tag of the next publish on the channel */
-    uint64_t late_confirms;
+    /* Read by the main thread for /metrics (worker_metrics). */
+    _Atomic uint64_t late_confirms;
     struct exchange_seen *exchanges;
     size_t nexchanges;
     uint64_t exchanges_generation; /* the connection they were checked on */

@@ -928,6 +928,7 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
     m->db_errors = w->db_errors;
     m->db_read_only = w->db_read_only;
     m->broker_errors = w->broker_errors;
+    m->late_confirms = publisher_late_confirms(w->pub);
     m->poll_wait_s = (double)w->poll_wait_ms / 1e3;
     m->db_up = w->db_up;
     m->broker_up = w->broker_up;

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "itest.h"
+#include "itproxy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -122,6 +123,8 @@ metric(const char *text, const char *series)
 
 struct fx {
     char name[64], db[96], ex[96], conf[256], series[160];
+    char broker_url[128];        /* IT_AMQP_URL unless a test moves it */
+    const char *confirm_timeout; /* "10s" */
     unsigned port;
     MYSQL *sql;
     struct it_consumer *consumer;
@@ -149,7 +152,7 @@ fx_write_config(struct fx *f, const char *relay_extra, const char *outbox_extra)
                   "  main:\n"
                   "    url: %s\n"
                   "    heartbeat: 10s\n"
-                  "    confirm_timeout: 10s\n"
+                  "    confirm_timeout: %s\n"
                   "databases:\n"
                   "  %s:\n"
                   "    host: 127.0.0.1\n"
@@ -161,8 +164,9 @@ fx_write_config(struct fx *f, const char *relay_extra, const char *outbox_extra)
                   "        exchange: \"%s\"\n"
                   "        poll_interval: 50ms\n"
                   "%s",
-                  f->name, f->port, relay_extra ? relay_extra : "", IT_AMQP_URL,
-                  f->db, IT_DB_USER, IT_DB_PASSWORD, f->db, f->ex,
+                  f->name, f->port, relay_extra ? relay_extra : "",
+                  f->broker_url, f->confirm_timeout, f->db, IT_DB_USER,
+                  IT_DB_PASSWORD, f->db, f->ex,
                   outbox_extra ? outbox_extra : "");
 }
 
@@ -177,6 +181,8 @@ fx_open(struct fx *f, const char *outbox_extra)
     snprintf(f->series, sizeof(f->series), "{outbox=\"%s.outbox_event\"}",
              f->db);
     f->port = it_free_port();
+    snprintf(f->broker_url, sizeof(f->broker_url), "%s", IT_AMQP_URL);
+    f->confirm_timeout = "10s";
     it_db_create(f->db, it_src_path("sql/outbox.sql"));
     f->sql = it_db_connect(f->db);
     f->consumer = it_consumer_new(f->ex, "#");
@@ -281,6 +287,38 @@ receive_exactly(struct fx *f, const char *prefix, int n, int timeout_ms)
     }
     free(seen);
     ck_assert_int_eq(distinct, n);
+}
+
+/* Receives until n distinct events arrived, and for as long as more
+ * come; the messages received in all, duplicates counted. */
+static int
+receive_distinct(struct fx *f, const char *prefix, int n, int timeout_ms)
+{
+    char *seen = calloc((size_t)n, 1);
+    int distinct = 0, total = 0;
+    uint64_t deadline = it_now_ms() + (uint64_t)timeout_ms;
+    struct it_message m;
+    size_t plen = strlen(prefix);
+    for (;;) {
+        int wait = distinct < n ? 500 : 1000; /* then: the stragglers */
+        if (it_consumer_next(f->consumer, &m, wait) == 0) {
+            if (distinct == n || it_now_ms() > deadline)
+                break;
+            continue;
+        }
+        if (strncmp(m.message_id, prefix, plen) == 0 &&
+            m.message_id[plen] == '-') {
+            long i = strtol(m.message_id + plen + 1, NULL, 10);
+            ck_assert_msg(i >= 0 && i < n, "stray %s", m.message_id);
+            distinct += !seen[i];
+            seen[i] = 1;
+            total++;
+        }
+        it_message_free(&m);
+    }
+    free(seen);
+    ck_assert_int_eq(distinct, n);
+    return total;
 }
 
 /* ---- /metrics ---- */
@@ -399,6 +437,55 @@ START_TEST(test_metrics_follow_drain)
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
     ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
     fx_close(&f);
+}
+END_TEST
+
+/*
+ * The broker's replies held back until a wave gives up on its confirms
+ * (confirm_timeout): on a connection that another outbox of the thread
+ * shares, only the wave's channel closes, and its confirms come late,
+ * after the rows went to RETRY; /metrics counts them, and the rows go
+ * out again: nothing is lost.
+ */
+START_TEST(test_late_confirms_counted)
+{
+    enum { N = 20 };
+    struct fx f;
+    struct it_proxy px;
+    fx_open(&f, NULL);
+    it_db_exec(f.sql, "CREATE TABLE outbox_idle LIKE outbox_event");
+    it_proxy_start(&px, 5672);
+    snprintf(f.broker_url, sizeof(f.broker_url),
+             "amqp://guest:guest@127.0.0.1:%u/", px.port);
+    f.confirm_timeout = "1s";
+    fx_write_config(&f, "  workers: 1\n",
+                    "        batch_size: 40\n"
+                    "      - table: outbox_idle\n");
+    fx_start(&f);
+    fx_wait_ready(&f);
+    /* One event first: the exchange checked and a channel open, so the
+     * next wave publishes before it waits for anything. */
+    it_db_insert_events(f.sql, "outbox_event", "first", 1, 1, 64);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == 1));
+    px.stall_replies = true;
+    it_db_insert_events(f.sql, "outbox_event", "late", N, N, 64);
+    /* The wave gives up: its channel closes, the connection stays for
+     * the other outbox, and the confirms come once replies flow again. */
+    if (!IT_WAIT(30000, log_has(&f, "no confirm within 1s"))) {
+        it_daemon_dump_log(&f.d);
+        ck_abort_msg("the wave never gave up");
+    }
+    ck_assert(fx_metric(&f, "outboxd_confirms_late_total") == 0);
+    px.stall_replies = false;
+    ck_assert(
+        IT_WAIT(30000, fx_metric(&f, "outboxd_confirms_late_total") >= 1));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N + 1));
+    /* Its rows went to RETRY, and out again: each twice. */
+    ck_assert(fx_metric(&f, "outboxd_events_retried_total") >= N);
+    ck_assert_int_ge(receive_distinct(&f, "late", N, 30000), 2 * N);
+    ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
+    fx_close(&f);
+    it_proxy_stop(&px);
 }
 END_TEST
 
@@ -771,6 +858,7 @@ it_ops_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_unchecked_fixture(tc, ops_setup, ops_teardown);
     tcase_add_test(tc, test_metrics_follow_drain);
+    tcase_add_test(tc, test_late_confirms_counted);
     tcase_add_test(tc, test_listen_in_use_is_fatal);
     tcase_add_test(tc, test_sighup_applies_batch_size);
     tcase_add_test(tc, test_sighup_refused_and_broken);
