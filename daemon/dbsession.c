@@ -13,8 +13,16 @@
 #include "schema_cache.h"
 #include "util.h"
 
-/* Lock waits fail well before the read timeout would drop the session. */
-#define LOCK_WAIT_S "10"
+/*
+ * How long a statement waits for a row or metadata lock: the least the
+ * servers take.  The relay's own locks never wait (its claims skip
+ * locked rows, its records touch rows it leased); what does is somebody
+ * else's ALTER TABLE, LOCK TABLES or backup lock on one table, and while
+ * a statement waits, every other outbox of its thread waits behind it.
+ * The statement then fails and its outbox tries again on its next
+ * cycle; nothing is lost (docs/operations.md, Threads and connections).
+ */
+#define LOCK_WAIT_S "1"
 #define IO_TIMEOUT_MIN_MS 30000
 
 struct dbsession {

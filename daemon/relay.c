@@ -722,20 +722,24 @@ count_and_log(struct relay *r, struct outbox_batch *b)
  * A server that refused writes (a demoted primary) wrote nothing of b,
  * and its session is gone: the next one records b, on the new primary
  * where b's rows replicated with its token, instead of publishing them
- * all again after their lease (docs/contract.md section 9).
+ * all again after their lease (docs/contract.md section 9).  So does a
+ * lock wait that ran out: the next cycle records b, once the lock is
+ * gone.  NULL when b is not kept; else where its record waits.
  */
-static bool
+static const char *
 keep_unrecorded(struct relay *r, struct outbox_batch *b)
 {
-    if (r->backend.refused_writes == NULL ||
-        !r->backend.refused_writes(r->backend.store))
-        return false;
+    const char *later = r->backend.record_later != NULL
+                            ? r->backend.record_later(r->backend.store)
+                            : NULL;
+    if (later == NULL)
+        return NULL;
     for (int i = 0; i < 2; i++)
         if (r->unrecorded[i] == NULL || r->unrecorded[i] == b) {
             r->unrecorded[i] = b;
-            return true;
+            return later;
         }
-    return false;
+    return NULL;
 }
 
 /* Logs and counts what finalize of batch b returned. */
@@ -743,12 +747,12 @@ static bool
 finalize_done(struct relay *r, struct outbox_batch *b, int rc, size_t lost,
               const char *err)
 {
-    if (rc < 0 && keep_unrecorded(r, b)) {
+    const char *later = rc < 0 ? keep_unrecorded(r, b) : NULL;
+    if (later != NULL) {
         log_warn(LOG_KV("outbox", r->outbox->name),
-                 "the outcome of %zu events waits for the next session (on "
-                 "a new primary that holds their rows; else they are "
-                 "retried after their lease): %s",
-                 b->n, err);
+                 "the outcome of %zu events waits for %s; else they are "
+                 "retried after their lease: %s",
+                 b->n, later, err);
         str_copy(r->last_error, err, sizeof(r->last_error));
         return false;
     }
@@ -855,8 +859,8 @@ release_next(struct relay *r)
     r->next = NULL;
 }
 
-/* Records first what a refusing server left unrecorded; false if the
- * database failed again. */
+/* Records first what a refusing server or a lock left unrecorded; false
+ * if the database failed again. */
 static bool
 record_unrecorded(struct relay *r)
 {

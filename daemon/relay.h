@@ -38,9 +38,11 @@ struct relay_backend {
     /* Waits until it unblocks or deadline_ms; -1: the connection died. */
     int (*wait_unblocked)(void *publisher, uint64_t deadline_ms, char *err,
                           size_t errlen);
-    /* The last failure was the server refusing writes (read-only): nothing
-     * was written, the next session can record; NULL: never. */
-    bool (*refused_writes)(void *store);
+    /* Where a record that just failed may still land, in words for the
+     * log, or NULL: it wrote nothing and the rows keep their lease, as
+     * when the server refused writes (the next session records) or a
+     * lock wait ran out (the next cycle does).  NULL callback: never. */
+    const char *(*record_later)(void *store);
     /* Run once first and once last on the relay's helper thread, which
      * claims and records beside publishing: the database client's
      * per-thread state.  NULL: nothing to do. */

@@ -248,6 +248,12 @@ store_last_error_is_read_only(const struct store *st)
     return st->conn.read_only;
 }
 
+bool
+store_last_error_is_lock_wait(const struct store *st)
+{
+    return st->conn.last_errno == ERRNO_LOCK_WAIT_TIMEOUT;
+}
+
 uint64_t
 store_statement_count(const struct store *st)
 {

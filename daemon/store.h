@@ -79,6 +79,12 @@ bool store_last_error_is_schema(const struct store *st);
  * store_connect resolves the host again and can reach a new primary.
  */
 bool store_last_error_is_read_only(const struct store *st);
+/*
+ * True when the last failure was a lock wait that ran out (1205):
+ * somebody else holds the table or the rows (an ALTER TABLE, LOCK
+ * TABLES), nothing was written, and the session goes on.
+ */
+bool store_last_error_is_lock_wait(const struct store *st);
 /* Statements this store sent since store_new (the claim's cost, for
  * tests); the session's own setup counts in dbsession_statement_count. */
 uint64_t store_statement_count(const struct store *st);

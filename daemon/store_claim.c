@@ -891,7 +891,7 @@ store_claim_batch(struct store *st, const char *relay_id,
         store_rollback(st);
         batch_reset(b);
         if (attempt == STORE_ATTEMPTS ||
-            !store_errno_is_lock(st->conn.last_errno))
+            !store_errno_is_deadlock(st->conn.last_errno))
             return -1;
     }
 }

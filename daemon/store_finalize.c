@@ -210,7 +210,7 @@ finalize_items(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
         store_rollback(st);
         *lost = 0;
         if (attempt == STORE_ATTEMPTS ||
-            !store_errno_is_lock(st->conn.last_errno))
+            !store_errno_is_deadlock(st->conn.last_errno))
             return -1;
     }
 }

@@ -17,7 +17,7 @@
 #include "store_plan.h"
 #include "util.h"
 
-#define STORE_ATTEMPTS 3       /* a claim or finalize retried on deadlock */
+#define STORE_ATTEMPTS 3 /* a claim, finalize or purge retried on deadlock */
 #define STORE_ERROR_CHARS 1024 /* last_error cap, the column's size */
 #define TOKEN_MIN_CHARS 24     /* room for some relay id, '/', 16 hex */
 #define TOKEN_MAX_CHARS (sizeof(((struct outbox_batch *)0)->token) - 1)
@@ -187,7 +187,12 @@ void sql_add_ident(struct strbuf *q, const char *name);
 void sql_add_string(struct store *st, const char *s);
 void sql_add_id(struct strbuf *q, uint64_t id, bool first);
 bool store_errno_is_connection(unsigned code);
-bool store_errno_is_lock(unsigned code);
+/* A deadlock (1213) is the one failure worth trying again at once: the
+ * server rolled back the victim and the other transaction goes on.  A
+ * lock wait that ran out (1205) means somebody holds the table or rows
+ * (an ALTER TABLE, LOCK TABLES): trying again would hold the thread's
+ * other outboxes for another wait, so the outbox's next cycle does. */
+bool store_errno_is_deadlock(unsigned code);
 void store_close(struct store *st);
 void sql_add_schema(struct store *st);
 int store_fail(struct store *st, const char *what, char *err, size_t errlen);

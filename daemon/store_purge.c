@@ -128,7 +128,7 @@ purge_step(struct store *st, uint64_t older_than_ms, unsigned batch, size_t cap,
             return 0;
         purge_fail(st, err, errlen);
         if (attempt == STORE_ATTEMPTS ||
-            !store_errno_is_lock(st->conn.last_errno))
+            !store_errno_is_deadlock(st->conn.last_errno))
             return -1;
     }
 }

@@ -72,9 +72,9 @@ is_schema_errno(unsigned code)
 }
 
 bool
-store_errno_is_lock(unsigned code)
+store_errno_is_deadlock(unsigned code)
 {
-    return code == ERRNO_DEADLOCK || code == ERRNO_LOCK_WAIT_TIMEOUT;
+    return code == ERRNO_DEADLOCK;
 }
 
 /* The session failed: it ends for every store on it, and each checks

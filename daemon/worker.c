@@ -163,10 +163,14 @@ publish_fn(void *pub, struct outbox_batch *b, struct outbox_row **rows,
                                   errlen);
 }
 
-static bool
-refused_writes_fn(void *store)
+static const char *
+record_later_fn(void *store)
 {
-    return store_last_error_is_read_only(store);
+    if (store_last_error_is_read_only(store))
+        return "the next session (on a new primary that holds their rows)";
+    if (store_last_error_is_lock_wait(store))
+        return "the next cycle (another session holds a lock on the table)";
+    return NULL;
 }
 
 /* The relay's helper thread uses the session this thread opened: the
@@ -295,7 +299,7 @@ worker_new(const struct outbox_config *ob, const char *relay_id,
         .mark_sent = mark_sent_fn,
         .is_blocked = is_blocked_fn,
         .wait_unblocked = wait_unblocked_fn,
-        .refused_writes = refused_writes_fn,
+        .record_later = record_later_fn,
         .thread_begin = db_thread_begin_fn,
         .thread_end = store_thread_end,
     };

@@ -170,10 +170,10 @@ fake_mark_sent(void *arg, struct outbox_batch *b, struct outbox_row **rows,
     return 0;
 }
 
-static bool
-fake_refused(void *arg)
+static const char *
+fake_record_later(void *arg)
 {
-    return ((struct fake *)arg)->refused;
+    return ((struct fake *)arg)->refused ? "the next session" : NULL;
 }
 
 static struct broker_config broker = {.name = "main",
@@ -1071,7 +1071,7 @@ END_TEST
  */
 START_TEST(test_refused_record_kept_for_next_session)
 {
-    relay.backend.refused_writes = fake_refused;
+    relay.backend.record_later = fake_record_later;
     add_row(1, "e1", "A");
     add_row(2, "e2", "B");
     fake.finalize_rc = -1;
@@ -1100,7 +1100,7 @@ END_TEST
 /* Any other failure to record: the rows come back after their lease. */
 START_TEST(test_failed_record_not_kept)
 {
-    relay.backend.refused_writes = fake_refused;
+    relay.backend.record_later = fake_record_later;
     add_row(1, "e1", "A");
     fake.finalize_rc = -1;
     ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);

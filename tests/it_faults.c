@@ -1244,8 +1244,9 @@ START_TEST(test_lock_wait_at_finalize)
     it_db_exec(f.sql, "COMMIT");
     long long locked;
     char *session = lock_claimed_rows(&f, &px, &locked);
-    /* the relay's session waits 10 s for a row lock: hold it longer */
-    it_sleep_ms(11000);
+    /* the relay's session waits 1 s for a row lock: hold it longer, so
+     * that its record fails and a later cycle's is the one that lands */
+    it_sleep_ms(3000);
     it_db_exec(f.sql, "ROLLBACK");
     free(session);
     assert_all_sent_once(&f, N); /* recorded on the retry: no duplicate */

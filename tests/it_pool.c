@@ -5,6 +5,7 @@
  * asks for, not one per outbox.
  */
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,60 @@ START_TEST(test_idle_outbox_not_starved_by_a_backlog)
 }
 END_TEST
 
+/* Whether the relay has a statement waiting for db's table lock. */
+static bool
+relay_waits_on_lock(MYSQL *sql, const char *db)
+{
+    return it_db_int(sql,
+                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                     "WHERE STATE LIKE 'Waiting for table metadata lock%%' "
+                     "AND INFO LIKE '%%`%s`%%'",
+                     db) > 0;
+}
+
+/*
+ * A's table locked by somebody else (LOCK TABLES, as a dump or a
+ * migration takes it): A's statements wait for it and fail, one lock
+ * wait at a time, and B's event on the same thread goes out while A's
+ * table is still locked, long before the 8 s that hold it (a lock wait
+ * of 10 s held it back until after).  A goes on once the lock is gone.
+ */
+START_TEST(test_locked_table_holds_its_neighbour_briefly)
+{
+    enum { HOLD_MS = 8000 };
+    struct it_fx a, b;
+    it_fx_open(&a, "it_pool_a", "sql/outbox.sql");
+    it_fx_open(&b, "it_pool_b", "sql/outbox.sql");
+    a.consumer = it_consumer_new(a.ex, "#");
+    b.consumer = it_consumer_new(b.ex, "#");
+    it_db_insert_events(a.sql, "outbox_event", "a", 1, 1, 64);
+    it_db_insert_events(b.sql, "outbox_event", "b", 1, 1, 64);
+    write_two_outbox_config(a.conf, a.name, &a, &b, 1);
+    it_fx_start(&a);
+    ck_assert(IT_WAIT(30000, it_db_count_status(a.sql, "SENT") == 1 &&
+                                 it_db_count_status(b.sql, "SENT") == 1));
+    MYSQL *locker = it_db_connect(a.db);
+    it_db_exec(locker, "LOCK TABLES outbox_event WRITE");
+    uint64_t locked_at = it_now_ms();
+    ck_assert_msg(IT_WAIT(HOLD_MS / 2, relay_waits_on_lock(b.sql, a.db)),
+                  "the relay never waited for A's table");
+    it_db_insert_events(b.sql, "outbox_event", "late", 1, 1, 64);
+    uint64_t left = HOLD_MS - (it_now_ms() - locked_at);
+    bool out = IT_WAIT(left, it_db_count_status(b.sql, "SENT") == 2);
+    uint64_t held = it_now_ms() - locked_at;
+    it_db_exec(locker, "UNLOCK TABLES");
+    mysql_close(locker);
+    if (!out)
+        it_daemon_dump_log(&a.d);
+    ck_assert_msg(out, "B's event waited out A's lock (%llu ms)",
+                  (unsigned long long)held);
+    it_db_insert_events(a.sql, "outbox_event", "after", 1, 1, 64);
+    ck_assert(IT_WAIT(30000, it_db_count_status(a.sql, "SENT") == 2));
+    it_fx_close(&a);
+    it_teardown(&b.d, b.consumer, b.sql, b.db, b.conf);
+}
+END_TEST
+
 Suite *
 it_pool_suite(void)
 {
@@ -106,6 +161,7 @@ it_pool_suite(void)
     TCase *tc = tcase_create("pool");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_idle_outbox_not_starved_by_a_backlog);
+    tcase_add_test(tc, test_locked_table_holds_its_neighbour_briefly);
     suite_add_tcase(s, tc);
     return s;
 }
