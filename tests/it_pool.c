@@ -138,9 +138,15 @@ START_TEST(test_locked_table_holds_its_neighbour_briefly)
     ck_assert_msg(IT_WAIT(HOLD_MS / 2, relay_waits_on_lock(b.sql, a.db)),
                   "the relay never waited for A's table");
     it_db_insert_events(b.sql, "outbox_event", "late", 1, 1, 64);
-    uint64_t left = HOLD_MS - (it_now_ms() - locked_at);
+    uint64_t committed = it_now_ms();
+    uint64_t left = HOLD_MS - (committed - locked_at);
     bool out = IT_WAIT(left, it_db_count_status(b.sql, "SENT") == 2);
     uint64_t held = it_now_ms() - locked_at;
+    if (out)
+        fprintf(stderr,
+                "it_pool: B's event SENT %llu ms after its commit, A's table "
+                "locked\n",
+                (unsigned long long)(it_now_ms() - committed));
     it_db_exec(locker, "UNLOCK TABLES");
     mysql_close(locker);
     if (!out)
