@@ -352,7 +352,6 @@ connect_url(struct amqpconn *c, size_t i, char *err, size_t errlen)
         goto out;
     }
     c->channel_max = negotiated_channel_max(c);
-    c->generation++;
     rc = 0;
 out:
     if (rc < 0)
@@ -421,6 +420,8 @@ amqpconn_free(struct amqpconn *c)
                   "amqpconn_free: %zu publishers still attached",
                   c->npublishers);
     amqpconn_disconnect(c);
+    conn_exchanges_forget(c);
+    free(c->exchanges);
     for (size_t i = 0; i < c->broker->nurls; i++)
         free(c->masked_urls[i]);
     free(c->masked_urls);
@@ -460,6 +461,39 @@ amqpconn_serves(const struct amqpconn *c, const struct broker_config *b)
     return true;
 }
 
+/* A pattern's tenants share one exchange; a template over a column may
+ * name many, and a publish looks its exchange up here first. */
+#define CONN_EXCHANGES_MAX 64
+
+void
+conn_exchanges_forget(struct amqpconn *c)
+{
+    for (size_t i = 0; i < c->nexchanges; i++) {
+        free(c->exchanges[i].name);
+        free(c->exchanges[i].missing);
+    }
+    c->nexchanges = 0;
+}
+
+struct exchange_seen *
+conn_exchange_find(struct amqpconn *c, const char *name)
+{
+    for (size_t i = c->nexchanges; i-- > 0;) /* the newest first */
+        if (strcmp(c->exchanges[i].name, name) == 0)
+            return &c->exchanges[i];
+    if (c->nexchanges == CONN_EXCHANGES_MAX) {
+        free(c->exchanges[0].name);
+        free(c->exchanges[0].missing);
+        memmove(c->exchanges, c->exchanges + 1,
+                --c->nexchanges * sizeof(*c->exchanges));
+    }
+    c->exchanges =
+        xrealloc(c->exchanges, (c->nexchanges + 1) * sizeof(*c->exchanges));
+    struct exchange_seen *e = &c->exchanges[c->nexchanges++];
+    *e = (struct exchange_seen){.name = xstrdup(name)}; /* never asked */
+    return e;
+}
+
 void
 conn_drop(struct amqpconn *c, const char *reason)
 {
@@ -478,6 +512,7 @@ conn_drop(struct amqpconn *c, const char *reason)
     c->blocked = false;
     c->max_body = 0; /* the next broker may be configured otherwise */
     c->nacking_since_ms = 0;
+    conn_exchanges_forget(c); /* the next broker may lack one */
 }
 
 void
@@ -491,6 +526,12 @@ amqpconn_disconnect(struct amqpconn *c)
     amqp_set_rpc_timeout(c->conn, &tv);
     amqp_connection_close(c->conn, AMQP_REPLY_SUCCESS);
     conn_drop(c, "disconnected");
+}
+
+uint64_t
+amqpconn_exchange_checks(const struct amqpconn *c)
+{
+    return c->exchange_checks;
 }
 
 bool

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -36,6 +37,8 @@ bool amqpconn_is_connected(const struct amqpconn *c);
 bool amqpconn_is_blocked(const struct amqpconn *c);
 /* Channels open now (publishers' and the exchange check's). */
 size_t amqpconn_channels(const struct amqpconn *c);
+/* Passive exchange.declares sent on it so far (for tests). */
+uint64_t amqpconn_exchange_checks(const struct amqpconn *c);
 /* The most channels the broker allows on it (channel_max), once connected. */
 unsigned amqpconn_channel_max(const struct amqpconn *c);
 /* The url of the live connection (or the last one tried), masked. */

@@ -78,23 +78,13 @@ publisher_new_shared(struct amqpconn *c, const struct broker_config *broker)
     return publisher_attach(c, broker != NULL ? broker : c->broker);
 }
 
-static void
-forget_exchanges(struct publisher *p)
-{
-    for (size_t i = 0; i < p->nexchanges; i++) {
-        free(p->exchanges[i].name);
-        free(p->exchanges[i].missing);
-    }
-    p->nexchanges = 0;
-}
-
 void
 publisher_channel_lost(struct publisher *p, const char *reason)
 {
     p->channel = 0;
     str_copy(p->lost, reason, sizeof(p->lost));
     p->nacking_since_ms = 0;
-    forget_exchanges(p); /* one may be deleted before the next channel */
+    conn_exchanges_forget(p->c); /* one may be deleted before the next */
 }
 
 /*
@@ -161,8 +151,6 @@ publisher_free(struct publisher *p)
     c->npublishers--;
     if (p->owns_conn)
         amqpconn_free(c);
-    forget_exchanges(p);
-    free(p->exchanges);
     free(p->inflight);
     free(p->headers);
     free(p->scratch);
@@ -564,7 +552,7 @@ on_channel_close(struct wave *w, const amqp_channel_close_t *m)
     } else {
         fail_unsettled(w, reason);
     }
-    forget_exchanges(p); /* one was deleted since it was checked */
+    conn_exchanges_forget(p->c); /* one was deleted since it was checked */
     char err[ERR_LEN];
     if (conn_channel_open(p->c, p, err, sizeof(err)) < 0) {
         char lost[sizeof(reason) + sizeof("; reopening it: ") + sizeof(err)];
@@ -646,25 +634,6 @@ read_available(struct wave *w)
 
 /* ---- exchange checks ---- */
 
-static struct exchange_seen *
-exchange_find(struct publisher *p, const char *name)
-{
-    if (p->exchanges_generation != p->c->generation) {
-        forget_exchanges(p); /* checked on an older connection */
-        p->exchanges_generation = p->c->generation;
-    }
-    for (size_t i = 0; i < p->nexchanges; i++)
-        if (strcmp(p->exchanges[i].name, name) == 0)
-            return &p->exchanges[i];
-    p->exchanges =
-        xrealloc(p->exchanges, (p->nexchanges + 1) * sizeof(*p->exchanges));
-    struct exchange_seen *e = &p->exchanges[p->nexchanges++];
-    e->name = xstrdup(name);
-    e->missing = NULL;
-    e->recheck_ms = 0; /* never asked */
-    return e;
-}
-
 /* The check channel opened if it is new, then the passive declare. */
 static amqp_rpc_reply_t
 check_rpc(struct amqpconn *c, const char *exchange)
@@ -708,6 +677,7 @@ declare_passive(struct wave *w, struct exchange_seen *e)
     }
     struct timeval tv = ms_to_tv(left);
     amqp_set_rpc_timeout(c->conn, &tv);
+    c->exchange_checks++;
     r = check_rpc(c, e->name);
     tv = ms_to_tv(c->broker->connect_timeout_ms);
     amqp_set_rpc_timeout(c->conn, &tv);
@@ -739,7 +709,7 @@ check_exchange(struct wave *w, const char *exchange, const char **missing)
     *missing = NULL;
     if (exchange[0] == '\0') /* the default exchange always exists */
         return FRAME_OK;
-    struct exchange_seen *e = exchange_find(w->p, exchange);
+    struct exchange_seen *e = conn_exchange_find(w->p->c, exchange);
     bool asked = e->recheck_ms != 0;
     if (asked && (e->missing == NULL || clock_ms() < e->recheck_ms)) {
         *missing = e->missing;

@@ -34,6 +34,19 @@ struct chan_slot {
     struct publisher *p; /* OPEN, CLOSING: whose it is; NULL once freed */
 };
 
+/*
+ * What the check channel said about an exchange.  A publish to a missing
+ * exchange closes the channel and fails every row in flight with it, so
+ * each exchange is checked once per connection before its first publish:
+ * once for all the connection's outboxes, as every outbox of a pattern
+ * entry publishes to the same exchange.
+ */
+struct exchange_seen {
+    char *name;
+    char *missing;       /* the broker's 404 reply; NULL if it exists */
+    uint64_t recheck_ms; /* when a missing one is asked about again */
+};
+
 struct amqpconn {
     const struct broker_config *broker;
     char *name;
@@ -54,9 +67,12 @@ struct amqpconn {
     uint64_t nacking_since_ms;
     uint64_t nack_streak;
     size_t nacking_publishers;
-    uint64_t generation;     /* counts connects: what a publisher learnt of an
-                                older connection (exchanges) is stale */
-    struct chan_slot *slots; /* by channel number; [0] is the connection */
+    /* The exchanges checked on this connection, oldest first (at most
+     * CONN_EXCHANGES_MAX); forgotten when it drops or a channel closes. */
+    struct exchange_seen *exchanges;
+    size_t nexchanges;
+    uint64_t exchange_checks; /* passive declares sent, for tests */
+    struct chan_slot *slots;  /* by channel number; [0] is the connection */
     size_t nslots;
     unsigned channel_max;         /* negotiated at login */
     amqp_channel_t check_channel; /* 0 until needed */
@@ -74,17 +90,6 @@ struct inflight {
     const char *returned; /* why the broker returned it; NULL if it did not */
 };
 
-/*
- * What the check channel said about an exchange.  A publish to a missing
- * exchange closes the channel and fails every row in flight with it, so
- * each exchange is checked once per connection before its first publish.
- */
-struct exchange_seen {
-    char *name;
-    char *missing;       /* the broker's 404 reply; NULL if it exists */
-    uint64_t recheck_ms; /* when a missing one is asked about again */
-};
-
 struct publisher {
     struct amqpconn *c;
     bool owns_conn; /* publisher_new: a private connection */
@@ -99,9 +104,6 @@ struct publisher {
     uint64_t next_tag; /* delivery tag of the next publish on the channel */
     /* Read by the main thread for /metrics (worker_metrics). */
     _Atomic uint64_t late_confirms;
-    struct exchange_seen *exchanges;
-    size_t nexchanges;
-    uint64_t exchanges_generation; /* the connection they were checked on */
     /* Reused by every wave so the hot path does not allocate. */
     struct inflight *inflight;
     size_t inflight_cap;
@@ -131,6 +133,11 @@ ms_to_tv(uint64_t ms)
 void conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len);
 /* Forgets the connection at once; every channel's publisher is told. */
 void conn_drop(struct amqpconn *c, const char *reason);
+/* What the check channel said of exchange name on c, a fresh entry (never
+ * asked) if nothing yet; the oldest entry makes room past a limit. */
+struct exchange_seen *conn_exchange_find(struct amqpconn *c, const char *name);
+/* Every exchange is asked about again before its next publish. */
+void conn_exchanges_forget(struct amqpconn *c);
 /* A free channel number marked st for p; 0 with the reason when none. */
 amqp_channel_t conn_channel_alloc(struct amqpconn *c, enum chan_state st,
                                   struct publisher *p, char *err,

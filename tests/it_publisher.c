@@ -1333,6 +1333,43 @@ START_TEST(test_shared_publish)
 END_TEST
 
 /*
+ * An exchange is checked once per connection, for all its publishers: a
+ * pattern entry's thousand tenants publish to one exchange, and each
+ * check is a round trip and work for the broker.  A missing one is
+ * remembered for all of them too: their rows fail with the broker's 404
+ * without a publish that would close their channel.
+ */
+START_TEST(test_shared_exchange_checked_once)
+{
+    struct shared_fx s;
+    shared_init(&s);
+    struct fx *a = &s.f[0], *b = &s.f[1];
+    uint64_t checks0 = amqpconn_exchange_checks(s.c);
+    ck_assert_msg(shared_wave(a, 1, 10, a->ex) == 0, "%s", a->err);
+    assert_all_state(a, ROW_ACKED);
+    ck_assert_uint_eq(amqpconn_exchange_checks(s.c), checks0 + 1);
+    ck_assert_msg(shared_wave(b, 11, 10, a->ex) == 0, "%s", b->err);
+    assert_all_state(b, ROW_ACKED);
+    ck_assert_uint_eq(amqpconn_exchange_checks(s.c), checks0 + 1);
+    char missing[128];
+    snprintf(missing, sizeof(missing), "missing_%s", a->name);
+    ck_assert_msg(shared_wave(a, 21, 5, missing) == 0, "%s", a->err);
+    assert_all_state(a, ROW_FAILED);
+    ck_assert_uint_eq(amqpconn_exchange_checks(s.c), checks0 + 2);
+    amqp_channel_t ch = publisher_channel(b->p);
+    ck_assert_msg(shared_wave(b, 26, 5, missing) == 0, "%s", b->err);
+    assert_all_state(b, ROW_FAILED);
+    ck_assert_msg(strstr(b->b.rows[0].error, "404") != NULL, "%s",
+                  b->b.rows[0].error);
+    ck_assert_uint_eq(amqpconn_exchange_checks(s.c), checks0 + 2);
+    ck_assert_uint_eq(publisher_channel(b->p), ch); /* never closed */
+    int seen[21] = {0};
+    ck_assert_uint_eq(raw_collect(a->q, seen, 21), 20);
+    shared_free(&s);
+}
+END_TEST
+
+/*
  * A channel error (the exchange missing, or deleted once checked) fails
  * that publisher's rows and closes its channel alone: the others keep
  * publishing on the same connection, and it publishes again.
@@ -1838,6 +1875,7 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_bad_rows_rejected);
     tcase_add_test(tc, test_throughput_20k);
     tcase_add_test(tc, test_shared_publish);
+    tcase_add_test(tc, test_shared_exchange_checked_once);
     tcase_add_test(tc, test_shared_channel_error);
     tcase_add_test(tc, test_shared_connection_closed);
     tcase_add_test(tc, test_shared_late_confirms);
