@@ -19,8 +19,9 @@
  * locked rows, its records touch rows it leased); what does is somebody
  * else's ALTER TABLE, LOCK TABLES or backup lock on one table, and while
  * a statement waits, every other outbox of its thread waits behind it.
- * The statement then fails and its outbox tries again on its next
- * cycle; nothing is lost (docs/operations.md, Threads and connections).
+ * The statement then fails and its outbox backs off (worker.c,
+ * LOCK_BACKOFF_MAX_MS); nothing is lost (docs/operations.md, Threads and
+ * connections).
  */
 #define LOCK_WAIT_S "1"
 #define IO_TIMEOUT_MIN_MS 30000

@@ -14,13 +14,18 @@
 #include "util.h"
 
 static int
+query_failed(MYSQL *db, char *err, size_t errlen)
+{
+    err_set(err, errlen, "counting rows: %s (%u)", mysql_error(db),
+            mysql_errno(db));
+    return -1;
+}
+
+static int
 query(MYSQL *db, const char *sql, MYSQL_RES **res, char *err, size_t errlen)
 {
-    if (mysql_query(db, sql) != 0 || (*res = mysql_store_result(db)) == NULL) {
-        err_set(err, errlen, "counting rows: %s (%u)", mysql_error(db),
-                mysql_errno(db));
-        return -1;
-    }
+    if (mysql_query(db, sql) != 0 || (*res = mysql_store_result(db)) == NULL)
+        return query_failed(db, err, errlen);
     return 0;
 }
 
@@ -73,9 +78,13 @@ oldest_pending(MYSQL *db, const char *table, struct outbox_counts *out,
         "MIN(`available_at`) FROM %s WHERE `status` = 'PENDING'), "
         "NOW(6)), -1))",
         table, table, table);
-    if (mysql_query(db, sql) == 0)
+    if (mysql_query(db, sql) == 0) {
         res = mysql_store_result(db);
-    else if (mysql_errno(db) == ERRNO_BAD_FIELD) {
+    } else if (mysql_errno(db) != ERRNO_BAD_FIELD) {
+        /* not again: a lock wait would cost its neighbours another */
+        free(sql);
+        return query_failed(db, err, errlen);
+    } else {
         free(sql);
         sql = xasprintf("SELECT TIMESTAMPDIFF(MICROSECOND, `created_at`, "
                         "NOW(6)) FROM %s WHERE `id` = (SELECT MIN(`id`) "
@@ -104,6 +113,8 @@ stats_sql_count(MYSQL *db, const char *table, struct outbox_counts *out,
     int rc = count_statuses(db, table, out, err, errlen);
     if (rc == 0)
         rc = oldest_pending(db, table, out, err, errlen);
+    if (rc < 0)
+        out->errnum = mysql_errno(db); /* before the commit clears it */
     /* The session runs with autocommit off: end the read view and drop
      * the metadata lock, or an ALTER TABLE would wait on us. */
     if (mysql_commit(db) != 0 && rc == 0) {

@@ -17,6 +17,7 @@ struct outbox_counts {
     uint64_t rows[OUTBOX_STATUS_COUNT];
     bool counted[OUTBOX_STATUS_COUNT]; /* SENT is not: see stats_sql.c */
     int64_t oldest_pending_us;         /* 0 when nothing is pending */
+    unsigned errnum; /* the server's error when a count failed, else 0 */
 };
 
 /*

@@ -28,6 +28,15 @@
 /* Reconnect backoff: 1s doubling to 30s, with jitter. */
 #define RECONNECT_INITIAL_MS 1000
 #define RECONNECT_MAX_MS 30000
+/*
+ * After a lock wait that ran out, somebody holds the table for as long as
+ * their work takes (a dump's LOCK TABLES, an ALTER TABLE that copies),
+ * and every try costs the thread's other outboxes a lock wait: the
+ * outbox leaves its table alone, claims, counts and retention alike, for
+ * 1 s doubling to this.  A wake does not cut the pause short: commits go
+ * on under a lock on some rows, and each would cost another wait.
+ */
+#define LOCK_BACKOFF_MAX_MS 16000
 /* A failure that goes on is logged again after 1 s, 2 s, 4 s... with
  * its count: as often as the reconnects at first, at most every 10 min
  * for one that lasts hours. */
@@ -93,6 +102,10 @@ struct worker {
     struct relay relay;
     bool busy; /* the last cycle was full: pool_thread_busy counts it */
     struct link_state db, broker;
+    /* Lock waits that ran out in a row, and until when the table is left
+     * alone after the last (LOCK_BACKOFF_MAX_MS). */
+    unsigned lock_waits;
+    uint64_t lock_backoff_until_ms;
     struct pacer pacer;
     /* Set by the binlog stream's thread (binlog.h). */
     _Atomic bool wake_live;
@@ -463,6 +476,22 @@ reconnect_delay(struct worker *w)
     return at > now ? at - now : 0;
 }
 
+/* A lock wait ran out: the delay before the table is tried again. */
+static uint64_t
+lock_backoff(struct worker *w)
+{
+    uint64_t delay =
+        backoff_ms(w->lock_waits++, RECONNECT_INITIAL_MS, LOCK_BACKOFF_MAX_MS);
+    w->lock_backoff_until_ms = clock_ms() + delay;
+    return delay;
+}
+
+static bool
+lock_backing_off(const struct worker *w)
+{
+    return clock_ms() < w->lock_backoff_until_ms;
+}
+
 /* Schedules the next claim after one with this outcome. */
 static void
 pace(struct worker *w, enum pacer_outcome out, uint64_t due_in_ms)
@@ -506,6 +535,7 @@ run_cycle(struct worker *w)
     if (rc != RELAY_STORE_DOWN && rc != RELAY_BROKER_DOWN) {
         link_clear(w, &w->db, "database");
         link_clear(w, &w->broker, "broker");
+        w->lock_waits = 0;
     }
     switch (rc) {
     case RELAY_FULL:
@@ -519,12 +549,15 @@ run_cycle(struct worker *w)
         pace(w, PACER_EMPTY, w->relay.idle_due_ms);
         break;
     case RELAY_STORE_DOWN:
-        if (store_is_connected(w->store))
-            link_failure(w, &w->db, "database", w->relay.last_error);
-        else
+        if (!store_is_connected(w->store)) {
             link_failed(w, &w->db, "database", w->relay.last_error);
-        schedule(w, store_is_connected(w->store) ? w->ob->poll_interval_ms
-                                                 : reconnect_delay(w));
+            schedule(w, reconnect_delay(w));
+            break;
+        }
+        link_failure(w, &w->db, "database", w->relay.last_error);
+        schedule(w, store_last_error_is_lock_wait(w->store)
+                        ? lock_backoff(w)
+                        : w->ob->poll_interval_ms);
         break;
     case RELAY_BROKER_DOWN:
         publisher_disconnect(w->pub);
@@ -652,7 +685,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
         w->rows_known = false;
         return;
     }
-    if (stats_unchanged(w))
+    if (stats_unchanged(w) || lock_backing_off(w))
         return;
     w->stats_changes = w->changes;
     w->stats_ms = clock_ms();
@@ -662,6 +695,8 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
         if (w->rows_known)
             log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
         w->rows_known = false;
+        if (counts.errnum == ERRNO_LOCK_WAIT_TIMEOUT)
+            (void)lock_backoff(w);
         return;
     }
     stats_publish(w, &counts);
@@ -714,7 +749,8 @@ retention_cb(evutil_socket_t fd, short what, void *arg)
         return;
     uint64_t next = w->ob->retention_interval_ms;
     if (w->ob->retention_sent_ms > 0 && store_is_connected(w->store) &&
-        !retention_run(w) && next > RETENTION_CATCHUP_MS)
+        !lock_backing_off(w) && !retention_run(w) &&
+        next > RETENTION_CATCHUP_MS)
         next = RETENTION_CATCHUP_MS;
     retention_schedule(w, next);
 }
@@ -726,7 +762,7 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     (void)fd;
     (void)what;
-    if (w->stopping)
+    if (w->stopping || lock_backing_off(w))
         return;
     struct pacer_limits lim = pace_limits(w);
     pacer_woken(&w->pacer, &lim);
