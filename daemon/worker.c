@@ -583,6 +583,10 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
         schedule(w, reconnect_delay(w));
         return;
     }
+    if (lock_backing_off(w)) { /* a count met the lock since */
+        schedule(w, w->lock_backoff_until_ms - clock_ms());
+        return;
+    }
     run_cycle(w);
     w->db_up = store_is_connected(w->store);
     w->broker_up = publisher_is_connected(w->pub);
