@@ -840,15 +840,10 @@ measure_tenants(const struct settings *s)
     tenants_config(&t);
     long rss = t.drain_only ? 0 : measure_tenants_connected(&t);
     long drain_rss = measure_tenants_drain(&t);
-    if (t.drain_only)
-        printf("peak RSS of outboxd over %ld tenants (VmHWM): %.1f MiB "
-               "through the drain\n",
-               t.n, drain_rss / 1024.0);
-    else
-        printf("peak RSS of outboxd over %ld tenants (VmHWM): %.1f MiB "
-               "connected, idle and one event each; %.1f MiB through the "
-               "drain\n",
-               t.n, rss / 1024.0, drain_rss / 1024.0);
+    printf("peak RSS of outboxd over %ld tenants (VmHWM): ", t.n);
+    if (!t.drain_only)
+        printf("%.1f MiB connected, idle and one event each; ", rss / 1024.0);
+    printf("%.1f MiB through the drain\n", drain_rss / 1024.0);
     tenants_cleanup();
     cleanup_tenants = NULL;
     queue_reset(s);
