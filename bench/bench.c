@@ -549,31 +549,31 @@ config_open(const char *path)
 
 /*
  * One database entry with its outbox, pacing left at its defaults: what
- * the bench measures is what a user gets without tuning.  wake: NULL for
- * the default (auto).
+ * the bench measures is what a user gets without tuning.  The target's
+ * batch_size is set only for a reference drain that asks for it.
  */
 static void
-config_database(FILE *f, const struct server *sv, const char *db,
-                const char *ordering, const char *wake)
+config_database(FILE *f, struct target to, const char *db, const char *ordering)
 {
     fprintf(f,
             "  %s:\n    user: " RELAY_USER "\n    password: " RELAY_USER "\n"
             "    port: %d\n    database: %s\n",
-            db, sv->port, db);
-    if (wake != NULL)
-        fprintf(f, "    wake: %s\n", wake);
+            db, to.sv->port, db);
+    if (to.wake != NULL)
+        fprintf(f, "    wake: %s\n", to.wake);
     fprintf(f,
             "    outboxes:\n      - table: outbox_event\n"
             "        exchange: " EXCHANGE "\n        ordering: %s\n",
             ordering);
+    if (to.batch_size > 0)
+        fprintf(f, "        batch_size: %ld\n", to.batch_size);
 }
 
 static void
-write_config(const char *path, const struct server *sv, const char *ordering,
-             const char *wake)
+write_config(const char *path, struct target to, const char *ordering)
 {
     FILE *f = config_open(path);
-    config_database(f, sv, DB_NAME, ordering, wake);
+    config_database(f, to, DB_NAME, ordering);
     fclose(f);
 }
 
@@ -778,7 +778,7 @@ measure_drain(const struct settings *s, struct target to, const char *ordering,
         db_fill_delayed(m, s->delayed);
     db_fill(m, "PENDING", sent + held, s->backlog, s->aggregates);
     db_exec(m, "ANALYZE TABLE outbox_event");
-    write_config(conf, to.sv, ordering, to.wake);
+    write_config(conf, to, ordering);
     long long q0 = db_relay_statements(m);
     pid_t servers[2] = {server_pid(to.sv), pid_of("beam.smp")};
     double cpu0[3] = {cpu_ms(servers[0]), cpu_ms(servers[1]), 0};
@@ -850,7 +850,7 @@ drain_beside(const struct settings *s, const struct drain_result *plain,
              long sent, long held)
 {
     struct drain_result r = measure_drain_median(
-        s, (struct target){&no_binlog, NULL}, "aggregate", sent, held);
+        s, (struct target){&no_binlog, NULL, 0}, "aggregate", sent, held);
     printf("drain with %ld %s in the table: %.0f events/s (median of %d "
            "runs, %.0f-%.0f) = %.2f of the drain without them\n",
            sent + held, sent > 0 ? "old SENT rows" : "RETRY rows waiting",
@@ -869,9 +869,9 @@ static void
 drain_with_binlog(const struct settings *s, const struct drain_result *off)
 {
     struct drain_result on = measure_drain_median(
-        s, (struct target){&with_binlog, NULL}, "aggregate", 0, 0);
+        s, (struct target){&with_binlog, NULL, 0}, "aggregate", 0, 0);
     struct drain_result poll = measure_drain_median(
-        s, (struct target){&with_binlog, "poll"}, "aggregate", 0, 0);
+        s, (struct target){&with_binlog, "poll", 0}, "aggregate", 0, 0);
     char buf[48];
     printf("drain %ld events, ordering aggregate, binlog on (port %d, wake "
            "auto, wake source %s): %.0f events/s (median of %d runs, "
@@ -972,7 +972,7 @@ measure_latency(const struct settings *s, const struct server *sv, long rate,
     const char *conf = "/tmp/outboxd-bench.yaml";
     db_recreate(s, sv);
     queue_reset(s);
-    write_config(conf, sv, "aggregate", NULL);
+    write_config(conf, (struct target){sv, NULL, 0}, "aggregate");
     pid_t pid = start_daemon(s, conf);
     long warm = rate;
     struct consumer c = {.expected = warm + rate * seconds};
@@ -1055,7 +1055,7 @@ idle_setup(const struct settings *s, const struct server *sv, const char *conf,
         char db[64];
         idle_name(db, sizeof(db), i);
         db_create(s, sv, db);
-        config_database(f, sv, db, "aggregate", NULL);
+        config_database(f, (struct target){sv, NULL, 0}, db, "aggregate");
     }
     fclose(f);
 }
@@ -1281,7 +1281,7 @@ measure_sized_drain(const struct settings *s, size_t size, long rows)
     MYSQL *m = db_connect(&no_binlog, DB_NAME);
     db_fill_sized(m, rows, size, s->aggregates);
     db_exec(m, "ANALYZE TABLE outbox_event");
-    write_config(conf, &no_binlog, "aggregate", NULL);
+    write_config(conf, (struct target){&no_binlog, NULL, 0}, "aggregate");
     pid_t server = server_pid(&no_binlog), rabbit = pid_of("beam.smp");
     double start = now_s();
     pid_t pid = start_daemon(s, conf);
@@ -1559,7 +1559,7 @@ measure_delayed(const struct settings *s)
     with.delayed = env_long("BENCH_DELAYED_ROWS", 1000000);
     double low = 1e9, high = 0;
     for (int pair = 0; pair < 2; pair++) {
-        struct target off = {&no_binlog, NULL};
+        struct target off = {&no_binlog, NULL, 0};
         struct drain_result a = measure_drain(s, off, "aggregate", 0, 0);
         struct drain_result b = measure_drain(&with, off, "aggregate", 0, 0);
         double ratio = b.rate / a.rate;
@@ -1583,7 +1583,7 @@ measure_drains_only(const struct settings *s)
     static const char *const orderings[] = {"aggregate", "none"};
     for (int i = 0; i < 2; i++) {
         struct drain_result r = measure_drain_median(
-            s, (struct target){&no_binlog, NULL}, orderings[i], 0, 0);
+            s, (struct target){&no_binlog, NULL, 0}, orderings[i], 0, 0);
         printf("drain %ld events, ordering %s: %.0f events/s (median of %d "
                "runs, %.0f-%.0f); peak RSS %.1f MiB\n",
                s->backlog, orderings[i], r.rate, (int)s->drain_runs, r.low,
@@ -1672,7 +1672,7 @@ main(void)
     struct ceiling bare, shaped;
     measure_ceilings(&s, &bare, &shaped);
     double ceiling = shaped.rate;
-    struct target off = {&no_binlog, NULL};
+    struct target off = {&no_binlog, NULL, 0};
     struct drain_result agg = measure_drain_median(&s, off, "aggregate", 0, 0);
     printf("drain %ld events, %ld aggregates, ordering aggregate: %.0f "
            "events/s (median of %d runs, %.0f-%.0f) = %.2f of the shaped "

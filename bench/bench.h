@@ -58,10 +58,12 @@ struct drain_result {
     double woken;     /* outboxes the binlog woke at the end: 0 or 1 */
 };
 
-/* What a drain runs against: a server, and its wake (NULL: auto). */
+/* What a drain runs against: a server, its wake (NULL: auto) and the
+ * outbox's batch_size (0: its default). */
 struct target {
     const struct server *sv;
     const char *wake;
+    long batch_size;
 };
 
 /* Latencies by the events' own numbers, whatever order they arrive in. */
