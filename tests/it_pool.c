@@ -116,9 +116,9 @@ relay_lock_wait_ms(MYSQL *sql, const char *db)
 }
 
 /*
- * A's table locked by somebody else for 20 s (LOCK TABLES, as a dump or
+ * A's table locked by somebody else for 12 s (LOCK TABLES, as a dump or
  * a migration takes it): each of A's statements waits 1 s for it and
- * fails, and A leaves its table alone for longer after each (1, 2, 4, 8
+ * fails, and A leaves its table alone for longer after each (1, 2, 4
  * s): a handful of waits, where a try every cycle made a dozen.  B's
  * event on the same thread goes out while A's table is still locked,
  * long before 8 s (a lock wait of 10 s, tried three times, held it 30 s).
@@ -126,7 +126,7 @@ relay_lock_wait_ms(MYSQL *sql, const char *db)
  */
 START_TEST(test_locked_table_holds_its_neighbour_briefly)
 {
-    enum { B_WITHIN_MS = 8000, LOCK_MS = 20000, MAX_WAITS = 7 };
+    enum { B_WITHIN_MS = 8000, LOCK_MS = 12000, MAX_WAITS = 6 };
     struct it_fx a, b;
     it_fx_open(&a, "it_pool_a", "sql/outbox.sql");
     it_fx_open(&b, "it_pool_b", "sql/outbox.sql");
