@@ -1370,6 +1370,38 @@ START_TEST(test_shared_exchange_checked_once)
 END_TEST
 
 /*
+ * A connection keeps its last 64 exchanges checked: a template over a
+ * column may name any number, and memory stays bounded.  One pushed out
+ * is checked again at its next publish; the newest are not.
+ */
+START_TEST(test_exchange_checks_bounded)
+{
+    enum { KEPT = 64 };
+    struct shared_fx s;
+    shared_init(&s);
+    struct fx *a = &s.f[0];
+    char names[KEPT + 1][128];
+    for (int i = 0; i <= KEPT; i++) {
+        snprintf(names[i], sizeof(names[i]), "%s_%d", a->ex, i);
+        it_exchange_declare(names[i], "fanout");
+    }
+    uint64_t checks0 = amqpconn_exchange_checks(s.c);
+    for (int i = 0; i <= KEPT; i++)
+        ck_assert_msg(shared_wave(a, 1 + (uint64_t)i, 1, names[i]) == 0, "%s",
+                      a->err);
+    ck_assert_uint_eq(amqpconn_exchange_checks(s.c), checks0 + KEPT + 1);
+    ck_assert_msg(shared_wave(a, 100, 1, names[KEPT]) == 0, "%s", a->err);
+    ck_assert_msg(shared_wave(a, 101, 1, names[1]) == 0, "%s", a->err);
+    ck_assert_uint_eq(amqpconn_exchange_checks(s.c), checks0 + KEPT + 1);
+    ck_assert_msg(shared_wave(a, 102, 1, names[0]) == 0, "%s", a->err);
+    ck_assert_uint_eq(amqpconn_exchange_checks(s.c), checks0 + KEPT + 2);
+    for (int i = 0; i <= KEPT; i++)
+        it_exchange_delete(names[i]);
+    shared_free(&s);
+}
+END_TEST
+
+/*
  * A channel error (the exchange missing, or deleted once checked) fails
  * that publisher's rows and closes its channel alone: the others keep
  * publishing on the same connection, and it publishes again.
@@ -1876,6 +1908,7 @@ it_publisher_suite(void)
     tcase_add_test(tc, test_throughput_20k);
     tcase_add_test(tc, test_shared_publish);
     tcase_add_test(tc, test_shared_exchange_checked_once);
+    tcase_add_test(tc, test_exchange_checks_bounded);
     tcase_add_test(tc, test_shared_channel_error);
     tcase_add_test(tc, test_shared_connection_closed);
     tcase_add_test(tc, test_shared_late_confirms);
