@@ -5,22 +5,19 @@
  */
 #include "config.h"
 
-#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <amqp.h>
 #include <unistd.h>
 #include <yaml.h>
 
-#include "config_table.h"
+#include "config_int.h"
 #include "util.h"
 
 /* Files larger than this are surely not a config or a secret. */
@@ -28,32 +25,6 @@
 #define SECRET_MAX_BYTES (64 * 1024)
 /* MySQL's limit for table and column names. */
 #define IDENT_MAX 64
-#define SECTION_MAX 24
-
-/* One mapping matched against a table, kept for its finisher. */
-struct section {
-    const struct table *table;
-    const char *path; /* "databases.orders"; NULL at the top level */
-    yaml_node_t *map;
-    void *base;
-    yaml_node_t *keys[SECTION_MAX];
-    yaml_node_t *vals[SECTION_MAX];
-};
-
-struct pending_error {
-    size_t line, column, seq;
-    char *msg;
-};
-
-struct loader {
-    const char *path;
-    char *dir; /* relative secret and TLS files are found beside the config */
-    yaml_document_t doc;
-    struct config *cfg;
-    struct pending_error *errs;
-    size_t nerrs;
-    bool inline_password;
-};
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug",
                                          NULL};
@@ -117,7 +88,7 @@ static const struct opt relay_opts[] = {
     K_UINT("metrics_outbox_series", "100", OPT_RELOAD, 0, 1000000,
            RELAY(metrics_outbox_series)),
 };
-static const struct table relay_table =
+const struct table config_relay_table =
     TABLE("relay", relay_opts, relay_finish);
 
 #define TLS(f) offsetof(struct tls_config, f)
@@ -144,7 +115,7 @@ static const struct opt broker_opts[] = {
           BROKER(confirm_timeout_ms)),
     K_MAP("tls", 0, BROKER(tls), &tls_table),
 };
-static const struct table broker_table =
+const struct table config_broker_table =
     TABLE("brokers", broker_opts, broker_finish);
 
 /* backoff and retention are nested maps over outbox_config's own fields. */
@@ -198,7 +169,7 @@ static const struct opt outbox_opts[] = {
     K_ENUM("envelope", "outboxd", 0, envelopes, NULL, OUTBOX(envelope)),
     K_STR("cloudevents_source", NULL, 0, OUTBOX(cloudevents_source)),
 };
-static const struct table outbox_table =
+const struct table config_outbox_table =
     TABLE("outboxes", outbox_opts, outbox_finish);
 
 #define DB(f) offsetof(struct database_config, f)
@@ -220,15 +191,15 @@ static const struct opt database_opts[] = {
     K_DUR("connect_timeout", "5s", 0, 1, 0, DB(connect_timeout_ms)),
     K_ENUM("wake", "auto", 0, wakes, NULL, DB(wake)),
     K_MAP("tls", 0, DB(tls), &tls_table),
-    K_LIST("outboxes", OPT_REQUIRED, &outbox_table),
+    K_LIST("outboxes", OPT_REQUIRED, &config_outbox_table),
 };
-static const struct table database_table =
+const struct table config_database_table =
     TABLE("databases", database_opts, database_finish);
 
 static const struct opt top_opts[] = {
-    K_MAP("relay", 0, offsetof(struct config, relay), &relay_table),
-    K_ENTRIES("brokers", OPT_REQUIRED, &broker_table),
-    K_ENTRIES("databases", OPT_REQUIRED, &database_table),
+    K_MAP("relay", 0, offsetof(struct config, relay), &config_relay_table),
+    K_ENTRIES("brokers", OPT_REQUIRED, &config_broker_table),
+    K_ENTRIES("databases", OPT_REQUIRED, &config_database_table),
 };
 static const struct table top_table = TABLE(NULL, top_opts, top_finish);
 
@@ -236,522 +207,6 @@ const struct table *
 config_top_table(void)
 {
     return &top_table;
-}
-
-/* Errors */
-
-static void ld_error(struct loader *ld, const yaml_mark_t *mark,
-                     const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* A NULL mark is a problem of the whole file, reported as "file: msg". */
-static void
-ld_error(struct loader *ld, const yaml_mark_t *mark, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *msg = xvasprintf(fmt, ap);
-    va_end(ap);
-
-    ld->errs = xrealloc(ld->errs, (ld->nerrs + 1) * sizeof(*ld->errs));
-    struct pending_error *e = &ld->errs[ld->nerrs];
-    e->line = mark ? mark->line + 1 : 0;
-    e->column = mark ? mark->column + 1 : 0;
-    e->seq = ld->nerrs++;
-    e->msg = msg;
-}
-
-static int
-error_cmp(const void *a, const void *b)
-{
-    const struct pending_error *x = a, *y = b;
-    if (x->line != y->line)
-        return x->line < y->line ? -1 : 1;
-    if (x->column != y->column)
-        return x->column < y->column ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-/* Finishers run after the keys they check, so sort into file order. */
-static void
-errors_flush(struct loader *ld, struct config_errors *errs)
-{
-    if (ld->nerrs > 1)
-        qsort(ld->errs, ld->nerrs, sizeof(*ld->errs), error_cmp);
-    for (size_t i = 0; i < ld->nerrs; i++) {
-        struct pending_error *e = &ld->errs[i];
-        if (errs != NULL) {
-            errs->msgs =
-                xrealloc(errs->msgs, (errs->n + 1) * sizeof(*errs->msgs));
-            errs->msgs[errs->n++] = e->line == 0
-                                        ? xasprintf("%s: %s", ld->path, e->msg)
-                                        : xasprintf("%s:%zu:%zu: %s", ld->path,
-                                                    e->line, e->column, e->msg);
-        }
-        free(e->msg);
-    }
-    free(ld->errs);
-    ld->errs = NULL;
-}
-
-/* Nodes */
-
-static yaml_node_t *
-node_get(struct loader *ld, int index)
-{
-    return yaml_document_get_node(&ld->doc, index);
-}
-
-static bool
-node_is_null(const yaml_node_t *n)
-{
-    if (n->type != YAML_SCALAR_NODE ||
-        n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return false;
-    const char *v = (const char *)n->data.scalar.value;
-    return *v == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 ||
-           strcmp(v, "Null") == 0 || strcmp(v, "NULL") == 0;
-}
-
-/* The text of a usable scalar; NULL for anything else. */
-static const char *
-node_text(const yaml_node_t *n)
-{
-    if (n == NULL || n->type != YAML_SCALAR_NODE || node_is_null(n))
-        return NULL;
-    const char *v = (const char *)n->data.scalar.value;
-    return strlen(v) == n->data.scalar.length ? v : NULL;
-}
-
-static const char *
-node_kind(const yaml_node_t *n)
-{
-    if (n->type == YAML_MAPPING_NODE)
-        return "a mapping";
-    if (n->type == YAML_SEQUENCE_NODE)
-        return "a list";
-    if (node_is_null(n))
-        return "an empty value";
-    return "a string";
-}
-
-static size_t
-map_size(const yaml_node_t *map)
-{
-    return (size_t)(map->data.mapping.pairs.top -
-                    map->data.mapping.pairs.start);
-}
-
-static size_t
-list_size(const yaml_node_t *list)
-{
-    return (size_t)(list->data.sequence.items.top -
-                    list->data.sequence.items.start);
-}
-
-/* Reports a value of the wrong kind; true when n has the expected one. */
-static bool
-node_expect(struct loader *ld, const char *path, const yaml_node_t *n,
-            yaml_node_type_t type, const char *want)
-{
-    bool null = node_is_null(n);
-    if (n->type == type && !(type == YAML_SCALAR_NODE && null)) {
-        if (type != YAML_SCALAR_NODE || node_text(n) != NULL)
-            return true;
-        ld_error(ld, &n->start_mark, "%s: string contains a NUL byte", path);
-        return false;
-    }
-    /* An empty "exchange:" is null in YAML, not the empty string. */
-    bool hint = null && strcmp(want, "a string") == 0;
-    ld_error(ld, &n->start_mark, "%s: expected %s, got %s%s", path, want,
-             node_kind(n), hint ? " (write \"\" for an empty string)" : "");
-    return false;
-}
-
-static char *
-path_join(const char *path, const char *name)
-{
-    return path ? xasprintf("%s.%s", path, name) : xstrdup(name);
-}
-
-/*
- * The name of a mapping key, or NULL after reporting a key that is not
- * a string or that repeats an earlier one.
- */
-static const char *
-map_key(struct loader *ld, const yaml_node_t *map, yaml_node_pair_t *pair,
-        const char *path)
-{
-    yaml_node_t *k = node_get(ld, pair->key);
-    const char *name = node_text(k);
-    const char *where = path ? path : "the top level";
-    if (name == NULL) {
-        ld_error(ld, &k->start_mark, "keys in %s must be strings, got %s",
-                 where, node_kind(k));
-        return NULL;
-    }
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < pair; p++) {
-        const char *prev = node_text(node_get(ld, p->key));
-        if (prev != NULL && strcmp(prev, name) == 0) {
-            ld_error(ld, &k->start_mark, "duplicate key \"%s\" in %s", name,
-                     where);
-            return NULL;
-        }
-    }
-    return name;
-}
-
-/* Values */
-
-static void
-enum_list(const char *const *choices, char *buf, size_t size)
-{
-    size_t n = 0, len = 0;
-    while (choices[n] != NULL)
-        n++;
-    buf[0] = '\0';
-    for (size_t i = 0; i < n && len < size; i++)
-        len += (size_t)snprintf(buf + len, size - len, "%s%s",
-                                i == 0       ? ""
-                                : i == n - 1 ? " or "
-                                             : ", ",
-                                choices[i]);
-}
-
-/* What a scalar key expects, for "expected X, got Y". */
-static const char *
-opt_want(const struct opt *o, char *buf, size_t size)
-{
-    switch (o->type) {
-    case OPT_DURATION:
-        return "a duration such as 30s";
-    case OPT_UINT:
-        return "a whole number";
-    case OPT_SIZE:
-        return "a size such as 16MiB";
-    case OPT_BOOL:
-        return "true or false";
-    case OPT_ENUM:
-        enum_list(o->choices, buf, size);
-        return buf;
-    default:
-        return "a string";
-    }
-}
-
-static int
-enum_value(const struct opt *o, const char *text, int *value, char *err,
-           size_t errlen)
-{
-    *value = -1;
-    if (o->parse != NULL) {
-        *value = o->parse(text);
-    } else {
-        for (int i = 0; o->choices[i] != NULL; i++)
-            if (strcmp(text, o->choices[i]) == 0)
-                *value = i;
-    }
-    if (*value >= 0)
-        return 0;
-    char list[128];
-    enum_list(o->choices, list, sizeof(list));
-    err_set(err, errlen, "invalid value \"%s\" (expected %s)", text, list);
-    return -1;
-}
-
-static int
-uint_value(const struct opt *o, const char *text, unsigned *value, char *err,
-           size_t errlen)
-{
-    uint64_t v = 0;
-    const char *p = text;
-    for (; *p >= '0' && *p <= '9' && v <= o->max; p++)
-        v = v * 10 + (uint64_t)(*p - '0');
-    if (p == text || (*p != '\0' && (*p < '0' || *p > '9'))) {
-        err_set(err, errlen,
-                "expected a whole number from %llu to %llu, got \"%s\"",
-                (unsigned long long)o->min, (unsigned long long)o->max, text);
-        return -1;
-    }
-    if (*p != '\0' || v < o->min || v > o->max) {
-        err_set(err, errlen, "%s is out of range (%llu to %llu)", text,
-                (unsigned long long)o->min, (unsigned long long)o->max);
-        return -1;
-    }
-    *value = (unsigned)v;
-    return 0;
-}
-
-static int
-duration_value(const struct opt *o, const char *text, uint64_t *ms, char *err,
-               size_t errlen)
-{
-    char bound[32];
-    if (duration_parse(text, ms, err, errlen) < 0)
-        return -1;
-    if (*ms < o->min) {
-        duration_format(o->min, bound, sizeof(bound));
-        err_set(err, errlen, "%s is below the minimum of %s", text, bound);
-        return -1;
-    }
-    if (o->max != 0 && *ms > o->max) {
-        duration_format(o->max, bound, sizeof(bound));
-        err_set(err, errlen, "%s is above the maximum of %s", text, bound);
-        return -1;
-    }
-    return 0;
-}
-
-static int
-size_value(const struct opt *o, const char *text, uint64_t *bytes, char *err,
-           size_t errlen)
-{
-    char bound[32];
-    if (size_parse(text, bytes, err, errlen) < 0)
-        return -1;
-    if (*bytes < o->min) {
-        size_format(o->min, bound, sizeof(bound));
-        err_set(err, errlen, "%s is below the minimum of %s", text, bound);
-        return -1;
-    }
-    if (o->max != 0 && *bytes > o->max) {
-        size_format(o->max, bound, sizeof(bound));
-        err_set(err, errlen, "%s is above the maximum of %s", text, bound);
-        return -1;
-    }
-    return 0;
-}
-
-static int
-bool_value(const char *text, bool *value, char *err, size_t errlen)
-{
-    if (strcasecmp(text, "true") == 0 || strcasecmp(text, "yes") == 0) {
-        *value = true;
-        return 0;
-    }
-    if (strcasecmp(text, "false") == 0 || strcasecmp(text, "no") == 0) {
-        *value = false;
-        return 0;
-    }
-    err_set(err, errlen, "expected true or false, got \"%s\"", text);
-    return -1;
-}
-
-/*
- * Converts text by the key's type and stores it at field; a NULL field
- * only checks.  Defaults go through here too, so the table's text is the
- * one source of them.
- */
-static int
-value_store(const struct opt *o, const char *text, void *field, char *err,
-            size_t errlen)
-{
-    uint64_t ms;
-    unsigned u;
-    bool b;
-    int e;
-    switch (o->type) {
-    case OPT_STRING:
-        if (field != NULL) {
-            free(*(char **)field);
-            *(char **)field = xstrdup(text);
-        }
-        return 0;
-    case OPT_DURATION:
-        if (duration_value(o, text, &ms, err, errlen) < 0)
-            return -1;
-        if (field != NULL)
-            *(uint64_t *)field = ms;
-        return 0;
-    case OPT_UINT:
-        if (uint_value(o, text, &u, err, errlen) < 0)
-            return -1;
-        if (field != NULL)
-            *(unsigned *)field = u;
-        return 0;
-    case OPT_SIZE:
-        if (size_value(o, text, &ms, err, errlen) < 0)
-            return -1;
-        if (field != NULL)
-            *(uint64_t *)field = ms;
-        return 0;
-    case OPT_BOOL:
-        if (bool_value(text, &b, err, errlen) < 0)
-            return -1;
-        if (field != NULL)
-            *(bool *)field = b;
-        return 0;
-    case OPT_ENUM:
-        if (enum_value(o, text, &e, err, errlen) < 0)
-            return -1;
-        if (field != NULL)
-            memcpy(field, &e, sizeof(e));
-        return 0;
-    default:
-        return -1;
-    }
-}
-
-/* Tables and sections */
-
-static void *
-opt_field(const struct opt *o, void *base)
-{
-    return o->off == NO_FIELD ? NULL : (char *)base + o->off;
-}
-
-static void
-table_defaults(const struct table *t, void *base)
-{
-    for (size_t i = 0; i < t->nopts; i++) {
-        const struct opt *o = &t->opts[i];
-        void *field = opt_field(o, base);
-        if (o->type == OPT_MAP && o->sub != NULL && field != NULL) {
-            table_defaults(o->sub, field);
-        } else if (o->def != NULL && field != NULL) {
-            int rc = value_store(o, o->def, field, NULL, 0);
-            assert(rc == 0); /* a bad default is a bug in the table */
-            (void)rc;
-        }
-    }
-}
-
-static int
-table_find(const struct table *t, const char *name)
-{
-    for (size_t i = 0; i < t->nopts; i++)
-        if (strcmp(t->opts[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
-static void section_load(struct loader *ld, struct section *s,
-                         const struct table *t, yaml_node_t *map,
-                         const char *path, void *base);
-
-static void
-strings_check(struct loader *ld, const char *path, yaml_node_t *list)
-{
-    if (!node_expect(ld, path, list, YAML_SEQUENCE_NODE, "a list"))
-        return;
-    for (size_t i = 0; i < list_size(list); i++) {
-        char *item = xasprintf("%s[%zu]", path, i);
-        node_expect(ld, item, node_get(ld, list->data.sequence.items.start[i]),
-                    YAML_SCALAR_NODE, "a string");
-        free(item);
-    }
-}
-
-static void
-opt_apply(struct loader *ld, struct section *s, const struct opt *o,
-          yaml_node_t *v)
-{
-    char *path = path_join(s->path, o->name);
-    void *field = opt_field(o, s->base);
-    char err[ERR_LEN], want[128];
-    struct section sub;
-
-    switch (o->type) {
-    case OPT_MAP:
-        if (node_expect(ld, path, v, YAML_MAPPING_NODE, "a mapping") &&
-            o->sub != NULL)
-            section_load(ld, &sub, o->sub, v, path, field);
-        break;
-    case OPT_ENTRIES: /* read by the top level's finisher */
-        node_expect(ld, path, v, YAML_MAPPING_NODE, "a mapping");
-        break;
-    case OPT_LIST:
-        node_expect(ld, path, v, YAML_SEQUENCE_NODE, "a list");
-        break;
-    case OPT_STRINGS:
-        strings_check(ld, path, v);
-        break;
-    default:
-        if (!node_expect(ld, path, v, YAML_SCALAR_NODE,
-                         opt_want(o, want, sizeof(want))))
-            break;
-        if (value_store(o, node_text(v), field, err, sizeof(err)) < 0)
-            ld_error(ld, &v->start_mark, "%s: %s", path, err);
-    }
-    free(path);
-}
-
-static void
-section_required(struct loader *ld, struct section *s)
-{
-    for (size_t i = 0; i < s->table->nopts; i++) {
-        const struct opt *o = &s->table->opts[i];
-        if ((o->flags & OPT_REQUIRED) && s->vals[i] == NULL)
-            ld_error(ld, &s->map->start_mark, "missing required key \"%s\"%s%s",
-                     o->name, s->path ? " in " : "", s->path ? s->path : "");
-    }
-}
-
-/* Matches map's keys against t in file order, storing into base. */
-static void
-section_load(struct loader *ld, struct section *s, const struct table *t,
-             yaml_node_t *map, const char *path, void *base)
-{
-    assert(t->nopts <= SECTION_MAX);
-    memset(s, 0, sizeof(*s));
-    s->table = t;
-    s->path = path;
-    s->map = map;
-    s->base = base;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
-         p < map->data.mapping.pairs.top; p++) {
-        const char *name = map_key(ld, map, p, path);
-        if (name == NULL)
-            continue;
-        yaml_node_t *k = node_get(ld, p->key);
-        int i = table_find(t, name);
-        if (i < 0) {
-            ld_error(ld, &k->start_mark, "unknown key \"%s\" in %s", name,
-                     path ? path : "the top level");
-            continue;
-        }
-        s->keys[i] = k;
-        s->vals[i] = node_get(ld, p->value);
-        opt_apply(ld, s, &t->opts[i], s->vals[i]);
-    }
-    section_required(ld, s);
-    if (t->finish != NULL)
-        t->finish(ld, s);
-}
-
-static yaml_node_t *
-sec_node(const struct section *s, const char *name)
-{
-    int i = table_find(s->table, name);
-    assert(i >= 0);
-    return s->vals[i];
-}
-
-static yaml_node_t *
-sec_key(const struct section *s, const char *name)
-{
-    int i = table_find(s->table, name);
-    assert(i >= 0);
-    return s->keys[i];
-}
-
-/* The key's text or its default; NULL when absent or already reported. */
-static const char *
-sec_text(const struct section *s, const char *name)
-{
-    int i = table_find(s->table, name);
-    assert(i >= 0);
-    if (s->vals[i] == NULL)
-        return s->table->opts[i].def;
-    return node_text(s->vals[i]);
-}
-
-/* Where to point at a key's value, or at its section when it is absent. */
-static const yaml_mark_t *
-sec_mark(const struct section *s, const char *name)
-{
-    yaml_node_t *v = sec_node(s, name);
-    return v ? &v->start_mark : &s->map->start_mark;
 }
 
 /* Files and secrets */
@@ -862,7 +317,7 @@ secret_resolve(struct loader *ld, const struct section *s,
     if (which == 0)
         return xstrdup(text);
 
-    char *path = path_join(s->path, names[which]);
+    char *path = config_path_join(s->path, names[which]);
     char *secret = NULL;
     if (which == 1) {
         const char *v = getenv(text);
@@ -1023,7 +478,7 @@ broker_finish(struct loader *ld, struct section *s)
         broker_add_list(ld, s, b);
     } else if (which >= 0) {
         char *url = secret_resolve(ld, s, sources, which);
-        char *path = path_join(s->path, sources[which]);
+        char *path = config_path_join(s->path, sources[which]);
         if (url != NULL)
             broker_add_url(ld, b, url, path, sec_mark(s, sources[which]));
         free(path);
@@ -1302,9 +757,9 @@ outboxes_load(struct loader *ld, struct section *s, struct database_config *db)
         char *path = xasprintf("%s.outboxes[%zu]", s->path, i);
         struct section sub;
         ob->database = db;
-        table_defaults(&outbox_table, ob);
+        table_defaults(&config_outbox_table, ob);
         if (node_expect(ld, path, item, YAML_MAPPING_NODE, "a mapping"))
-            section_load(ld, &sub, &outbox_table, item, path, ob);
+            section_load(ld, &sub, &config_outbox_table, item, path, ob);
         free(path);
     }
     outboxes_unique(ld, s, db, list);
@@ -1398,8 +853,8 @@ brokers_load(struct loader *ld, yaml_node_t *map)
             continue;
         struct broker_config *b = &cfg->brokers[cfg->nbrokers++];
         b->name = xstrdup(name);
-        entry_load(ld, "brokers", name, node_get(ld, p->value), &broker_table,
-                   b);
+        entry_load(ld, "brokers", name, node_get(ld, p->value),
+                   &config_broker_table, b);
     }
 }
 
@@ -1427,7 +882,7 @@ databases_load(struct loader *ld, yaml_node_t *map)
         struct database_config *db = &cfg->databases[cfg->ndatabases++];
         db->name = xstrdup(name);
         entry_load(ld, "databases", name, node_get(ld, p->value),
-                   &database_table, db);
+                   &config_database_table, db);
     }
 }
 
@@ -1725,344 +1180,6 @@ config_outbox_find(const struct config *cfg, const char *name)
             return ob;
     }
     return NULL;
-}
-
-/*
- * Reload: a SIGHUP loads the file again and compares it with the running
- * config, key by key through the same tables.  Only scalar keys marked
- * OPT_RELOAD change live: a string is shared with the copies the workers
- * hold, so no string key changes without a restart.
- */
-
-static size_t
-scalar_size(enum opt_type type)
-{
-    switch (type) {
-    case OPT_DURATION:
-    case OPT_SIZE:
-        return sizeof(uint64_t);
-    case OPT_UINT:
-        return sizeof(unsigned);
-    case OPT_BOOL:
-        return sizeof(bool);
-    case OPT_ENUM:
-        return sizeof(int);
-    default:
-        return 0;
-    }
-}
-
-bool
-config_opt_reloadable(const struct opt *o)
-{
-    return (o->flags & OPT_RELOAD) && scalar_size(o->type) > 0;
-}
-
-static bool
-str_equal(const char *a, const char *b)
-{
-    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
-static bool
-field_equal(const struct opt *o, const void *a, const void *b)
-{
-    if (o->type == OPT_STRING)
-        return str_equal(*(char *const *)a, *(char *const *)b);
-    return memcmp(a, b, scalar_size(o->type)) == 0;
-}
-
-static void
-field_format(const struct opt *o, const void *f, char *buf, size_t size)
-{
-    uint64_t ms;
-    unsigned u;
-    bool b;
-    int e;
-    switch (o->type) {
-    case OPT_STRING:
-        snprintf(buf, size, "\"%s\"",
-                 *(char *const *)f ? *(char *const *)f : "");
-        break;
-    case OPT_DURATION:
-        memcpy(&ms, f, sizeof(ms));
-        duration_format(ms, buf, size);
-        break;
-    case OPT_SIZE:
-        memcpy(&ms, f, sizeof(ms));
-        size_format(ms, buf, size);
-        break;
-    case OPT_UINT:
-        memcpy(&u, f, sizeof(u));
-        snprintf(buf, size, "%u", u);
-        break;
-    case OPT_BOOL:
-        memcpy(&b, f, sizeof(b));
-        snprintf(buf, size, "%s", b ? "true" : "false");
-        break;
-    case OPT_ENUM:
-        memcpy(&e, f, sizeof(e));
-        snprintf(buf, size, "%s", e >= 0 ? o->choices[e] : "?");
-        break;
-    default:
-        buf[0] = '\0';
-    }
-}
-
-struct reload_diff {
-    struct config_errors *refused, *changed;
-    size_t nrefused;
-    bool fixed; /* refuse even OPT_RELOAD keys: see database_diff */
-};
-
-static void diff_add(struct reload_diff *d, bool refused, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-diff_add(struct reload_diff *d, bool refused, const char *fmt, ...)
-{
-    struct config_errors *list = refused ? d->refused : d->changed;
-    d->nrefused += refused;
-    if (list == NULL)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    char *msg = xvasprintf(fmt, ap);
-    va_end(ap);
-    list->msgs = xrealloc(list->msgs, (list->n + 1) * sizeof(*list->msgs));
-    list->msgs[list->n++] = msg;
-}
-
-/* One key: the same, changed live, or refused with both values. */
-static void
-opt_diff(const struct opt *o, const void *a, const void *b, const char *path,
-         struct reload_diff *d)
-{
-    char was[128], now[128];
-    if (field_equal(o, a, b))
-        return;
-    field_format(o, a, was, sizeof(was));
-    field_format(o, b, now, sizeof(now));
-    if (config_opt_reloadable(o) &&
-        (!d->fixed || (o->flags & OPT_RELOAD_SHARED)))
-        diff_add(d, false, "%s.%s: %s -> %s", path, o->name, was, now);
-    else
-        diff_add(d, true,
-                 "%s.%s: cannot change without a restart (running %s, "
-                 "file %s)",
-                 path, o->name, was, now);
-}
-
-/* Keys without a field (secrets, templates) are compared by the caller. */
-static void
-table_diff(const struct table *t, const void *a, const void *b,
-           const char *path, struct reload_diff *d)
-{
-    for (size_t i = 0; i < t->nopts; i++) {
-        const struct opt *o = &t->opts[i];
-        if (o->off == NO_FIELD)
-            continue;
-        const void *fa = (const char *)a + o->off;
-        const void *fb = (const char *)b + o->off;
-        if (o->type == OPT_MAP && o->sub != NULL) {
-            char *sub = path_join(path, o->name);
-            table_diff(o->sub, fa, fb, sub, d);
-            free(sub);
-        } else if (o->type != OPT_MAP && o->type != OPT_LIST &&
-                   o->type != OPT_STRINGS) {
-            opt_diff(o, fa, fb, path, d);
-        }
-    }
-}
-
-static void
-table_apply(const struct table *t, void *dst, const void *src)
-{
-    for (size_t i = 0; i < t->nopts; i++) {
-        const struct opt *o = &t->opts[i];
-        if (o->off == NO_FIELD)
-            continue;
-        if (o->type == OPT_MAP && o->sub != NULL)
-            table_apply(o->sub, (char *)dst + o->off,
-                        (const char *)src + o->off);
-        else if (config_opt_reloadable(o))
-            memcpy((char *)dst + o->off, (const char *)src + o->off,
-                   scalar_size(o->type));
-    }
-}
-
-static struct broker_config *
-broker_find(const struct config *cfg, const char *name)
-{
-    for (size_t i = 0; i < cfg->nbrokers; i++)
-        if (str_equal(cfg->brokers[i].name, name))
-            return &cfg->brokers[i];
-    return NULL;
-}
-
-static struct database_config *
-database_find(const struct config *cfg, const char *name)
-{
-    for (size_t i = 0; i < cfg->ndatabases; i++)
-        if (str_equal(cfg->databases[i].name, name))
-            return &cfg->databases[i];
-    return NULL;
-}
-
-static struct outbox_config *
-outbox_find_table(const struct database_config *db, const char *table)
-{
-    for (size_t i = 0; i < db->noutboxes; i++)
-        if (str_equal(db->outboxes[i].table, table))
-            return &db->outboxes[i];
-    return NULL;
-}
-
-static bool
-urls_equal(const struct broker_config *a, const struct broker_config *b)
-{
-    if (a->nurls != b->nurls)
-        return false;
-    for (size_t i = 0; i < a->nurls; i++)
-        if (!str_equal(a->urls[i], b->urls[i]))
-            return false;
-    return true;
-}
-
-static void
-brokers_diff(const struct config *cur, const struct config *next,
-             struct reload_diff *d)
-{
-    for (size_t i = 0; i < next->nbrokers; i++) {
-        const struct broker_config *b = &next->brokers[i];
-        const struct broker_config *a = broker_find(cur, b->name);
-        char *path = xasprintf("brokers.%s", b->name);
-        if (a == NULL) {
-            diff_add(d, true, "%s: a new broker needs a restart", path);
-        } else {
-            table_diff(&broker_table, a, b, path, d);
-            /* The URLs carry passwords: never quoted. */
-            if (!urls_equal(a, b))
-                diff_add(d, true, "%s.url: cannot change without a restart",
-                         path);
-        }
-        free(path);
-    }
-    for (size_t i = 0; i < cur->nbrokers; i++)
-        if (broker_find(next, cur->brokers[i].name) == NULL)
-            diff_add(d, true,
-                     "brokers.%s: removing a broker needs a restart; it "
-                     "stays in use",
-                     cur->brokers[i].name);
-}
-
-static void
-outbox_diff(const struct outbox_config *a, const struct outbox_config *b,
-            const char *path, struct reload_diff *d)
-{
-    static const char *const why = "cannot change without a restart";
-    table_diff(&outbox_table, a, b, path, d);
-    if (!str_equal(a->broker ? a->broker->name : NULL,
-                   b->broker ? b->broker->name : NULL))
-        diff_add(d, true, "%s.broker: %s", path, why);
-    if (!str_equal(a->exchange.source, b->exchange.source))
-        diff_add(d, true, "%s.exchange: %s", path, why);
-    if (!str_equal(a->routing_key.source, b->routing_key.source))
-        diff_add(d, true, "%s.routing_key: %s", path, why);
-}
-
-static void
-database_diff(const struct database_config *a, const struct database_config *b,
-              struct reload_diff *d)
-{
-    char *path = xasprintf("databases.%s", b->name);
-    /* Workers read these through the shared struct, not a copy of
-     * their own: none of them may change under a running thread. */
-    d->fixed = true;
-    table_diff(&database_table, a, b, path, d);
-    d->fixed = false;
-    if (!str_equal(a->password, b->password))
-        diff_add(d, true, "%s.password: cannot change without a restart", path);
-    for (size_t i = 0; i < b->noutboxes; i++) {
-        const struct outbox_config *ob = &b->outboxes[i];
-        const struct outbox_config *old = outbox_find_table(a, ob->table);
-        char *sub = xasprintf("%s.outboxes[%zu]", path, i);
-        if (old == NULL)
-            diff_add(d, true, "%s: a new outbox (%s) needs a restart", sub,
-                     ob->name);
-        else
-            outbox_diff(old, ob, sub, d);
-        free(sub);
-    }
-    for (size_t i = 0; i < a->noutboxes; i++)
-        if (outbox_find_table(b, a->outboxes[i].table) == NULL)
-            diff_add(d, true,
-                     "%s: removing outbox %s needs a restart; it keeps "
-                     "running",
-                     path, a->outboxes[i].name);
-    free(path);
-}
-
-size_t
-config_reload_check(const struct config *cur, const struct config *next,
-                    struct config_errors *refused,
-                    struct config_errors *changed)
-{
-    struct reload_diff d = {.refused = refused, .changed = changed};
-    table_diff(&relay_table, &cur->relay, &next->relay, "relay", &d);
-    brokers_diff(cur, next, &d);
-    for (size_t i = 0; i < next->ndatabases; i++) {
-        const struct database_config *b = &next->databases[i];
-        const struct database_config *a = database_find(cur, b->name);
-        if (a == NULL)
-            diff_add(&d, true, "databases.%s: a new database needs a restart",
-                     b->name);
-        else
-            database_diff(a, b, &d);
-    }
-    for (size_t i = 0; i < cur->ndatabases; i++)
-        if (database_find(next, cur->databases[i].name) == NULL)
-            diff_add(&d, true,
-                     "databases.%s: removing a database needs a restart; "
-                     "its outboxes keep running",
-                     cur->databases[i].name);
-    return d.nrefused;
-}
-
-void
-config_outbox_adopt(struct outbox_config *dst, const struct outbox_config *src)
-{
-    table_apply(&outbox_table, dst, src);
-}
-
-void
-config_broker_adopt(struct broker_config *dst, const struct broker_config *src)
-{
-    table_apply(&broker_table, dst, src);
-}
-
-void
-config_reload_apply(struct config *cur, const struct config *next)
-{
-    table_apply(&relay_table, &cur->relay, &next->relay);
-    for (size_t i = 0; i < cur->nbrokers; i++) {
-        const struct broker_config *b = broker_find(next, cur->brokers[i].name);
-        if (b != NULL)
-            config_broker_adopt(&cur->brokers[i], b);
-    }
-    for (size_t i = 0; i < cur->ndatabases; i++) {
-        struct database_config *a = &cur->databases[i];
-        const struct database_config *b = database_find(next, a->name);
-        if (b == NULL)
-            continue;
-        table_apply(&database_table, a, b); /* discover_interval alone */
-        for (size_t j = 0; j < a->noutboxes; j++) {
-            const struct outbox_config *ob =
-                outbox_find_table(b, a->outboxes[j].table);
-            if (ob != NULL)
-                config_outbox_adopt(&a->outboxes[j], ob);
-        }
-    }
 }
 
 struct config *

@@ -1,6 +1,7 @@
 /*
  * config_table: the key tables behind config.c, shared only with the
- * files that walk them too (config_dump.c: -T and the documented keys).
+ * files that walk them too (config_dump.c: -T and the documented keys;
+ * config_reload.c: what a SIGHUP may change).
  */
 #ifndef OUTBOXD_CONFIG_TABLE_H
 #define OUTBOXD_CONFIG_TABLE_H
@@ -58,7 +59,14 @@ struct table {
  * tables, every key there is. */
 const struct table *config_top_table(void);
 
+/* The sections a reload compares, each against its running copy. */
+extern const struct table config_relay_table, config_broker_table,
+    config_database_table, config_outbox_table;
+
 /* Whether a SIGHUP applies the key live (scalars marked OPT_RELOAD). */
 bool config_opt_reloadable(const struct opt *o);
+
+/* A key's path in messages: "path.name", or name at the top; malloc'd. */
+char *config_path_join(const char *path, const char *name);
 
 #endif
