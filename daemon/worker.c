@@ -486,10 +486,18 @@ lock_backoff(struct worker *w)
     return delay;
 }
 
+/* What is left of the pause after a lock wait; 0 once it is over. */
+static uint64_t
+lock_pause_left_ms(const struct worker *w)
+{
+    uint64_t now = clock_ms(), until = w->lock_backoff_until_ms;
+    return now < until ? until - now : 0;
+}
+
 static bool
 lock_backing_off(const struct worker *w)
 {
-    return clock_ms() < w->lock_backoff_until_ms;
+    return lock_pause_left_ms(w) > 0;
 }
 
 /* Schedules the next claim after one with this outcome. */
@@ -583,8 +591,11 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
         schedule(w, reconnect_delay(w));
         return;
     }
-    if (lock_backing_off(w)) { /* a count met the lock since */
-        schedule(w, w->lock_backoff_until_ms - clock_ms());
+    /* A count met the lock since: one reading of the clock, as a second
+     * one past the pause's end would make the delay wrap. */
+    uint64_t paused = lock_pause_left_ms(w);
+    if (paused > 0) {
+        schedule(w, paused);
         return;
     }
     run_cycle(w);
