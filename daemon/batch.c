@@ -256,6 +256,7 @@ batch_reset(struct outbox_batch *b)
     b->candidates = 0;
     b->due_in_ms = UINT64_MAX;
     b->token[0] = '\0';
+    b->lean = false;
     arena_trim(&b->arena);
 }
 

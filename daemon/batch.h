@@ -85,6 +85,13 @@ struct outbox_batch {
     struct outbox_row *rows; /* sorted by id */
     size_t n, cap;
     char token[96]; /* claim token written to locked_by */
+    /* A lean claim: the rows are locked by the session's open
+     * transaction, still PENDING, and no token was written; finalize
+     * records them and commits (store_claim.c). */
+    bool lean;
+    /* Set by the relay, kept by batch_reset: this claim may be lean (not
+     * one claimed ahead, which shares the session with a publish). */
+    bool lean_allowed;
     /* Candidates the claim read before the ordering check dropped any:
      * as many as batch_size means more rows were waiting. */
     size_t candidates;

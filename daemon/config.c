@@ -148,6 +148,9 @@ static const struct opt outbox_opts[] = {
     K_BOOL("expiration_from_expires_at", "false", OPT_RELOAD,
            OUTBOX(expiration_from_expires_at)),
     K_ENUM("ordering", "aggregate", 0, orderings, NULL, OUTBOX(ordering)),
+    /* One write and one commit per steady-state batch: docs/design.md,
+     * The lean steady state. */
+    K_BOOL("lean", "true", OPT_RELOAD, OUTBOX(lean)),
     K_UINT("batch_size", "500", OPT_RELOAD, 1, 10000, OUTBOX(batch_size)),
     /* Payload and headers of one batch: docs/contract.md section 1.6. */
     K_SIZE("batch_bytes", "16MiB", OPT_RELOAD, 64 * KIB, 1024 * MIB,

@@ -73,6 +73,7 @@ struct outbox_config {
     bool expiration_from_expires_at;
     bool mandatory;                 /* true */
     enum ordering ordering;         /* aggregate */
+    bool lean; /* true: steady-state batches hold their locks, no lease */
     unsigned batch_size;            /* 500 */
     uint64_t batch_bytes;           /* 16MiB of payload and headers */
     uint64_t poll_min_ms;           /* 1ms: first step of the backoff */

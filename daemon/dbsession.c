@@ -44,6 +44,7 @@ struct dbsession {
     bool allow_read_only;
     bool mariadb;
     bool checks_off; /* check_constraint_checks = 0 on this session */
+    unsigned idle_trx_s; /* idle_transaction_timeout set here; 0: never */
     bool read_only;  /* last failure: the server refuses writes */
     bool version;    /* last failure: the server is too old */
     unsigned last_errno;
@@ -292,6 +293,7 @@ dbsession_open(struct dbsession *s, char *err, size_t errlen)
     }
     s->read_only = s->version = false;
     s->checks_off = false; /* a new session evaluates them */
+    s->idle_trx_s = 0;
     s->db = dbconn_open(s->dc, s->with_schema, dbconn_seconds(s->io_ms),
                         s->where, &s->last_errno, err, errlen);
     if (s->db == NULL) {
@@ -474,6 +476,29 @@ dbsession_set_checks_off(struct dbsession *s, bool off)
     if (dbsession_query(s, sql, strlen(sql)) != 0)
         return -1;
     s->checks_off = off;
+    return 0;
+}
+
+/*
+ * A lean claim holds its rows' locks across the publish (store_claim.c):
+ * should the relay freeze there, the server ends the session after this
+ * long idle in the transaction, and its rows are free again, as a lease
+ * would free them.  MariaDB has the variable since 10.3; MySQL has none,
+ * so there the relay keeps to the leased claim.
+ */
+int
+dbsession_set_idle_trx_timeout(struct dbsession *s, unsigned seconds)
+{
+    if (!s->mariadb)
+        return -1;
+    if (s->idle_trx_s == seconds)
+        return 0;
+    char sql[80];
+    int n = snprintf(sql, sizeof(sql),
+                     "SET SESSION idle_transaction_timeout = %u", seconds);
+    if (dbsession_query(s, sql, (size_t)n) != 0)
+        return -1;
+    s->idle_trx_s = seconds;
     return 0;
 }
 

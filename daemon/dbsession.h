@@ -118,6 +118,9 @@ struct schema_cache;
 /* The table definitions the session's stores have checked
  * (schema_cache.h); emptied when the session closes. */
 struct schema_cache *dbsession_schema_cache(struct dbsession *s);
+/* Sets idle_transaction_timeout unless it is set so already; -1 when the
+ * server has no such variable (MySQL) or the statement failed. */
+int dbsession_set_idle_trx_timeout(struct dbsession *s, unsigned seconds);
 bool dbsession_checks_off(const struct dbsession *s);
 int dbsession_set_checks_off(struct dbsession *s, bool off);
 

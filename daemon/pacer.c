@@ -50,7 +50,11 @@ pacer_next(struct pacer *p, const struct pacer_limits *lim,
         p->step_ms = lim->min_ms;
         return 0;
     }
-    if (out == PACER_FOUND) {
+    if (out == PACER_FOUND_ALL && live) {
+        p->step_ms = pacer_ceiling(lim, live);
+        return min_u64(p->step_ms, due_in_ms);
+    }
+    if (out == PACER_FOUND || out == PACER_FOUND_ALL) {
         /* More may be committing right behind these: look again soon.
          * With a live stream they bring their own wakes: one look once
          * the settle is over, for a row told before it was visible and

@@ -30,6 +30,9 @@ struct pacer_limits {
 enum pacer_outcome {
     PACER_FULL,  /* the claim filled a batch: more rows wait */
     PACER_FOUND, /* it found rows, fewer than a batch */
+    /* it found and published a row of every commit told since the last
+     * claim: with a live stream no look follows */
+    PACER_FOUND_ALL,
     PACER_EMPTY, /* it found none */
 };
 

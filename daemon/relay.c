@@ -364,6 +364,8 @@ count_and_log(struct relay *r, struct outbox_batch *b)
 static const char *
 keep_unrecorded(struct relay *r, struct outbox_batch *b)
 {
+    if (b->lean)
+        return NULL; /* its transaction is gone: nothing left to record */
     const char *later = r->backend.record_later != NULL
                             ? r->backend.record_later(r->backend.store)
                             : NULL;
@@ -388,6 +390,15 @@ finalize_done(struct relay *r, struct outbox_batch *b, int rc, size_t lost,
                  "the outcome of %zu events waits for %s; else they are "
                  "retried after their lease: %s",
                  b->n, later, err);
+        str_copy(r->last_error, err, sizeof(r->last_error));
+        return false;
+    }
+    if (rc < 0 && b->lean) {
+        /* The rollback left them PENDING and unlocked: no loss. */
+        log_error(LOG_KV("outbox", r->outbox->name),
+                  "could not record the outcome of %zu events, they are "
+                  "pending again and will be published again: %s",
+                  b->n, err);
         str_copy(r->last_error, err, sizeof(r->last_error));
         return false;
     }
@@ -442,6 +453,7 @@ job_run(void *arg)
                                         j->fin_err, sizeof(j->fin_err));
     if (j->next != NULL && j->fin_rc == 0) {
         batch_reset(j->next);
+        j->next->lean_allowed = false; /* the session serves a publish */
         j->next_claim_ms = clock_ms();
         j->claim_rc = r->backend.claim(r->backend.store, r->relay_id, j->next,
                                        j->claim_err, sizeof(j->claim_err));
@@ -570,6 +582,17 @@ has_reclaimed_row(const struct outbox_batch *b)
     return false;
 }
 
+/* Every row confirmed (or made DEAD by the claim): no RETRY row to wait
+ * for, no row released for later. */
+static bool
+all_acked(const struct outbox_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->rows[i].state != ROW_ACKED && !b->rows[i].recorded)
+            return false;
+    return true;
+}
+
 /* Publishes a claimed batch while the job records and claims beside it. */
 static enum relay_result
 relay_batch(struct relay *r)
@@ -583,7 +606,8 @@ relay_batch(struct relay *r)
      * in flight either, so that if it kills us again it costs no other
      * row an attempt. */
     bool suspect = has_reclaimed_row(r->batch);
-    bool ahead = more && !suspect && r->stop_deadline_ms == 0 && r->claim_ahead;
+    bool ahead = more && !suspect && r->stop_deadline_ms == 0 &&
+                 r->claim_ahead && !r->batch->lean;
     if (suspect && r->prev != NULL) {
         relay_job_wait(r);
         finalize(r, r->prev);
@@ -592,8 +616,11 @@ relay_batch(struct relay *r)
     r->stats.batches++;
     relay_prepare_rows(r);
     job_start(r, r->prev, ahead ? free_slot(r, r->batch, r->prev) : NULL);
+    r->last = (struct relay_last){.lean = r->batch->lean, .rows = claimed};
     bool broker_ok = relay_publish_waves(r);
+    more = more || r->last.lean_cut;
     decide_outcomes(r, r->batch);
+    r->last.clean = all_acked(r->batch);
     /* Only ids, states and errors are left to record: the payloads go
      * now, so that what is in memory is the batch in flight and the one
      * claimed ahead (docs/contract.md section 1.6). */
@@ -632,6 +659,8 @@ take_batch(struct relay *r)
     }
     r->batch = free_slot(r, r->prev, NULL);
     batch_reset(r->batch);
+    r->batch->lean_allowed = r->prev == NULL && r->unrecorded[0] == NULL &&
+                             r->unrecorded[1] == NULL;
     r->claim_ms = clock_ms();
     relay_wait_begin(r, WAIT_DATABASE);
     int rc = r->backend.claim(r->backend.store, r->relay_id, r->batch, err,

@@ -136,6 +136,13 @@ struct relay {
     /* After RELAY_IDLE: in how many ms the empty claim saw the next row
      * fall due, UINT64_MAX if it saw none (struct outbox_batch). */
     uint64_t idle_due_ms;
+    /* The last batch published: lean (its rows locked, not leased), how
+     * many rows it held, whether every one was confirmed and recorded;
+     * lean_cut: later events of an aggregate were left for the next. */
+    struct relay_last {
+        bool lean, clean, lean_cut;
+        size_t rows;
+    } last;
     char last_error[ERR_LEN];
     struct relay_scratch *scratch;
 };

@@ -342,6 +342,14 @@ relay_publish_waves(struct relay *r)
     size_t waves = place_rows(r);
     bool broker_ok = true;
 
+    /* A lean batch's rows are locked, not leased: marking a wave SENT
+     * would commit and free the rest.  Its first wave goes; the later
+     * events stay PENDING and the next claim, at once, takes them. */
+    if (r->batch->lean && waves > 1) {
+        waves = 1;
+        r->last.lean_cut = true;
+    }
+
     memset(s->blocked, 0, r->batch->n * sizeof(*s->blocked));
     bucket_waves(r, waves);
     for (size_t w = 0; w < waves && broker_ok && !stop_due(r); w++) {

@@ -114,6 +114,10 @@ struct dbsession *store_dbsession(const struct store *st);
  */
 const char *store_hold_cond(const struct store *st);
 
+/* The binlog told of rows committed since the last claim: a lean claim
+ * need not probe for them. */
+void store_set_woken(struct store *st, bool woken);
+
 /*
  * Claims up to batch_size rows in one short transaction: due PENDING and
  * RETRY rows, or else one PROCESSING row whose lease expired, alone, so
@@ -125,6 +129,10 @@ const char *store_hold_cond(const struct store *st);
  * id, in state ROW_CLAIMED, with b->token in their locked_by; in a table
  * without a unique key on event_id but with an index on it, a row whose
  * event_id an earlier row has comes back with duplicate_of set.
+ * A lean claim (b->lean, when b->lean_allowed: docs/design.md, The lean
+ * steady state) leaves its rows PENDING, locked by the session's open
+ * transaction, with no token: store_finalize_batch must follow before
+ * anything else runs on the session.
  */
 int store_claim_batch(struct store *st, const char *relay_id,
                       struct outbox_batch *b, char *err, size_t errlen)

@@ -21,6 +21,10 @@
  * delayed rows come due while rows keep coming. */
 #define EXPIRED_LOOK_MS 1000
 #define DELAYED_LOOK_MS 1000
+/* A lean claim takes only rows created this recently (see add_lean_columns). */
+#define LEAN_YOUNG_S 2
+
+static bool expired_look_due(const struct store *st);
 
 static const enum outbox_status source_status[SRC_COUNT] = {
     OUTBOX_PROCESSING, OUTBOX_RETRY, OUTBOX_PENDING, OUTBOX_PENDING};
@@ -150,6 +154,26 @@ add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
                 st->plan.claim_order[src], limit);
 }
 
+/* The lean read's columns after the select list (lock_lean). */
+static void add_lean_columns(struct store *st, bool expired_look,
+                             bool delayed_look);
+static bool note_lean_row(struct store *st, MYSQL_ROW r, unsigned col,
+                          bool expired_look, bool delayed_look);
+
+/* One row of the lean read: head of its aggregate, young, the looks. */
+static void
+note_lean_read(struct store *st, MYSQL_ROW r, unsigned col, uint64_t id)
+{
+    if (st->claim.lean_heads) {
+        if (r[col] != NULL && r[col][0] == '1')
+            st->claim.heads[st->claim.nheads++] = id;
+        col++;
+    }
+    if (!note_lean_row(st, r, col, st->claim.lean_expired_look,
+                       st->claim.lean_delayed_look))
+        st->claim.lean_now = false;
+}
+
 /*
  * A result read row by row (mysql_use_result): each row is copied from
  * the client's packet buffer into the batch and nothing else holds the
@@ -235,8 +259,11 @@ add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
     MYSQL_ROW r;
     size_t added = 0;
     bool cut = false;
+    unsigned extras = mysql_num_fields(res) - st->claim.lean_extras;
     for (*nread = 0; (r = mysql_fetch_row(res)) != NULL; (*nread)++) {
         uint64_t id = strtoull(r[COL_ID], NULL, 10);
+        if (st->claim.lean_extras > 0)
+            note_lean_read(st, r, extras, id);
         if (nskip > 0 &&
             bsearch(&id, skip, nskip, sizeof(*skip), store_u64_cmp))
             continue;
@@ -257,6 +284,65 @@ add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
         return stream_fail(st, res, "claim", err, errlen);
     mysql_free_result(res);
     return 0;
+}
+
+/*
+ * A lean claim's read also says, at no extra statement, whether each
+ * candidate is young, whether any lease has expired and whether a
+ * delayed row is due.  Young: created
+ * within LEAN_YOUNG_S.  A row that crashes the relay whenever it is
+ * published leaves no trace of a lean attempt (its transaction rolls
+ * back), so once it is older than that only leased claims, which count
+ * their attempts, take it (docs/contract.md section 1.5).  An expired
+ * lease makes the next claim a leased one, which reclaims it.
+ */
+static void
+add_lean_columns(struct store *st, bool expired_look, bool delayed_look)
+{
+    strbuf_addf(&st->sql,
+                ", `c`.`created_at` >= NOW(6) - INTERVAL %d SECOND",
+                LEAN_YOUNG_S);
+    if (expired_look)
+        strbuf_addf(&st->sql,
+                    ", EXISTS(SELECT 1 FROM %s WHERE `status` = 'PROCESSING' "
+                    "AND `locked_until` <= NOW(6))",
+                    st->table);
+    if (delayed_look)
+        strbuf_addf(&st->sql, ", EXISTS(SELECT 1 FROM %s `d`%s)", st->table,
+                    st->plan.claim_where[SRC_DELAYED]);
+}
+
+/* One of the lean locate's looks: whether it found rows due; the next
+ * claim takes them leased (fetch_source, lean_applies). */
+static bool
+note_look(MYSQL_ROW r, unsigned col, uint64_t *none_ms)
+{
+    bool due = r[col] != NULL && r[col][0] == '1';
+    *none_ms = due ? 0 : clock_ms();
+    return due;
+}
+
+/* What a lean locate's row said; false when the claim must be leased. */
+static bool
+note_lean_row(struct store *st, MYSQL_ROW r, unsigned col, bool expired_look,
+              bool delayed_look)
+{
+    bool young = r[col] != NULL && r[col][0] == '1';
+    if (expired_look && note_look(r, ++col, &st->claim.expired_none_ms))
+        young = false;
+    if (delayed_look)
+        note_look(r, ++col, &st->claim.delayed_none_ms);
+    return young;
+}
+
+/* The lean locate replaces the look for due delayed rows, which a claim
+ * makes at most every DELAYED_LOOK_MS. */
+static bool
+delayed_look_due(const struct store *st)
+{
+    return st->plan.claim_where[SRC_DELAYED] != NULL &&
+           (st->claim.delayed_none_ms == 0 ||
+            clock_ms() - st->claim.delayed_none_ms >= DELAYED_LOOK_MS);
 }
 
 /* Step one: the candidates' ids, by a read that takes no lock. */
@@ -302,6 +388,41 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
                 st->plan.claim_cond[src]);
     size_t nread;
     return add_locked_rows(st, b, src, NULL, 0, n, &nread, err, errlen);
+}
+
+/*
+ * A lean claim's PENDING rows in one statement: the locking read along
+ * the index, which also answers what the locate would (the head of its
+ * aggregate, young, the looks) by subqueries that read without locks.
+ * A steady state's claim finds a few rows at the head of the range, so
+ * the locate's detour around delete-marked entries (fetch_candidates)
+ * saves less than its statement costs.
+ */
+static int
+lock_lean(struct store *st, struct outbox_batch *b, size_t window,
+          size_t *nread, char *err, size_t errlen)
+{
+    st->claim.lean_heads =
+        st->plan.head_sql != NULL && ordering_applies(st, SRC_PENDING);
+    st->claim.lean_expired_look = expired_look_due(st);
+    st->claim.lean_delayed_look = delayed_look_due(st);
+    st->claim.lean_extras = 1 + st->claim.lean_heads +
+                            st->claim.lean_expired_look +
+                            st->claim.lean_delayed_look;
+    st->claim.heads = store_grow(st->claim.heads, &st->claim.heads_cap,
+                                 st->claim.nheads + window, sizeof(uint64_t));
+    strbuf_reset(&st->sql);
+    strbuf_adds(&st->sql, st->plan.select_list);
+    if (st->claim.lean_heads)
+        strbuf_adds(&st->sql, st->plan.head_sql);
+    add_lean_columns(st, st->claim.lean_expired_look,
+                     st->claim.lean_delayed_look);
+    add_candidate_scan(st, SRC_PENDING, window);
+    strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
+    int rc = add_locked_rows(st, b, SRC_PENDING, NULL, 0, window, nread, err,
+                             errlen);
+    st->claim.lean_extras = 0;
+    return rc;
 }
 
 /*
@@ -374,12 +495,20 @@ fetch_candidates(struct store *st, struct outbox_batch *b,
         return 0; /* SRC_DELAYED on a table without available_at */
     size_t window = claim_window(st, b, limit);
     size_t located = window, locked = 0, before = b->n, nread;
+    if (st->claim.lean_now && src == SRC_PENDING) {
+        if (lock_lean(st, b, window, &nread, err, errlen) < 0)
+            return -1;
+        note_window(st, window, limit, nread);
+        return 0;
+    }
     if (st->plan.id_primary) {
         if (locate_candidates(st, src, window, &located, err, errlen) < 0)
             return -1;
         note_window(st, window, limit, located);
         if (located == 0)
             return 0;
+        if (src != SRC_PENDING)
+            st->claim.lean_now = false; /* rows that waited: leased */
         if (lock_located(st, b, src, located, err, errlen) < 0)
             return -1;
         locked = b->n - before;
@@ -390,6 +519,7 @@ fetch_candidates(struct store *st, struct outbox_batch *b,
         qsort(st->claim.located, locked, sizeof(*st->claim.located),
               store_u64_cmp);
     }
+    st->claim.lean_now = false; /* the locking read tells no age */
     strbuf_reset(&st->sql);
     strbuf_adds(&st->sql, st->plan.select_list);
     add_candidate_scan(st, src, window);
@@ -414,8 +544,10 @@ fetch_source(struct store *st, struct outbox_batch *b, enum claim_source src,
 {
     if (src != SRC_DELAYED)
         return fetch_candidates(st, b, src, limit, err, errlen);
+    /* A lean claim's locate looks for them (add_lean_columns). */
     if (st->claim.delayed_none_ms != 0 &&
-        clock_ms() - st->claim.delayed_none_ms < DELAYED_LOOK_MS)
+        (st->claim.lean_now ||
+         clock_ms() - st->claim.delayed_none_ms < DELAYED_LOOK_MS))
         return 0;
     size_t before = b->n;
     if (fetch_candidates(st, b, src, limit, err, errlen) < 0)
@@ -833,22 +965,70 @@ fetch_sources(struct store *st, struct outbox_batch *b, size_t cap,
     return 0;
 }
 
+/* The lease in whole seconds: how long the server lets a lean claim's
+ * transaction idle (dbsession_set_idle_trx_timeout). */
+static unsigned
+lease_seconds(const struct store *st)
+{
+    uint64_t s = (st->ob->lease_ms + 999) / 1000;
+    return s > 0 ? (unsigned)s : 1;
+}
+
+/*
+ * docs/design.md, The lean steady state: a claim after a short batch
+ * may leave its rows PENDING, locked by its open transaction, and
+ * finalize marks them SENT and commits; one write of each row and one
+ * commit per batch, where a leased claim writes PROCESSING and commits
+ * first.  Not before a leased claim has committed in this process (a
+ * row that killed the last one is then claimed leased first), not
+ * while an expired lease may wait, and only where the server ends a
+ * frozen relay's transaction by itself.
+ */
+static bool
+lean_applies(struct store *st, const struct outbox_batch *b)
+{
+    return st->ob->lean && b->lean_allowed && st->claim.lean_ok &&
+           st->claim.probe_first && st->claim.expired_none_ms != 0 &&
+           st->plan.id_primary &&
+           dbsession_set_idle_trx_timeout(st->conn.sess, lease_seconds(st)) ==
+               0;
+}
+
+/* Whether the claim probes first; sets *retry_due when it does not. */
+static bool
+probe_needed(struct store *st, bool *retry_due)
+{
+    if (!st->claim.probe_first)
+        return false;
+    /* Woken: rows were committed, and due RETRY rows wait for a claim
+     * that probes (after a short batch with failures, or the ceiling). */
+    if (st->claim.lean_now && st->claim.woken) {
+        *retry_due = false;
+        return false;
+    }
+    return true;
+}
+
 static int
 claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
            char *err, size_t errlen)
 {
     bool now = true, retry_due = true;
-    if (st->claim.probe_first &&
+    st->claim.lean_now = lean_applies(st, b);
+    if (probe_needed(st, &retry_due) &&
         probe(st, &now, &retry_due, &b->due_in_ms, err, errlen) < 0)
         return -1;
     if (!now)
         return store_commit(st, "claim", err, errlen);
+    if (retry_due || st->claim.expired_none_ms == 0)
+        st->claim.lean_now = false; /* attempts to count, leases to take */
     make_token(st, b->token, relay_id);
     st->claim.nheads = 0;
     st->claim.cut_short = false;
     st->claim.seen_bytes = st->claim.seen_rows = 0;
     size_t cap = claim_cap(st);
-    if (expired_look_due(st) && claim_expired(st, b, cap, err, errlen) < 0)
+    if (!st->claim.lean_now && expired_look_due(st) &&
+        claim_expired(st, b, cap, err, errlen) < 0)
         return -1;
     if (b->n > 0) {
         b->candidates = cap; /* cut short on purpose: claim again at once */
@@ -866,10 +1046,21 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
     if (b->n > 0 && st->plan.dup_check == DUP_INDEXED &&
         find_duplicates(st, b, err, errlen) < 0)
         return -1;
+    if (b->n > 0 && st->claim.lean_now) {
+        b->lean = true; /* the transaction stays open: finalize ends it */
+        st->claim.lean_gen = dbsession_generation(st->conn.sess);
+        return 0;
+    }
     if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
         return -1;
     /* Even an empty claim commits: it ends the read and frees the MDL. */
     return store_commit(st, "claim", err, errlen);
+}
+
+void
+store_set_woken(struct store *st, bool woken)
+{
+    st->claim.woken = woken;
 }
 
 int
@@ -886,6 +1077,7 @@ store_claim_batch(struct store *st, const char *relay_id,
             /* A claim short of its batch emptied the table, or nearly:
              * the next one asks first (see build_probe_sql). */
             st->claim.probe_first = b->candidates < claim_cap(st);
+            st->claim.lean_ok = st->claim.lean_ok || !b->lean;
             return 0;
         }
         store_rollback(st);

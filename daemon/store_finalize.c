@@ -180,6 +180,69 @@ finalize_group(struct store *st, const char *token, const struct fin_item *it,
     return 0;
 }
 
+/*
+ * A lean batch's run of outcomes: the rows are still locked by the
+ * claim's transaction, which is the fence, and still PENDING; every one
+ * of them must change, or the batch is not this transaction's any more.
+ */
+static int
+finalize_lean_group(struct store *st, const struct fin_item *it, size_t n,
+                    char *err, size_t errlen)
+{
+    struct strbuf *q = &st->sql;
+    strbuf_reset(q);
+    add_outcome_head(st, it);
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(q, it[i].id, i == 0);
+    strbuf_adds(q, ") AND `status` = 'PENDING'");
+    uint64_t affected;
+    if (store_run_update(st, "finalize", &affected, err, errlen) < 0)
+        return -1;
+    if (affected != n) {
+        err_set(err, errlen,
+                "finalize %s: recorded %" PRIu64 " of %zu locked rows",
+                st->where, affected, n);
+        st->conn.last_errno = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Ends a lean claim's transaction: its outcomes (a row never attempted
+ * needs no statement: it is PENDING already) and one commit.  No second
+ * attempt: a deadlock or a lost session rolled the whole transaction
+ * back, the rows are PENDING and unlocked again, and the caller must
+ * not record them elsewhere.
+ */
+static int
+finalize_lean(struct store *st, size_t n, char *err, size_t errlen)
+{
+    st->conn.last_errno = 0;
+    if (store_require_session(st, "finalize", err, errlen) < 0)
+        return -1;
+    if (dbsession_generation(st->conn.sess) != st->claim.lean_gen) {
+        err_set(err, errlen, "finalize %s: the claim's session is gone",
+                st->where);
+        return -1;
+    }
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1;
+             j < n && same_group(&st->fin.items[i], &st->fin.items[j]); j++)
+            ;
+        if (finalize_lean_group(st, &st->fin.items[i], j - i, err, errlen) <
+            0) {
+            store_rollback(st);
+            return -1;
+        }
+    }
+    if (store_commit(st, "finalize", err, errlen) < 0) {
+        store_rollback(st);
+        return -1;
+    }
+    return 0;
+}
+
 static int
 finalize_once(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
               char *err, size_t errlen)
@@ -228,11 +291,16 @@ store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
             continue; /* store_mark_sent did it */
         st->fin.items[n].kind = store_classify(&b->rows[i], st->ob->max_retries,
                                                &st->fin.items[n].error);
+        if (b->lean && st->fin.items[n].kind == FIN_RELEASE)
+            continue; /* PENDING, and its lock goes with the commit */
         st->fin.items[n++].id = b->rows[i].id;
     }
+    if (n > 0)
+        qsort(st->fin.items, n, sizeof(*st->fin.items), item_cmp);
+    if (b->lean)
+        return finalize_lean(st, n, err, errlen);
     if (n == 0)
         return 0;
-    qsort(st->fin.items, n, sizeof(*st->fin.items), item_cmp);
     return finalize_items(st, b, n, lost, err, errlen);
 }
 
@@ -244,6 +312,11 @@ store_mark_sent(struct store *st, struct outbox_batch *b,
     *lost = 0;
     if (n == 0)
         return 0;
+    if (b->lean) {
+        err_set(err, errlen, "mark sent %s: a lean batch is one wave",
+                st->where);
+        return -1;
+    }
     st->fin.items = store_grow(st->fin.items, &st->fin.items_cap, n,
                                sizeof(*st->fin.items));
     for (size_t i = 0; i < n; i++)

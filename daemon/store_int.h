@@ -121,6 +121,15 @@ struct claim_scratch {
     uint64_t expired_none_ms; /* when the last look for expired leases
                                  found none */
     bool probe_first;         /* the last claim did not fill its batch */
+    /* The lean claim (lean_applies): allowed once a leased claim has
+     * committed in this process; this claim is lean while lean_now
+     * holds; woken: the binlog told of new rows, no probe needed. */
+    bool lean_ok, lean_now, woken;
+    uint64_t lean_gen; /* the session generation of the open lean claim */
+    /* lock_lean's read: columns after the select list (0: none), and
+     * which of them it asked for. */
+    unsigned lean_extras;
+    bool lean_heads, lean_expired_look, lean_delayed_look;
     uint64_t delayed_none_ms; /* when the last look for due delayed rows
                                  found none */
     unsigned char *drop;      /* candidates dropped by ordering */

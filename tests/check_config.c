@@ -192,6 +192,7 @@ check_full_outbox(const struct config *cfg)
     ck_assert_str_eq(ob->exchange_column, "exchange_override");
     ck_assert_str_eq(ob->routing_key_column, "routing_key_override");
     ck_assert(!ob->mandatory);
+    ck_assert(!ob->lean);
     ck_assert_int_eq(ob->ordering, ORDERING_NONE);
     ck_assert_uint_eq(ob->batch_size, 1000);
     ck_assert_uint_eq(ob->batch_bytes, 4 * 1024 * 1024);
@@ -274,6 +275,7 @@ check_default_outbox(const struct config *cfg, const struct outbox_config *ob)
     ck_assert_ptr_null(ob->exchange_column);
     ck_assert_ptr_null(ob->routing_key_column);
     ck_assert(ob->mandatory);
+    ck_assert(ob->lean);
     ck_assert_int_eq(ob->ordering, ORDERING_AGGREGATE);
     ck_assert_uint_eq(ob->batch_size, 500);
     ck_assert_uint_eq(ob->batch_bytes, 16 * 1024 * 1024);

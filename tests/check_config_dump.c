@@ -273,9 +273,9 @@ START_TEST(test_keys_walk)
     ck_assert(ks.saw_listen);
     ck_assert(ks.saw_tls_under_databases);
     /* The keys conf/outboxd.yaml marks (reload): 4 of relay, 1 of each
-     * broker, 1 of each database (discover_interval), 10 of each outbox
+     * broker, 1 of each database (discover_interval), 11 of each outbox
      * with 2 of backoff and 3 of retention. */
-    ck_assert_uint_eq(ks.reloadable, 21);
+    ck_assert_uint_eq(ks.reloadable, 22);
     ck_assert_uint_gt(ks.n, 50);
 }
 END_TEST

@@ -86,6 +86,26 @@ START_TEST(test_live_found_looks_once)
 }
 END_TEST
 
+/* A live stream's claim that found a row of every commit told needs no
+ * look after it: the next wake, or a known due row, or the ceiling. */
+START_TEST(test_live_found_all_needs_no_look)
+{
+    struct pacer p;
+    pacer_init(&p, &lim);
+    pacer_woken(&p, &lim);
+    ck_assert_uint_eq(
+        pacer_next(&p, &lim, PACER_FOUND_ALL, true, PACER_NOT_DUE), 10000);
+    ck_assert_uint_eq(pacer_next(&p, &lim, PACER_FOUND_ALL, true, 300), 300);
+    /* A claim that found nothing after it waits at the ceiling too. */
+    ck_assert_uint_eq(pacer_next(&p, &lim, PACER_EMPTY, true, PACER_NOT_DUE),
+                      10000);
+    /* Polling alone, it is a found claim like any other. */
+    pacer_init(&p, &lim);
+    ck_assert_uint_eq(
+        pacer_next(&p, &lim, PACER_FOUND_ALL, false, PACER_NOT_DUE), 1);
+}
+END_TEST
+
 /* The stream went down: the poll's shorter ceiling applies at once. */
 START_TEST(test_stream_down_uses_poll_ceiling)
 {
@@ -136,6 +156,7 @@ pacer_suite(void)
     tcase_add_test(tc, test_found_resets);
     tcase_add_test(tc, test_live_settles_then_waits_for_wakes);
     tcase_add_test(tc, test_live_found_looks_once);
+    tcase_add_test(tc, test_live_found_all_needs_no_look);
     tcase_add_test(tc, test_stream_down_uses_poll_ceiling);
     tcase_add_test(tc, test_due_row_caps_the_wait);
     tcase_add_test(tc, test_zero_min);

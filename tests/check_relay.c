@@ -56,6 +56,8 @@ struct fake {
     char keys[MAX_ROWS][256];
     char expiration[MAX_ROWS][24]; /* per published position, "" if none */
     bool refused;                /* finalize failed as on a read-only server */
+    bool lean;                   /* claims are lean where allowed */
+    bool lean_allowed[8];        /* per claim: b->lean_allowed */
     int claims_at_last_finalize; /* claims made before the last finalize */
 };
 
@@ -71,6 +73,9 @@ fake_claim(void *arg, const char *relay_id, struct outbox_batch *b, char *err,
         err_set(err, errlen, "claim failed");
         return -1;
     }
+    if (f->claims <= 8)
+        f->lean_allowed[f->claims - 1] = b->lean_allowed;
+    b->lean = f->lean && b->lean_allowed;
     for (size_t i = 0; i < f->nrows; i++) {
         struct outbox_row *r = batch_add(b);
         r->id = f->rows[i].id;
@@ -1097,6 +1102,73 @@ START_TEST(test_refused_record_kept_for_next_session)
 }
 END_TEST
 
+/*
+ * A lean batch's rows are locked by the claim's transaction, not leased:
+ * marking a wave SENT would commit and free the rest.  One wave goes;
+ * the later events of its aggregates go back unattempted, and the relay
+ * claims again at once.
+ */
+START_TEST(test_lean_publishes_one_wave)
+{
+    fake.lean = true;
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    add_row(3, "e3", "A");
+    relay.backend.mark_sent = fake_mark_sent;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert(fake.lean_allowed[0]);
+    ck_assert_int_eq(fake.waves, 1);
+    ck_assert_uint_eq(fake.npublished, 2);
+    ck_assert_int_eq(fake.marks, 0);
+    ck_assert_int_eq(fake.finalized, 1);
+    ck_assert_int_eq(fake.final_state[0], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[1], ROW_ACKED);
+    ck_assert_int_eq(fake.final_state[2], ROW_RELEASED);
+    ck_assert(relay.last.lean && relay.last.lean_cut && !relay.last.clean);
+    ck_assert_uint_eq(relay.stats.published, 2);
+}
+END_TEST
+
+/* A claim made ahead shares the session with a publish: never lean;
+ * nor is a batch claimed ahead of a lean one. */
+START_TEST(test_claim_ahead_never_lean)
+{
+    relay.claim_ahead = true;
+    ob.batch_size = 2;
+    add_row(1, "e1", "A");
+    add_row(2, "e2", "B");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(fake.claims, 2);
+    ck_assert(fake.lean_allowed[0]);
+    ck_assert(!fake.lean_allowed[1]);
+    relay_flush(&relay);
+    fake.lean = true;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_FULL);
+    ck_assert_int_eq(fake.claims, 3); /* lean: nothing claimed ahead */
+    ck_assert(relay.last.lean);
+}
+END_TEST
+
+/* A lean batch whose record failed was rolled back with its transaction:
+ * nothing is kept to record later, even where a leased one would be. */
+START_TEST(test_lean_failed_record_not_kept)
+{
+    fake.lean = true;
+    relay.backend.record_later = fake_record_later;
+    add_row(1, "e1", "A");
+    fake.finalize_rc = -1;
+    fake.refused = true;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_STORE_DOWN);
+    ck_assert_ptr_null(relay.unrecorded[0]);
+    ck_assert_ptr_null(relay.unrecorded[1]);
+    fake.finalize_rc = 0;
+    fake.refused = false;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.claims, 2);
+    ck_assert(relay.last.lean && relay.last.clean);
+}
+END_TEST
+
 /* Any other failure to record: the rows come back after their lease. */
 START_TEST(test_failed_record_not_kept)
 {
@@ -1119,6 +1191,9 @@ relay_suite(void)
     TCase *tc = tcase_create("cycle");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_all_acked);
+    tcase_add_test(tc, test_lean_publishes_one_wave);
+    tcase_add_test(tc, test_claim_ahead_never_lean);
+    tcase_add_test(tc, test_lean_failed_record_not_kept);
     tcase_add_test(tc, test_waves_per_aggregate);
     tcase_add_test(tc, test_failure_releases_successors);
     tcase_add_test(tc, test_ordering_none_one_wave);
