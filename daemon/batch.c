@@ -257,6 +257,7 @@ batch_reset(struct outbox_batch *b)
     b->due_in_ms = UINT64_MAX;
     b->token[0] = '\0';
     b->lean = false;
+    b->lean_next = NULL;
     arena_trim(&b->arena);
 }
 

@@ -92,6 +92,9 @@ struct outbox_batch {
     /* Set by the relay, kept by batch_reset: this claim may be lean (not
      * one claimed ahead, which shares the session with a publish). */
     bool lean_allowed;
+    /* A batch claimed into this lean batch's transaction after it was
+     * published (store_claim_more): finalize records both, commits once. */
+    struct outbox_batch *lean_next;
     /* Candidates the claim read before the ordering check dropped any:
      * as many as batch_size means more rows were waiting. */
     size_t candidates;

@@ -71,8 +71,8 @@ struct outbox_config {
     char *routing_key_column;
     /* false: no AMQP expiration from expires_at */
     bool expiration_from_expires_at;
-    bool mandatory;                 /* true */
-    enum ordering ordering;         /* aggregate */
+    bool mandatory;         /* true */
+    enum ordering ordering; /* aggregate */
     bool lean; /* true: steady-state batches hold their locks, no lease */
     unsigned batch_size;            /* 500 */
     uint64_t batch_bytes;           /* 16MiB of payload and headers */

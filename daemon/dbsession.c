@@ -43,10 +43,10 @@ struct dbsession {
     uint64_t io_ms;
     bool allow_read_only;
     bool mariadb;
-    bool checks_off; /* check_constraint_checks = 0 on this session */
+    bool checks_off;     /* check_constraint_checks = 0 on this session */
     unsigned idle_trx_s; /* idle_transaction_timeout set here; 0: never */
-    bool read_only;  /* last failure: the server refuses writes */
-    bool version;    /* last failure: the server is too old */
+    bool read_only;      /* last failure: the server refuses writes */
+    bool version;        /* last failure: the server is too old */
     unsigned last_errno;
     uint64_t generation, statements, connects;
     uint64_t row_bytes_hint;      /* dbsession_row_bytes_hint */

@@ -50,6 +50,7 @@ struct outbox_metrics {
      * never an outbox's name. */
     const char *group;
     uint64_t published, failed, retried, dead, released, lost, batches;
+    uint64_t lean_batches;
     uint64_t expired; /* DEAD past expires_at, not counted in dead */
     /* Time the relay waited on each server (relay.h, enum relay_wait). */
     uint64_t wait_broker_us, wait_database_us;

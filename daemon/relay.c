@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "helper.h"
 #include "log.h"
@@ -396,8 +397,9 @@ finalize_done(struct relay *r, struct outbox_batch *b, int rc, size_t lost,
     if (rc < 0 && b->lean) {
         /* The rollback left them PENDING and unlocked: no loss. */
         log_error(LOG_KV("outbox", r->outbox->name),
-                  "could not record the outcome of %zu events, they are "
-                  "pending again and will be published again: %s",
+                  "could not record the outcome of %zu events: their "
+                  "transaction was rolled back, they will be published "
+                  "again: %s",
                   b->n, err);
         str_copy(r->last_error, err, sizeof(r->last_error));
         return false;
@@ -418,7 +420,8 @@ finalize_done(struct relay *r, struct outbox_batch *b, int rc, size_t lost,
                  "them after the lease expired, their outcome is theirs",
                  lost);
     }
-    count_and_log(r, b);
+    for (struct outbox_batch *x = b; x != NULL; x = x->lean_next)
+        count_and_log(r, x);
     return true;
 }
 
@@ -593,6 +596,82 @@ all_acked(const struct outbox_batch *b)
     return true;
 }
 
+/* How long a lean batch's transaction waits, its rows confirmed, for
+ * the next commit to join it (relay.linger), and how many may. */
+#define LEAN_LINGER_MS 8
+#define LEAN_JOINS (RELAY_SLOTS - 1)
+
+/* Whether the binlog told of a commit since the last look, waiting for
+ * one up to ms when the relay may linger. */
+static bool
+told_within(struct relay *r, uint64_t ms)
+{
+    uint64_t until = clock_ms() + ms;
+    for (;;) {
+        if (r->backend.take_told(r->backend.owner) > 0)
+            return true;
+        if (!r->linger || r->stop_deadline_ms != 0 || clock_ms() >= until)
+            return false;
+        usleep(250);
+    }
+}
+
+/* Claims the rows of told commits into the open transaction after
+ * tail, and publishes them; NULL when none could be taken. */
+static struct outbox_batch *
+join_lean(struct relay *r, struct outbox_batch *tail, bool *broker_ok)
+{
+    struct outbox_batch *more = free_slot(r, r->batch, tail);
+    batch_reset(more);
+    char err[ERR_LEN];
+    relay_wait_begin(r, WAIT_DATABASE);
+    int rc = r->backend.claim_more(r->backend.store, r->batch, more, err,
+                                   sizeof(err));
+    relay_wait_end(r);
+    if (rc < 0 || more->n == 0)
+        return NULL; /* the first batch's record meets any fault itself */
+    tail->lean_next = more;
+    struct outbox_batch *first = r->batch;
+    r->batch = more;
+    r->stats.batches++;
+    r->stats.lean_batches++;
+    relay_prepare_rows(r);
+    *broker_ok = relay_publish_waves(r);
+    decide_outcomes(r, more);
+    r->last.rows += more->n;
+    r->last.clean = r->last.clean && all_acked(more);
+    batch_release_bulk(more);
+    r->batch = first;
+    return more;
+}
+
+/*
+ * Commits told while a lean batch was published, or within
+ * LEAN_LINGER_MS after its confirms, join its transaction before it
+ * commits: their rows are locked, published at once, and recorded with
+ * the first batch's in one statement and one commit, where each would
+ * have cost a record and a commit of its own.  They go out when they
+ * would have; only the first batch's record waits, a few ms.  The
+ * lingering is the worker's call: never while the thread serves other
+ * outboxes, which would wait for it.
+ */
+static bool
+extend_lean(struct relay *r)
+{
+    bool broker_ok = true;
+    if (r->backend.claim_more == NULL || r->backend.take_told == NULL)
+        return true;
+    struct outbox_batch *tail = r->batch;
+    for (int i = 0; i < LEAN_JOINS && broker_ok && !r->last.lean_cut &&
+                    r->last.clean && told_within(r, LEAN_LINGER_MS);
+         i++) {
+        tail = join_lean(r, tail, &broker_ok);
+        if (tail == NULL)
+            break;
+    }
+    return broker_ok;
+}
+
 /* Publishes a claimed batch while the job records and claims beside it. */
 static enum relay_result
 relay_batch(struct relay *r)
@@ -614,17 +693,20 @@ relay_batch(struct relay *r)
         r->prev = NULL;
     }
     r->stats.batches++;
+    r->stats.lean_batches += r->batch->lean;
     relay_prepare_rows(r);
     job_start(r, r->prev, ahead ? free_slot(r, r->batch, r->prev) : NULL);
     r->last = (struct relay_last){.lean = r->batch->lean, .rows = claimed};
     bool broker_ok = relay_publish_waves(r);
-    more = more || r->last.lean_cut;
     decide_outcomes(r, r->batch);
     r->last.clean = all_acked(r->batch);
     /* Only ids, states and errors are left to record: the payloads go
      * now, so that what is in memory is the batch in flight and the one
      * claimed ahead (docs/contract.md section 1.6). */
     batch_release_bulk(r->batch);
+    if (broker_ok && r->batch->lean && !more && !r->last.lean_cut)
+        broker_ok = extend_lean(r);
+    more = more || r->last.lean_cut;
     bool claim_failed;
     bool store_ok = job_collect(r, &claim_failed);
     if (!store_ok || !broker_ok || r->next == NULL) {
@@ -659,8 +741,8 @@ take_batch(struct relay *r)
     }
     r->batch = free_slot(r, r->prev, NULL);
     batch_reset(r->batch);
-    r->batch->lean_allowed = r->prev == NULL && r->unrecorded[0] == NULL &&
-                             r->unrecorded[1] == NULL;
+    r->batch->lean_allowed =
+        r->prev == NULL && r->unrecorded[0] == NULL && r->unrecorded[1] == NULL;
     r->claim_ms = clock_ms();
     relay_wait_begin(r, WAIT_DATABASE);
     int rc = r->backend.claim(r->backend.store, r->relay_id, r->batch, err,

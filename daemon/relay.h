@@ -43,6 +43,14 @@ struct relay_backend {
      * when the server refused writes (the next session records) or a
      * lock wait ran out (the next cycle does).  NULL callback: never. */
     const char *(*record_later)(void *store);
+    /* A lean batch's transaction takes the rows of commits told since
+     * its claim, before it commits (relay.c extend_lean): claim_more
+     * locks them into b; take_told says how many commits were told since
+     * it was last asked (owner: the worker).  NULL: never. */
+    int (*claim_more)(void *store, const struct outbox_batch *first,
+                      struct outbox_batch *b, char *err, size_t errlen);
+    uint64_t (*take_told)(void *owner);
+    void *owner;
     /* Run once first and once last on the relay's helper thread, which
      * claims and records beside publishing: the database client's
      * per-thread state.  NULL: nothing to do. */
@@ -80,6 +88,7 @@ struct relay_stats {
     _Atomic uint64_t released;  /* rows given back unattempted */
     _Atomic uint64_t lost;      /* rows whose lease another relay took */
     _Atomic uint64_t batches;
+    _Atomic uint64_t lean_batches; /* of them, lean (store.h) */
     struct relay_waits waits;
     struct histogram commit_to_confirm; /* created_at -> ack, per event */
     struct histogram batch_duration;    /* claim -> finalize */
@@ -124,6 +133,9 @@ struct relay {
     /* The owner's say: claim the next batch while this one publishes
      * (true unless other outboxes wait for the same thread). */
     bool claim_ahead;
+    /* The owner's say: a lean batch's transaction may wait a few ms for
+     * the next commit to join it (relay.c extend_lean). */
+    bool linger;
     struct relay_job job;
     struct helper helper; /* runs job, started by the first one */
     /* &helper, or the one its pool thread's relays share (relay_share_helper)

@@ -138,6 +138,16 @@ int store_claim_batch(struct store *st, const char *relay_id,
                       struct outbox_batch *b, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 /*
+ * Locks more PENDING rows into the open transaction of the lean batch
+ * first, just published, as a lean claim would, into b (lean, no commit);
+ * store_finalize_batch of the first batch, with b as its lean_next,
+ * records both and commits.  b->n is 0 when no row may be taken so
+ * (one old enough to need a lease, an expired lease seen).
+ */
+int store_claim_more(struct store *st, const struct outbox_batch *first,
+                     struct outbox_batch *b, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/*
  * Has the next claim check the table again, as claims do every minute
  * on their own (an ALTER TABLE does not end the session).
  */

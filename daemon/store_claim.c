@@ -299,8 +299,7 @@ add_locked_rows(struct store *st, struct outbox_batch *b, enum claim_source src,
 static void
 add_lean_columns(struct store *st, bool expired_look, bool delayed_look)
 {
-    strbuf_addf(&st->sql,
-                ", `c`.`created_at` >= NOW(6) - INTERVAL %d SECOND",
+    strbuf_addf(&st->sql, ", `c`.`created_at` >= NOW(6) - INTERVAL %d SECOND",
                 LEAN_YOUNG_S);
     if (expired_look)
         strbuf_addf(&st->sql,
@@ -402,6 +401,7 @@ static int
 lock_lean(struct store *st, struct outbox_batch *b, size_t window,
           size_t *nread, char *err, size_t errlen)
 {
+    size_t nskip = st->claim.lean_nskip;
     st->claim.lean_heads =
         st->plan.head_sql != NULL && ordering_applies(st, SRC_PENDING);
     st->claim.lean_expired_look = expired_look_due(st);
@@ -409,19 +409,22 @@ lock_lean(struct store *st, struct outbox_batch *b, size_t window,
     st->claim.lean_extras = 1 + st->claim.lean_heads +
                             st->claim.lean_expired_look +
                             st->claim.lean_delayed_look;
-    st->claim.heads = store_grow(st->claim.heads, &st->claim.heads_cap,
-                                 st->claim.nheads + window, sizeof(uint64_t));
+    st->claim.heads =
+        store_grow(st->claim.heads, &st->claim.heads_cap,
+                   st->claim.nheads + window + nskip, sizeof(uint64_t));
     strbuf_reset(&st->sql);
     strbuf_adds(&st->sql, st->plan.select_list);
     if (st->claim.lean_heads)
         strbuf_adds(&st->sql, st->plan.head_sql);
     add_lean_columns(st, st->claim.lean_expired_look,
                      st->claim.lean_delayed_look);
-    add_candidate_scan(st, SRC_PENDING, window);
+    add_candidate_scan(st, SRC_PENDING, window + nskip);
     strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
-    int rc = add_locked_rows(st, b, SRC_PENDING, NULL, 0, window, nread, err,
-                             errlen);
+    int rc = add_locked_rows(st, b, SRC_PENDING, st->claim.located, nskip,
+                             window, nread, err, errlen);
     st->claim.lean_extras = 0;
+    st->claim.lean_nskip = 0;
+    *nread -= *nread > nskip ? nskip : *nread;
     return rc;
 }
 
@@ -1009,14 +1012,30 @@ probe_needed(struct store *st, bool *retry_due)
     return true;
 }
 
+/*
+ * Rows were there (the probe saw them, or ordering held them back) and
+ * none could be taken: another transaction holds them, or an earlier
+ * event of theirs.  A leased claim's rows fall due when its lease ends,
+ * which the probe reads; a lean claim's are PENDING and fall due when
+ * their relay commits, or when the server ends its transaction after a
+ * lease (dbsession_set_idle_trx_timeout), which no probe can read: look
+ * again after a lease at the latest.
+ */
+static void
+note_rows_held(const struct store *st, struct outbox_batch *b)
+{
+    if (st->ob->lease_ms < b->due_in_ms)
+        b->due_in_ms = st->ob->lease_ms;
+}
+
 static int
 claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
            char *err, size_t errlen)
 {
     bool now = true, retry_due = true;
     st->claim.lean_now = lean_applies(st, b);
-    if (probe_needed(st, &retry_due) &&
-        probe(st, &now, &retry_due, &b->due_in_ms, err, errlen) < 0)
+    bool probed = probe_needed(st, &retry_due);
+    if (probed && probe(st, &now, &retry_due, &b->due_in_ms, err, errlen) < 0)
         return -1;
     if (!now)
         return store_commit(st, "claim", err, errlen);
@@ -1041,6 +1060,8 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
             return -1;
     }
     note_row_bytes(st);
+    if (b->n == 0 && (probed || b->candidates > 0))
+        note_rows_held(st, b);
     if (mark_past_expires_at(st, b, err, errlen) < 0)
         return -1;
     if (b->n > 0 && st->plan.dup_check == DUP_INDEXED &&
@@ -1055,6 +1076,51 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
         return -1;
     /* Even an empty claim commits: it ends the read and frees the MDL. */
     return store_commit(st, "claim", err, errlen);
+}
+
+/* The lean read of store_claim_more passes over the rows the open
+ * transaction holds already, first's and its lean_next's: its own locks
+ * do not make it skip them. */
+static void
+skip_held(struct store *st, const struct outbox_batch *first)
+{
+    size_t n = 0;
+    for (const struct outbox_batch *x = first; x != NULL; x = x->lean_next) {
+        st->claim.located =
+            store_grow(st->claim.located, &st->claim.located_cap, n + x->n,
+                       sizeof(uint64_t));
+        for (size_t i = 0; i < x->n; i++)
+            st->claim.located[n++] = x->rows[i].id;
+    }
+    qsort(st->claim.located, n, sizeof(uint64_t), store_u64_cmp);
+    st->claim.lean_nskip = n;
+}
+
+int
+store_claim_more(struct store *st, const struct outbox_batch *first,
+                 struct outbox_batch *b, char *err, size_t errlen)
+{
+    size_t cap = claim_cap(st);
+    skip_held(st, first);
+    st->claim.lean_now = true;
+    st->claim.nheads = 0;
+    st->claim.cut_short = false;
+    st->claim.seen_bytes = st->claim.seen_rows = 0;
+    if (fetch_candidates(st, b, SRC_PENDING, cap, err, errlen) < 0)
+        return -1;
+    b->candidates = st->claim.cut_short ? cap : b->n;
+    if (!st->claim.lean_now) {
+        b->n = 0; /* locked till the commit, taken by the next claim */
+        return 0;
+    }
+    if (filter_candidates(st, b, err, errlen) < 0 ||
+        mark_past_expires_at(st, b, err, errlen) < 0)
+        return -1;
+    if (b->n > 0 && st->plan.dup_check == DUP_INDEXED &&
+        find_duplicates(st, b, err, errlen) < 0)
+        return -1;
+    b->lean = b->n > 0;
+    return 0;
 }
 
 void

@@ -278,14 +278,12 @@ finalize_items(struct store *st, struct outbox_batch *b, size_t n, size_t *lost,
     }
 }
 
-int
-store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
-                     char *err, size_t errlen)
+/* The outcomes of b's rows to record, after the first n items. */
+static size_t
+fin_items_of(struct store *st, const struct outbox_batch *b, size_t n)
 {
-    *lost = 0;
-    st->fin.items = store_grow(st->fin.items, &st->fin.items_cap, b->n,
+    st->fin.items = store_grow(st->fin.items, &st->fin.items_cap, n + b->n,
                                sizeof(*st->fin.items));
-    size_t n = 0;
     for (size_t i = 0; i < b->n; i++) {
         if (b->rows[i].recorded)
             continue; /* store_mark_sent did it */
@@ -295,6 +293,17 @@ store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
             continue; /* PENDING, and its lock goes with the commit */
         st->fin.items[n++].id = b->rows[i].id;
     }
+    return n;
+}
+
+int
+store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
+                     char *err, size_t errlen)
+{
+    *lost = 0;
+    size_t n = 0;
+    for (const struct outbox_batch *x = b; x != NULL; x = x->lean_next)
+        n = fin_items_of(st, x, n);
     if (n > 0)
         qsort(st->fin.items, n, sizeof(*st->fin.items), item_cmp);
     if (b->lean)

@@ -129,6 +129,7 @@ struct claim_scratch {
     /* lock_lean's read: columns after the select list (0: none), and
      * which of them it asked for. */
     unsigned lean_extras;
+    size_t lean_nskip; /* ids in located the read passes over */
     bool lean_heads, lean_expired_look, lean_delayed_look;
     uint64_t delayed_none_ms; /* when the last look for due delayed rows
                                  found none */

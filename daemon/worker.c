@@ -111,6 +111,7 @@ struct worker {
     _Atomic bool wake_live;
     _Atomic uint64_t wakes;   /* committed inserts told */
     uint64_t wakes_claimed;   /* wakes when the last claim began */
+    uint64_t told_in_cycle;   /* commits told that this cycle's claims took */
     _Atomic uint64_t changes; /* committed writes of any kind told */
     uint64_t stats_changes;   /* changes at the last count */
     uint64_t stats_ms;        /* clock_ms of the last count */
@@ -152,6 +153,26 @@ claim_fn(void *store, const char *relay_id, struct outbox_batch *b, char *err,
          size_t errlen)
 {
     return store_claim_batch(store, relay_id, b, err, errlen);
+}
+
+static int
+claim_more_fn(void *store, const struct outbox_batch *first,
+              struct outbox_batch *b, char *err, size_t errlen)
+{
+    return store_claim_more(store, first, b, err, errlen);
+}
+
+/* Commits the binlog told since the last call: the claims of this cycle
+ * take them (run_cycle, and relay.c extend_lean). */
+static uint64_t
+take_told_fn(void *owner)
+{
+    struct worker *w = owner;
+    uint64_t wakes = w->wakes;
+    uint64_t told = wakes - w->wakes_claimed;
+    w->wakes_claimed = wakes;
+    w->told_in_cycle += told;
+    return told;
 }
 
 static int
@@ -314,9 +335,12 @@ worker_new(const struct outbox_config *ob, const char *relay_id,
         .is_blocked = is_blocked_fn,
         .wait_unblocked = wait_unblocked_fn,
         .record_later = record_later_fn,
+        .claim_more = claim_more_fn,
+        .take_told = take_told_fn,
         .thread_begin = db_thread_begin_fn,
         .thread_end = store_thread_end,
     };
+    backend.owner = w;
     relay_init(&w->relay, w->ob, relay_id, &backend);
     relay_share_helper(&w->relay, pool_thread_helper(thread));
     logrepeat_init(&w->db.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
@@ -520,9 +544,10 @@ pace(struct worker *w, enum pacer_outcome out, uint64_t due_in_ms)
  * rows than commits: one may have been told before it was visible.
  */
 static bool
-all_told_found(const struct worker *w, uint64_t told)
+all_told_found(const struct worker *w)
 {
     const struct relay_last *last = &w->relay.last;
+    uint64_t told = w->told_in_cycle;
     return w->wake_live && last->lean && last->clean && told > 0 &&
            last->rows >= told;
 }
@@ -546,10 +571,9 @@ run_cycle(struct worker *w)
         return;
     }
     w->relay.claim_ahead = pool_thread_busy(w->thread) <= (w->busy ? 1 : 0);
-    uint64_t wakes = w->wakes;
-    uint64_t told = wakes - w->wakes_claimed;
-    w->wakes_claimed = wakes;
-    store_set_woken(w->store, w->wake_live && told > 0);
+    w->relay.linger = w->wake_live && pool_thread_load(w->thread) == 1;
+    w->told_in_cycle = 0;
+    store_set_woken(w->store, w->wake_live && take_told_fn(w) > 0);
     enum relay_result rc = relay_cycle(&w->relay);
     pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
     /* Nothing carried to the next cycle (the relay trimmed its batches
@@ -570,7 +594,7 @@ run_cycle(struct worker *w)
         pace(w, PACER_FULL, PACER_NOT_DUE);
         break;
     case RELAY_PARTIAL:
-        pace(w, all_told_found(w, told) ? PACER_FOUND_ALL : PACER_FOUND,
+        pace(w, all_told_found(w) ? PACER_FOUND_ALL : PACER_FOUND,
              PACER_NOT_DUE);
         break;
     case RELAY_IDLE:
@@ -994,6 +1018,7 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
     m->released = st->released;
     m->lost = st->lost;
     m->batches = st->batches;
+    m->lean_batches = st->lean_batches;
     uint64_t waits[WAIT_COUNT];
     relay_waits_read(&w->relay, waits);
     m->wait_broker_us = waits[WAIT_BROKER];

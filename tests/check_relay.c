@@ -1129,6 +1129,75 @@ START_TEST(test_lean_publishes_one_wave)
 }
 END_TEST
 
+/* Commits told while a lean batch was out: one more batch joins its
+ * transaction, published after it, recorded with it in one finalize. */
+static uint64_t told_pending;
+
+static uint64_t
+fake_take_told(void *owner)
+{
+    (void)owner;
+    uint64_t n = told_pending;
+    told_pending = 0;
+    return n;
+}
+
+static int
+fake_claim_more(void *arg, const struct outbox_batch *first,
+                struct outbox_batch *b, char *err, size_t errlen)
+{
+    struct fake *f = arg;
+    ck_assert_uint_eq(first->n, 1);
+    (void)err;
+    (void)errlen;
+    f->claims++;
+    struct outbox_row *r = batch_add(b);
+    r->id = 100;
+    r->event_id = "e100";
+    r->aggregate_type = "Order";
+    r->aggregate_id = "Z";
+    r->event_type = "OrderCreated";
+    r->payload = "{}";
+    r->payload_len = 2;
+    b->lean = true;
+    return 0;
+}
+
+static int
+fake_finalize_chain(void *arg, struct outbox_batch *b, size_t *lost, char *err,
+                    size_t errlen)
+{
+    ck_assert_ptr_nonnull(b->lean_next);
+    ck_assert_uint_eq(b->lean_next->n, 1);
+    ck_assert_int_eq(b->lean_next->rows[0].state, ROW_ACKED);
+    return fake_finalize(arg, b, lost, err, errlen);
+}
+
+START_TEST(test_lean_extended_by_told_commits)
+{
+    fake.lean = true;
+    relay.backend.claim_more = fake_claim_more;
+    relay.backend.take_told = fake_take_told;
+    relay.backend.finalize = fake_finalize_chain;
+    told_pending = 1;
+    add_row(1, "e1", "A");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.claims, 2);
+    ck_assert_int_eq(fake.finalized, 1);
+    ck_assert_uint_eq(fake.npublished, 2);
+    ck_assert_uint_eq(fake.published[1], 100);
+    ck_assert_uint_eq(relay.stats.published, 2);
+    ck_assert_uint_eq(relay.stats.lean_batches, 2);
+    ck_assert(relay.last.lean && relay.last.clean);
+    ck_assert_uint_eq(relay.last.rows, 2);
+    /* Nothing told during the next one: no extension. */
+    relay.backend.finalize = fake_finalize;
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.claims, 3);
+    ck_assert_uint_eq(relay.last.rows, 1);
+}
+END_TEST
+
 /* A claim made ahead shares the session with a publish: never lean;
  * nor is a batch claimed ahead of a lean one. */
 START_TEST(test_claim_ahead_never_lean)
@@ -1194,6 +1263,7 @@ relay_suite(void)
     tcase_add_test(tc, test_lean_publishes_one_wave);
     tcase_add_test(tc, test_claim_ahead_never_lean);
     tcase_add_test(tc, test_lean_failed_record_not_kept);
+    tcase_add_test(tc, test_lean_extended_by_told_commits);
     tcase_add_test(tc, test_waves_per_aggregate);
     tcase_add_test(tc, test_failure_releases_successors);
     tcase_add_test(tc, test_ordering_none_one_wave);

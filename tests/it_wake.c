@@ -39,6 +39,7 @@ struct fx {
     char user[64], password[64];
     unsigned db_port, http_port;
     unsigned config_port; /* the daemon's, if not db_port (a proxy) */
+    char amqp_url[128];   /* the daemon's broker, if not IT_AMQP_URL */
     MYSQL *sql;
     struct it_consumer *consumer;
     struct it_daemon d;
@@ -85,7 +86,8 @@ fx_write_config(struct fx *f, const char *wake, const char *outbox_keys)
                   "        broker: main\n"
                   "        exchange: \"%s\"\n"
                   "%s",
-                  f->name, f->http_port, IT_AMQP_URL, f->db,
+                  f->name, f->http_port,
+                  f->amqp_url[0] != '\0' ? f->amqp_url : IT_AMQP_URL, f->db,
                   f->config_port ? f->config_port : f->db_port, f->user,
                   f->password, f->db, wake_line, f->ex,
                   outbox_keys ? outbox_keys : "");
@@ -724,6 +726,141 @@ START_TEST(test_watch_list_live)
 }
 END_TEST
 
+/* ---- the lean steady state (docs/design.md) ---- */
+
+/* An idle outbox's events, committed one at a time: every batch lean. */
+START_TEST(test_lean_steady_state)
+{
+    enum { N = 20 };
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    fx_start(&f);
+    fx_wait_live(&f, 1, SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, fx_metric(&f, "outboxd_claims_empty_total") >= 1,
+            "the relay never made its first claim");
+    double batches = fx_metric(&f, "outboxd_batches_total");
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "steady-%d", i);
+        fx_deliver(&f, id, SLOW_MS);
+        FX_WAIT(&f, SLOW_MS,
+                it_db_int(f.sql,
+                          "SELECT COUNT(*) FROM outbox_event WHERE "
+                          "event_id = '%s' AND status = 'SENT'",
+                          id) == 1,
+                "%s not SENT", id);
+    }
+    /* One batch per event, each lean; no row took a lease or an attempt. */
+    ck_assert_double_eq(fx_metric(&f, "outboxd_batches_total") - batches, N);
+    ck_assert_double_eq(fx_metric(&f, "outboxd_batches_lean_total"), N);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
+                                      "WHERE status = 'SENT' AND retry_count "
+                                      "= 0 AND locked_by IS NULL AND "
+                                      "locked_until IS NULL"),
+                     N);
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(f.consumer, &m, 500), 0);
+    fx_assert_clean_exit(&f);
+    fx_close(&f);
+}
+END_TEST
+
+/* Whether another session holds event id's row locked: a locking read
+ * that may not wait fails. */
+static bool
+row_locked(struct fx *f, const char *id)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT id FROM outbox_event WHERE event_id = '%s' FOR UPDATE "
+             "NOWAIT",
+             id);
+    if (mysql_query(f->sql, sql) != 0)
+        return mysql_errno(f->sql) == 1205;
+    mysql_free_result(mysql_store_result(f->sql));
+    return false;
+}
+
+/* The row's status, outcome time, attempts and lock, to compare. */
+static char *
+row_state(struct fx *f, const char *id)
+{
+    return it_db_str(f->sql,
+                     "SELECT CONCAT_WS('/', status, COALESCE(sent_at, '-'), "
+                     "retry_count, COALESCE(locked_by, '-')) FROM "
+                     "outbox_event WHERE event_id = '%s'",
+                     id);
+}
+
+/*
+ * A lean batch holds its row locked and PENDING while it is published.
+ * Relay a frozen there (SIGSTOP) is taken over: the server ends its
+ * transaction after the lease, relay b publishes and records the row,
+ * and a, let go, records nothing over it.
+ */
+START_TEST(test_lean_frozen_relay_taken_over)
+{
+    struct fx f;
+    struct it_proxy px;
+    it_proxy_start(&px, 5672);
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, "        lease: 2s\n");
+    snprintf(f.amqp_url, sizeof(f.amqp_url), "amqp://guest:guest@127.0.0.1:%u/",
+             px.port);
+    fx_write_config(&f, NULL, "        lease: 2s\n");
+    fx_start(&f);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_deliver(&f, "warm-1", SLOW_MS);
+    px.stall_replies = true; /* its confirm held back: a stays publishing */
+    fx_insert(&f, "frozen-1");
+    FX_WAIT(&f, SLOW_MS, row_locked(&f, "frozen-1"),
+            "relay a never held frozen-1");
+    fx_receive(&f, "frozen-1", SLOW_MS); /* published, unconfirmed */
+    char *held = row_state(&f, "frozen-1");
+    ck_assert_str_eq(held, "PENDING/-/0/-");
+    free(held);
+    ck_assert(row_locked(&f, "frozen-1"));
+    ck_assert_int_eq(kill(f.d.pid, SIGSTOP), 0);
+    uint64_t frozen_at = it_now_ms();
+    /* Relay b, straight to the broker. */
+    struct fx g = f;
+    it_unique_name(g.name, sizeof(g.name), "it_wake_b");
+    snprintf(g.conf, sizeof(g.conf), "/tmp/%s.yaml", g.name);
+    g.http_port = it_free_port();
+    g.amqp_url[0] = '\0';
+    memset(&g.d, 0, sizeof(g.d));
+    fx_write_config(&g, NULL, "        lease: 2s\n");
+    fx_start(&g);
+    if (!IT_WAIT(SLOW_MS, it_db_count_status(f.sql, "SENT") == 2)) {
+        it_daemon_dump_log(&g.d);
+        ck_abort_msg("relay b did not take frozen-1 over");
+    }
+    fprintf(stderr,
+            "it_wake: frozen-1 SENT by relay b %llu ms after relay "
+            "a froze (lease 2 s)\n",
+            (unsigned long long)(it_now_ms() - frozen_at));
+    fx_receive(&f, "frozen-1", SLOW_MS); /* b's copy: after a's fault */
+    char *sent = row_state(&f, "frozen-1");
+    /* Relay a, let go, gets its confirm and can record nothing. */
+    px.stall_replies = false;
+    ck_assert_int_eq(kill(f.d.pid, SIGCONT), 0);
+    FX_WAIT(&f, SLOW_MS,
+            log_lines(&f, "could not record the outcome of 1 events", NULL) ==
+                1,
+            "relay a did not find its transaction ended");
+    fx_deliver(&f, "after-1", SLOW_MS); /* a reconnected and relays again */
+    char *after = row_state(&f, "frozen-1");
+    ck_assert_str_eq(sent, after);
+    free(sent);
+    free(after);
+    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), 3);
+    ck_assert(it_daemon_signal_wait(&g.d, SIGTERM, SLOW_MS));
+    unlink(g.conf);
+    fx_assert_clean_exit(&f);
+    fx_close(&f);
+    it_proxy_stop(&px);
+}
+END_TEST
+
 Suite *
 it_wake_suite(void)
 {
@@ -740,6 +877,11 @@ it_wake_suite(void)
     tcase_add_test(tc, test_other_table_no_wake);
     tcase_add_test(tc, test_wake_poll);
     tcase_add_test(tc, test_wake_binlog_required);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("lean");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_lean_steady_state);
+    tcase_add_test(tc, test_lean_frozen_relay_taken_over);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
     tc = tcase_create("watch_list");
