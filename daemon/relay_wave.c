@@ -342,6 +342,8 @@ relay_publish_waves(struct relay *r)
     size_t waves = place_rows(r);
     bool broker_ok = true;
 
+    memset(s->blocked, 0, r->batch->n * sizeof(*s->blocked));
+    bucket_waves(r, waves);
     /* A lean batch's rows are locked, not leased: marking a wave SENT
      * would commit and free the rest.  Its first wave goes; the later
      * events stay PENDING and the next claim, at once, takes them. */
@@ -349,9 +351,6 @@ relay_publish_waves(struct relay *r)
         waves = 1;
         r->last.lean_cut = true;
     }
-
-    memset(s->blocked, 0, r->batch->n * sizeof(*s->blocked));
-    bucket_waves(r, waves);
     for (size_t w = 0; w < waves && broker_ok && !stop_due(r); w++) {
         block_failed_groups(r);
         struct outbox_row **rows = s->wave + s->wave_start[w];

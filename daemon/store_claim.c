@@ -311,7 +311,7 @@ add_lean_columns(struct store *st, bool expired_look, bool delayed_look)
                     st->plan.claim_where[SRC_DELAYED]);
 }
 
-/* One of the lean locate's looks: whether it found rows due; the next
+/* One of the lean read's looks: whether it found rows due; the next
  * claim takes them leased (fetch_source, lean_applies). */
 static bool
 note_look(MYSQL_ROW r, unsigned col, uint64_t *none_ms)
@@ -321,7 +321,7 @@ note_look(MYSQL_ROW r, unsigned col, uint64_t *none_ms)
     return due;
 }
 
-/* What a lean locate's row said; false when the claim must be leased. */
+/* What a lean read's row said; false when the claim must be leased. */
 static bool
 note_lean_row(struct store *st, MYSQL_ROW r, unsigned col, bool expired_look,
               bool delayed_look)
@@ -334,7 +334,7 @@ note_lean_row(struct store *st, MYSQL_ROW r, unsigned col, bool expired_look,
     return young;
 }
 
-/* The lean locate replaces the look for due delayed rows, which a claim
+/* The lean read replaces the look for due delayed rows, which a claim
  * makes at most every DELAYED_LOOK_MS. */
 static bool
 delayed_look_due(const struct store *st)
@@ -547,7 +547,7 @@ fetch_source(struct store *st, struct outbox_batch *b, enum claim_source src,
 {
     if (src != SRC_DELAYED)
         return fetch_candidates(st, b, src, limit, err, errlen);
-    /* A lean claim's locate looks for them (add_lean_columns). */
+    /* A lean claim's read looks for them (add_lean_columns). */
     if (st->claim.delayed_none_ms != 0 &&
         (st->claim.lean_now ||
          clock_ms() - st->claim.delayed_none_ms < DELAYED_LOOK_MS))

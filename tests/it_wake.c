@@ -810,6 +810,9 @@ START_TEST(test_lean_frozen_relay_taken_over)
     fx_start(&f);
     fx_wait_live(&f, 1, SLOW_MS);
     fx_deliver(&f, "warm-1", SLOW_MS);
+    /* its confirm in and recorded, before the broker's replies stop */
+    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.sql, "SENT") == 1,
+            "warm-1 not SENT");
     px.stall_replies = true; /* its confirm held back: a stays publishing */
     fx_insert(&f, "frozen-1");
     FX_WAIT(&f, SLOW_MS, row_locked(&f, "frozen-1"),
@@ -861,6 +864,117 @@ START_TEST(test_lean_frozen_relay_taken_over)
 }
 END_TEST
 
+/* The relay's idle transaction that holds row locks and has written
+ * nothing, as a lean batch's while it is published: its id, or 0. */
+static long long
+idle_locking_trx(struct fx *f)
+{
+    return it_db_int(f->sql,
+                     "SELECT COALESCE(MAX(t.trx_id), 0) FROM "
+                     "information_schema.INNODB_TRX t JOIN "
+                     "information_schema.PROCESSLIST p ON p.ID = "
+                     "t.trx_mysql_thread_id WHERE p.USER = '%s' AND "
+                     "t.trx_query IS NULL AND t.trx_rows_locked > 0 AND "
+                     "t.trx_rows_modified = 0",
+                     f->user);
+}
+
+/* How the watcher finds the poison row: held by a lean batch (locked,
+ * PENDING, by a transaction that stays idle while it publishes), or
+ * under a new lease (PROCESSING with a new token), or neither. */
+enum poison_hold { HOLD_NONE, HOLD_LEAN, HOLD_LEASED };
+
+static enum poison_hold
+poison_hold(struct fx *f, char **last_token)
+{
+    char *st = row_state(f, "poison");
+    enum poison_hold h = HOLD_NONE;
+    if (strncmp(st, "PROCESSING/", 11) == 0 &&
+        (*last_token == NULL || strcmp(st, *last_token) != 0)) {
+        free(*last_token);
+        *last_token = strdup(st);
+        h = HOLD_LEASED;
+    } else if (strncmp(st, "PENDING/", 8) == 0 && row_locked(f, "poison")) {
+        /* Still idle 2 ms later: a leased claim's transaction goes from
+         * its locking read to its mark at once. */
+        long long trx = idle_locking_trx(f);
+        it_sleep_ms(2);
+        if (trx != 0 && idle_locking_trx(f) == trx)
+            h = HOLD_LEAN;
+    }
+    free(st);
+    return h;
+}
+
+/*
+ * A row that kills the relay whenever it is published, fresh in the
+ * steady state: its lean attempt leaves no trace, so the relay, started
+ * again, claims it leased, and its attempts count from there: DEAD after
+ * max_retries, one lean kill and four leased ones.
+ */
+START_TEST(test_lean_poison_row)
+{
+    struct fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL,
+            "        lease: 1s\n        max_retries: 3\n");
+    fx_start(&f);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_deliver(&f, "warm-1", SLOW_MS);
+    /* a large body keeps it in flight long enough to be seen */
+    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                      "aggregate_id, event_type, payload) VALUES ('poison', "
+                      "'Poison', 'p-1', 'Crash', CONCAT('{\"pad\":\"', "
+                      "REPEAT('x', 4000000), '\"}'))");
+    int lean_kills = 0, leased_kills = 0;
+    char *last_token = NULL;
+    uint64_t deadline = it_now_ms() + SLOW_MS;
+    for (;;) {
+        ck_assert_msg(it_now_ms() < deadline, "poison row not DEAD in time");
+        enum poison_hold h = poison_hold(&f, &last_token);
+        if (h != HOLD_NONE) {
+            ck_assert(it_daemon_signal_wait(&f.d, SIGKILL, 5000));
+            lean_kills += h == HOLD_LEAN;
+            leased_kills += h == HOLD_LEASED;
+            fx_start(&f);
+        }
+        char *st = row_state(&f, "poison");
+        ck_assert_msg(strncmp(st, "SENT", 4) != 0,
+                      "the poison row was SENT: the watcher missed a claim");
+        bool dead = strncmp(st, "DEAD", 4) == 0;
+        free(st);
+        if (dead)
+            break;
+        it_sleep_ms(1);
+    }
+    free(last_token);
+    fprintf(stderr, "it_wake: poison DEAD after %d lean and %d leased kills\n",
+            lean_kills, leased_kills);
+    ck_assert_int_eq(lean_kills, 1);
+    ck_assert_int_eq(leased_kills, 4);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
+                                      "WHERE event_id = 'poison'"),
+                     4);
+    char *err = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
+                                 "event_id = 'poison'");
+    ck_assert_msg(strstr(err, "lease expired") != NULL, "%s", err);
+    free(err);
+    /* The relay goes on: the next event arrives, past the poison's
+     * copies that each killed relay had published. */
+    fx_insert(&f, "after-1");
+    struct it_message m;
+    bool after = false;
+    while (!after && it_consumer_next(f.consumer, &m, SLOW_MS) == 1) {
+        ck_assert_msg(strcmp(m.message_id, "poison") == 0 ||
+                          strcmp(m.message_id, "after-1") == 0,
+                      "unexpected %s", m.message_id);
+        after = strcmp(m.message_id, "after-1") == 0;
+        it_message_free(&m);
+    }
+    ck_assert_msg(after, "after-1 never arrived");
+    fx_close(&f);
+}
+END_TEST
+
 Suite *
 it_wake_suite(void)
 {
@@ -882,6 +996,7 @@ it_wake_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_lean_steady_state);
     tcase_add_test(tc, test_lean_frozen_relay_taken_over);
+    tcase_add_test(tc, test_lean_poison_row);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
     tc = tcase_create("watch_list");
