@@ -362,6 +362,34 @@ START_TEST(test_statements)
 }
 END_TEST
 
+/* LOAD DATA logged as a statement: EXECUTE_LOAD_QUERY, a query's
+ * post-header and 13 bytes more (file id, start and end, duplicates). */
+START_TEST(test_load_data_statement)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    const char *sql = "LOAD DATA INFILE '/tmp/x' INTO TABLE outbox_event";
+    struct pkt p;
+    start(&p, 18);
+    put_le(&p, 7, 4);
+    put_le(&p, 0, 4);
+    put_le(&p, 4, 1); /* "shop" */
+    put_le(&p, 0, 2);
+    put_le(&p, 0, 2); /* no status variables */
+    put_le(&p, 1, 4);
+    put_le(&p, 19, 4);
+    put_le(&p, 27, 4);
+    put_le(&p, 0, 1);
+    put(&p, "shop", 5);
+    put(&p, sql, strlen(sql));
+    finish(&p, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_STATEMENT);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
+}
+END_TEST
+
 /* A compressed statement cannot be read: any in the schema wakes. */
 START_TEST(test_compressed_statement)
 {
@@ -1074,6 +1102,7 @@ binlog_suite(void)
     tcase_add_test(tc, test_rollback_forgets);
     tcase_add_test(tc, test_statements);
     tcase_add_test(tc, test_compressed_statement);
+    tcase_add_test(tc, test_load_data_statement);
     tcase_add_test(tc, test_heartbeat_and_unknown);
     tcase_add_test(tc, test_map_overflow);
     tcase_add_test(tc, test_malformed);
