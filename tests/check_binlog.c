@@ -719,7 +719,8 @@ START_TEST(test_mysql_control_events)
     struct binlog_event ev;
     char err[ERR_LEN];
     start(&p, T_GTID);
-    put_le(&p, 0, 20);
+    for (int i = 0; i < 20; i++)
+        put_le(&p, 0, 1);
     finish(&p, true);
     ck_assert_int_eq(binlog_parse(&f.fmt, p.b, p.n, &ev, err, sizeof(err)), -1);
     ck_assert_uint_eq(f.t.unreadable, 0);
