@@ -426,7 +426,8 @@ feed_event(struct binlog_stream *s, const struct binlog_format *fmt,
     if (!follow)
         binlog_payload_feed(&s->payload, fmt, ev, &s->tracker);
     unreadable = s->tracker.unreadable - unreadable;
-    str_copy(why, s->tracker.why, sizeof(why));
+    if (unreadable != 0)
+        str_copy(why, s->tracker.why, sizeof(why));
     pthread_mutex_unlock(&s->watch_lock);
     report_unreadable(s, unreadable, why);
     if (follow) {
