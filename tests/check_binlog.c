@@ -491,6 +491,29 @@ START_TEST(test_malformed)
 }
 END_TEST
 
+/* Feeds a file of packets, each led by its two-byte length (as
+ * fuzz_binlog reads them); returns how many. */
+static size_t
+feed_file(struct fixture *f, const char *path)
+{
+    FILE *in = fopen(path, "rb");
+    ck_assert_msg(in != NULL, "cannot open %s", path);
+    unsigned char buf[8192];
+    size_t len = fread(buf, 1, sizeof(buf), in);
+    fclose(in);
+    size_t at = 0, events = 0;
+    while (at + 2 <= len) {
+        size_t n = buf[at] | (size_t)buf[at + 1] << 8;
+        ck_assert_uint_le(at + 2 + n, len);
+        struct pkt p = {.n = n};
+        memcpy(p.b, buf + at + 2, n);
+        feed(f, &p);
+        at += 2 + n;
+        events++;
+    }
+    return events;
+}
+
 /*
  * A real stream of MariaDB 10.11 (tests/data/binlog_stream.bin, framed
  * as fuzz_binlog reads it): two rows inserted into shop.outbox_event in
@@ -502,21 +525,7 @@ START_TEST(test_real_stream)
     struct fixture f;
     fx_init(&f, false);
     memset(&f.fmt, 0, sizeof(f.fmt));
-    FILE *in = fopen("data/binlog_stream.bin", "rb");
-    ck_assert_ptr_nonnull(in);
-    unsigned char buf[8192];
-    size_t len = fread(buf, 1, sizeof(buf), in);
-    fclose(in);
-    size_t at = 0, events = 0;
-    while (at + 2 <= len) {
-        size_t n = buf[at] | (size_t)buf[at + 1] << 8;
-        ck_assert_uint_le(at + 2 + n, len);
-        struct pkt p = {.n = n};
-        memcpy(p.b, buf + at + 2, n);
-        feed(&f, &p);
-        at += 2 + n;
-        events++;
-    }
+    size_t events = feed_file(&f, "data/binlog_stream.bin");
     ck_assert(f.fmt.crc32);
     ck_assert_uint_gt(events, 10);
     ck_assert_uint_eq(f.t.unreadable, 0); /* every MariaDB event known */
@@ -827,6 +836,26 @@ END_TEST
 
 /* An event longer than the buffer is read by its head: a rows event's
  * table, and a statement as unknown (its schema's watches wake). */
+/* fuzz_binlog's MySQL 8 seeds (seed_mysql8.py) read as meant: the zstd
+ * and uncompressed payloads wake their table, the cut one every table. */
+START_TEST(test_mysql8_fuzz_seeds)
+{
+    static const char *const seeds[] = {"seed_mysql8_payload",
+                                        "seed_mysql8_payload_none",
+                                        "seed_mysql8_payload_cut"};
+    char path[128];
+    snprintf(path, sizeof(path), "fuzz/corpus/fuzz_binlog/%s", seeds[_i]);
+    struct fixture f;
+    fx_init(&f, false);
+    memset(&f.fmt, 0, sizeof(f.fmt));
+    feed_file(&f, path);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].inserts, _i == 2);
+    ck_assert_uint_eq(f.t.unreadable, _i == 2);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_payload_large_events)
 {
     struct fixture f;
@@ -1115,6 +1144,7 @@ binlog_suite(void)
     tcase_add_test(tc, test_payload_is_a_transaction);
     tcase_add_loop_test(tc, test_payload_unreadable, 0, 5);
     tcase_add_test(tc, test_payload_large_events);
+    tcase_add_loop_test(tc, test_mysql8_fuzz_seeds, 0, 3);
     suite_add_tcase(s, tc);
     tc = tcase_create("watch");
     tcase_add_test(tc, test_watch_add_find_remove);
