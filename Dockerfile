@@ -20,7 +20,7 @@ FROM debian:12 AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         build-essential pkg-config default-libmysqlclient-dev \
-        librabbitmq-dev libyaml-dev libevent-dev libssl-dev \
+        librabbitmq-dev libyaml-dev libevent-dev libssl-dev libzstd-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -53,7 +53,7 @@ LABEL org.opencontainers.image.title="outboxd" \
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         libevent-2.1-7 libevent-pthreads-2.1-7 librabbitmq4 libyaml-0-2 \
-        libmariadb3 ca-certificates \
+        libmariadb3 libzstd1 ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin outboxd

@@ -26,7 +26,8 @@ endif
 # installs the libraries, before any pkg-config answers.  libcrypto is
 # linked only for `outboxd -V` to name the OpenSSL that librabbitmq and
 # libmariadb load (it is in the process already; libssl-dev has its .pc).
-PKGS = libevent libevent_pthreads librabbitmq yaml-0.1 mysqlclient libcrypto
+# libzstd opens MySQL 8's compressed transactions (binlog_payload.c).
+PKGS = libevent libevent_pthreads librabbitmq yaml-0.1 mysqlclient libcrypto libzstd
 WARN = -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wmissing-prototypes \
 	-Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
 # CPPFLAGS, CFLAGS and LDFLAGS are the builder's (dpkg-buildflags' hardening

@@ -9,6 +9,7 @@
 #include "binlog.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,10 @@
 #endif
 
 #include "binlog_parse.h"
+#include "binlog_payload.h"
 #include "dbconn.h"
 #include "log.h"
+#include "logrepeat.h"
 #include "util.h"
 
 #define RETRY_INITIAL_MS 1000
@@ -33,6 +36,10 @@
 /* Access denied; you need (at least one of) the ... privilege(s). */
 #define ERRNO_SPECIFIC_ACCESS_DENIED 1227
 #define ERRNO_PARSE_ERROR 1064
+/* An unreadable transaction's line: at once, then at most every step,
+ * doubling up to an hour, with the count since. */
+#define UNREADABLE_LOG_MS 60000
+#define UNREADABLE_LOG_MAX_MS 3600000
 
 struct binlog_stream {
     const struct database_config *db;
@@ -43,6 +50,7 @@ struct binlog_stream {
     pthread_mutex_t watch_lock;
     struct binlog_watchset ws;     /* under watch_lock */
     struct binlog_tracker tracker; /* under watch_lock */
+    struct binlog_payload payload; /* the stream thread's */
     bool live;                     /* under watch_lock */
     uint64_t failovers;            /* under watch_lock: see failed_over */
     uint64_t polled_at;            /* when failed_over last asked */
@@ -55,6 +63,10 @@ struct binlog_stream {
     bool followed; /* the last stream ended to follow a failover */
     unsigned failures;
     char last_error[ERR_LEN];
+    /* Transactions the stream could not read whole, each of which woke
+     * every outbox (binlog_tracker_unreadable); the thread's log of them. */
+    _Atomic uint64_t unreadable;
+    struct logrepeat unreadable_log;
 };
 
 struct binlog_stream *
@@ -70,6 +82,9 @@ binlog_stream_new(const struct database_config *db)
     s->sock = -1;
     binlog_watchset_init(&s->ws);
     binlog_tracker_init(&s->tracker, &s->ws);
+    binlog_payload_init(&s->payload);
+    logrepeat_init(&s->unreadable_log, UNREADABLE_LOG_MS,
+                   UNREADABLE_LOG_MAX_MS);
     pthread_mutex_init(&s->watch_lock, NULL);
     pthread_mutex_init(&s->lock, NULL);
     pthread_condattr_t ca;
@@ -167,6 +182,12 @@ const char *
 binlog_stream_name(const struct binlog_stream *s)
 {
     return s->name;
+}
+
+uint64_t
+binlog_stream_unreadable(const struct binlog_stream *s)
+{
+    return atomic_load_explicit(&s->unreadable, memory_order_relaxed);
 }
 
 /* Under the watch lock, so that a client added meanwhile is told once. */
@@ -356,6 +377,33 @@ log_live(struct binlog_stream *s, size_t n, const char *file, unsigned long pos)
              file, pos);
 }
 
+/* A transaction the tracker could not read whole woke every outbox:
+ * counted for the metric, and said, at once and then rate-limited. */
+static void
+report_unreadable(struct binlog_stream *s, uint64_t n, const char *why)
+{
+    if (n == 0)
+        return;
+    atomic_fetch_add_explicit(&s->unreadable, n, memory_order_relaxed);
+    uint64_t since = 0;
+    switch (logrepeat_failure(&s->unreadable_log, why, clock_ms(), &since)) {
+    case LOGREPEAT_FIRST:
+        log_warn(LOG_KV("server", s->name),
+                 "binlog: cannot read %s: woke every outbox of the server",
+                 why);
+        break;
+    case LOGREPEAT_REPEAT:
+        log_warn(LOG_KV("server", s->name),
+                 "binlog: %llu transactions unreadable since the last "
+                 "report, each waking every outbox: the last, %s",
+                 (unsigned long long)since, why);
+        break;
+    case LOGREPEAT_QUIET:
+        log_debug(LOG_KV("server", s->name), "binlog: cannot read %s", why);
+        break;
+    }
+}
+
 /*
  * One event, under the watch lock: it may end the stream (-1) to follow
  * a failover, make it live, and tell the clients of its commits.  A
@@ -363,19 +411,25 @@ log_live(struct binlog_stream *s, size_t n, const char *file, unsigned long pos)
  * where the outbox's session went: the stream goes there too.
  */
 static int
-feed_event(struct binlog_stream *s, const struct binlog_event *ev,
-           uint64_t *live_since, const char *file, unsigned long pos, char *err,
-           size_t errlen)
+feed_event(struct binlog_stream *s, const struct binlog_format *fmt,
+           const struct binlog_event *ev, uint64_t *live_since,
+           const char *file, unsigned long pos, char *err, size_t errlen)
 {
+    char why[sizeof(s->tracker.why)];
     pthread_mutex_lock(&s->watch_lock);
     bool follow = failed_over(s);
     bool first = !follow && *live_since == 0;
     size_t n = s->ws.n;
+    uint64_t unreadable = s->tracker.unreadable;
     if (first)
         set_live_locked(s, true);
     if (!follow)
-        binlog_tracker_feed(&s->tracker, ev);
+        binlog_payload_feed(&s->payload, fmt, ev, &s->tracker);
+    unreadable = s->tracker.unreadable - unreadable;
+    if (unreadable != 0)
+        str_copy(why, s->tracker.why, sizeof(why));
     pthread_mutex_unlock(&s->watch_lock);
+    report_unreadable(s, unreadable, why);
     if (follow) {
         err_set(err, errlen, "its database failed over: following it");
         s->followed = true;
@@ -420,7 +474,7 @@ read_events(struct binlog_stream *s, MYSQL *db, const char *file,
             return -1;
         }
         if (binlog_parse(&fmt, p, n, &ev, err, errlen) < 0 ||
-            feed_event(s, &ev, live_since, file, pos, err, errlen) < 0)
+            feed_event(s, &fmt, &ev, live_since, file, pos, err, errlen) < 0)
             return -1;
     }
 }
@@ -546,6 +600,7 @@ binlog_stream_free(struct binlog_stream *s)
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->watch_lock);
     pthread_cond_destroy(&s->cond);
+    binlog_payload_free(&s->payload);
     for (size_t i = 0; i < s->ws.n; i++)
         free(s->ws.all[i]->arg);
     binlog_watchset_clear(&s->ws);

@@ -67,5 +67,9 @@ void binlog_stream_free(struct binlog_stream *s);
 
 /* "host:port" or the socket path, for logs and metrics. */
 const char *binlog_stream_name(const struct binlog_stream *s);
+/* Transactions the stream could not read whole (an event of a type it
+ * does not know, a compressed transaction it cannot open), each of which
+ * woke every outbox of the server rather than none; from any thread. */
+uint64_t binlog_stream_unreadable(const struct binlog_stream *s);
 
 #endif

@@ -1,31 +1,59 @@
 /*
  * binlog_parse: reads the few binary-log events that tell when a
  * transaction that wrote an outbox table commits (format description,
- * table map, rows, XID, query), by the layout of binlog version 4 that
- * MySQL 5.x/8 and MariaDB share, and ignores every other event.
+ * table map, rows, XID, query, the GTIDs), by the layout of binlog
+ * version 4 that MySQL 5.x/8 and MariaDB share; names the others it
+ * knows to be harmless, and flags any other as unknown, so that the
+ * tracker errs towards waking.  MySQL 8's compressed transactions are
+ * opened by binlog_payload.c, whose events come back here one by one.
  */
 #include "binlog_parse.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-/* Event types (sql/log_event.h of both servers). */
+/* Event types: sql/log_event.h of both servers; MySQL 8.4's enum
+ * Log_event_type in libs/mysql/binlog/event/binlog_event.h. */
 enum {
+    EV_START_V3 = 1,
     EV_QUERY = 2,
+    EV_STOP = 3,
+    EV_ROTATE = 4,
+    EV_INTVAR = 5, /* the next statement's LAST_INSERT_ID, AUTO_INCREMENT */
+    EV_RAND = 13,
+    EV_USER_VAR = 14,
     EV_FORMAT = 15,
     EV_XID = 16,
+    EV_BEGIN_LOAD_QUERY = 17,   /* a LOAD DATA file's first block */
+    EV_EXECUTE_LOAD_QUERY = 18, /* the LOAD DATA statement: a query */
     EV_TABLE_MAP = 19,
     EV_WRITE_V1 = 23,
     EV_UPDATE_V1 = 24,
     EV_DELETE_V1 = 25,
     EV_HEARTBEAT = 27,
+    EV_IGNORABLE = 28,
+    EV_ROWS_QUERY = 29, /* the statement behind rows, as a comment */
     EV_WRITE_V2 = 30,
     EV_UPDATE_V2 = 31,
     EV_DELETE_V2 = 32,
-    EV_PARTIAL_UPDATE = 39, /* MySQL 8 */
-    EV_MARIA_GTID = 162,    /* MariaDB: starts an event group */
+    EV_GTID = 33, /* MySQL from here */
+    EV_ANONYMOUS_GTID = 34,
+    EV_PREVIOUS_GTIDS = 35,
+    EV_TRANSACTION_CONTEXT = 36, /* group replication */
+    EV_VIEW_CHANGE = 37,
+    EV_XA_PREPARE = 38,
+    EV_PARTIAL_UPDATE = 39,
+    EV_TRANSACTION_PAYLOAD = 40,  /* 8.0.20 */
+    EV_HEARTBEAT_V2 = 41,         /* 8.0.26 */
+    EV_GTID_TAGGED = 42,          /* 8.3 */
+    EV_MARIA_ANNOTATE_ROWS = 160, /* MariaDB from here */
+    EV_MARIA_BINLOG_CHECKPOINT = 161,
+    EV_MARIA_GTID = 162, /* starts an event group */
+    EV_MARIA_GTID_LIST = 163,
+    EV_MARIA_START_ENCRYPTION = 164,
     EV_QUERY_COMPRESSED = 165,
     EV_WRITE_COMPRESSED_V1 = 166,
     EV_UPDATE_COMPRESSED_V1 = 167,
@@ -41,6 +69,15 @@ enum {
  * the header length byte and the post-header lengths. */
 #define FDE_FIXED (2 + 50 + 4 + 1)
 #define MARIA_GTID_STANDALONE 0x01
+/* The header's flags (offset 17, 2 bytes): an event a replica that does
+ * not know its type may skip (LOG_EVENT_IGNORABLE_F, both servers). */
+#define FLAGS_OFFSET 17
+#define FLAG_IGNORABLE 0x80
+/* MySQL's Gtid_event: flags (1), SID (16), GNO (8), then optional
+ * fields (control_events.cpp, Gtid_event::Gtid_event). */
+#define MYSQL_GTID_MIN 25
+/* Previous_gtids_event: at least the count of SIDs (8). */
+#define MYSQL_PREVIOUS_GTIDS_MIN 8
 
 static uint32_t
 le32(const unsigned char *p)
@@ -220,11 +257,14 @@ classify_statement(struct binlog_event *ev)
                            keyword_is(k, end, "LOAD");
 }
 
+/* A query, or EXECUTE_LOAD_QUERY: a query's post-header and 13 bytes
+ * more (file id, start and end, duplicate handling), then the same. */
 static int
 parse_query(const struct binlog_format *fmt, uint8_t type,
-            const unsigned char *b, size_t n, struct binlog_event *ev)
+            const unsigned char *b, size_t n, bool cut, struct binlog_event *ev)
 {
-    uint8_t plen = post_len(fmt, type, 13);
+    uint8_t plen =
+        post_len(fmt, type, type == EV_EXECUTE_LOAD_QUERY ? 13 + 13 : 13);
     if (plen < 13 || n < plen)
         return -1;
     size_t dblen = b[8];
@@ -237,9 +277,9 @@ parse_query(const struct binlog_format *fmt, uint8_t type,
     i += dblen + 1;
     ev->text = (const char *)b + i;
     ev->text_len = n - i;
-    if (type == EV_QUERY_COMPRESSED) {
-        /* The text is compressed: BEGIN and COMMIT never are, so this
-         * is some other statement, maybe an insert. */
+    if (type == EV_QUERY_COMPRESSED || cut) {
+        /* The text is compressed, or cut: BEGIN and COMMIT are neither,
+         * so this is some other statement, maybe an insert. */
         ev->kind = BINLOG_STATEMENT;
         ev->text_unknown = true;
         ev->text_len = 0;
@@ -262,6 +302,45 @@ parse_maria_gtid(const struct binlog_format *fmt, const unsigned char *b,
     return 0;
 }
 
+/* MySQL's GTID events start a group; the tagged one (8.3) is one
+ * mysql::serialization message with no fixed layout, not read further. */
+static int
+parse_mysql_gtid(uint8_t type, size_t n, struct binlog_event *ev)
+{
+    if (type != EV_GTID_TAGGED && n < MYSQL_GTID_MIN)
+        return -1;
+    ev->kind = BINLOG_GTID;
+    return 0;
+}
+
+/* Events known to change no table: what they are is all there is to
+ * read.  Any type not here nor parsed is unknown. */
+static bool
+is_harmless_type(uint8_t t)
+{
+    switch (t) {
+    case EV_START_V3:
+    case EV_STOP:
+    case EV_ROTATE:
+    case EV_INTVAR:
+    case EV_RAND:
+    case EV_USER_VAR:
+    case EV_BEGIN_LOAD_QUERY:
+    case EV_IGNORABLE:
+    case EV_ROWS_QUERY:
+    case EV_TRANSACTION_CONTEXT:
+    case EV_VIEW_CHANGE:
+    case EV_XA_PREPARE:
+    case EV_MARIA_ANNOTATE_ROWS:
+    case EV_MARIA_BINLOG_CHECKPOINT:
+    case EV_MARIA_GTID_LIST:
+    case EV_MARIA_START_ENCRYPTION:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static bool
 is_write_type(uint8_t t)
 {
@@ -278,24 +357,55 @@ is_change_type(uint8_t t)
            t == EV_UPDATE_COMPRESSED || t == EV_DELETE_COMPRESSED;
 }
 
-/* The event body between the header and the checksum, by type. */
+/* Events that are not a table's rows nor a statement, by type. */
 static int
-parse_body(const struct binlog_format *fmt, uint8_t type,
-           const unsigned char *b, size_t n, struct binlog_event *ev)
+parse_control(uint8_t type, uint16_t flags, const unsigned char *b, size_t n,
+              struct binlog_event *ev)
+{
+    if (type == EV_GTID || type == EV_ANONYMOUS_GTID || type == EV_GTID_TAGGED)
+        return parse_mysql_gtid(type, n, ev);
+    if (type == EV_PREVIOUS_GTIDS) {
+        ev->kind = BINLOG_PREVIOUS_GTIDS;
+        return n < MYSQL_PREVIOUS_GTIDS_MIN ? -1 : 0;
+    }
+    if (type == EV_TRANSACTION_PAYLOAD) {
+        ev->kind = BINLOG_PAYLOAD;
+        ev->body = b;
+        ev->body_len = n;
+    } else if (type == EV_XID) {
+        ev->kind = BINLOG_COMMIT;
+    } else if (type == EV_HEARTBEAT || type == EV_HEARTBEAT_V2) {
+        ev->kind = BINLOG_HEARTBEAT;
+    } else if (is_harmless_type(type) || (flags & FLAG_IGNORABLE)) {
+        ev->kind = BINLOG_OTHER;
+    } else {
+        ev->kind = BINLOG_UNKNOWN;
+    }
+    return 0;
+}
+
+/* The event body between the header and the checksum, by type; cut: the
+ * body is only the event's head. */
+static int
+parse_body(const struct binlog_format *fmt, uint8_t type, uint16_t flags,
+           const unsigned char *b, size_t n, bool cut, struct binlog_event *ev)
 {
     if (type == EV_TABLE_MAP)
         return parse_table_map(fmt, b, n, ev);
     if (is_write_type(type) || is_change_type(type))
         return parse_rows(fmt, type, b, n, ev, is_write_type(type));
-    if (type == EV_QUERY || type == EV_QUERY_COMPRESSED)
-        return parse_query(fmt, type, b, n, ev);
+    if (type == EV_QUERY || type == EV_QUERY_COMPRESSED ||
+        type == EV_EXECUTE_LOAD_QUERY)
+        return parse_query(fmt, type, b, n, cut, ev);
     if (type == EV_MARIA_GTID)
         return parse_maria_gtid(fmt, b, n, ev);
-    if (type == EV_XID)
-        ev->kind = BINLOG_COMMIT;
-    else if (type == EV_HEARTBEAT)
-        ev->kind = BINLOG_HEARTBEAT;
-    return 0;
+    return parse_control(type, flags, b, n, ev);
+}
+
+static uint16_t
+event_flags(const unsigned char *e)
+{
+    return (uint16_t)(e[FLAGS_OFFSET] | e[FLAGS_OFFSET + 1] << 8);
 }
 
 int
@@ -328,8 +438,40 @@ binlog_parse(struct binlog_format *fmt, const unsigned char *pkt, size_t len,
                 size);
         return -1;
     }
-    if (parse_body(fmt, ev->type, e + hlen, size - hlen - tail, ev) < 0) {
+    if (parse_body(fmt, ev->type, event_flags(e), e + hlen, size - hlen - tail,
+                   false, ev) < 0) {
         err_set(err, errlen, "binlog event of type %u is malformed (%zu bytes)",
+                ev->type, size);
+        memset(ev, 0, sizeof(*ev));
+        return -1;
+    }
+    return 0;
+}
+
+int
+binlog_parse_inner(const struct binlog_format *fmt, const unsigned char *e,
+                   size_t len, struct binlog_event *ev, char *err,
+                   size_t errlen)
+{
+    memset(ev, 0, sizeof(*ev));
+    size_t hlen = fmt->known ? fmt->header_len : HEADER_V4;
+    size_t size = len >= HEADER_V4 ? le32(e + 9) : 0;
+    if (len < hlen || size < hlen) {
+        err_set(err, errlen, "event of %zu bytes in a transaction payload",
+                len < hlen ? len : size);
+        return -1;
+    }
+    ev->type = e[4];
+    size_t n = (size < len ? size : len) - hlen;
+    if (ev->type == EV_FORMAT || ev->type == EV_TRANSACTION_PAYLOAD) {
+        ev->kind = BINLOG_UNKNOWN; /* never written inside a payload */
+        return 0;
+    }
+    if (parse_body(fmt, ev->type, event_flags(e), e + hlen, n, size > len, ev) <
+        0) {
+        err_set(err, errlen,
+                "event of type %u in a transaction payload is malformed "
+                "(%zu bytes)",
                 ev->type, size);
         memset(ev, 0, sizeof(*ev));
         return -1;
@@ -360,6 +502,7 @@ forget(struct binlog_tracker *t)
     t->watches->touched = NULL;
     t->nmap = t->map_next = 0;
     t->in_trx = false;
+    t->wake_all = false;
 }
 
 void
@@ -502,14 +645,46 @@ statement_seen(struct binlog_tracker *t, const struct binlog_event *ev)
     }
 }
 
-/* Tells each touched watch, then forgets the transaction. */
+/* Tells each touched watch, or every watch when part of the transaction
+ * could not be read, then forgets the transaction. */
 static void
 commit(struct binlog_tracker *t)
 {
-    for (struct binlog_watch *w = t->watches->touched; w != NULL;
-         w = w->next_touched)
-        w->notify(w->arg, w->inserted);
+    if (t->wake_all) {
+        for (size_t i = 0; i < t->watches->n; i++)
+            t->watches->all[i]->notify(t->watches->all[i]->arg, true);
+    } else {
+        for (struct binlog_watch *w = t->watches->touched; w != NULL;
+             w = w->next_touched)
+            w->notify(w->arg, w->inserted);
+    }
     forget(t);
+}
+
+void
+binlog_tracker_unreadable(struct binlog_tracker *t, const char *why)
+{
+    if (!t->wake_all) {
+        t->wake_all = true;
+        t->unreadable++;
+        str_copy(t->why, why, sizeof(t->why));
+    }
+    if (!t->in_trx)
+        commit(t);
+}
+
+void
+binlog_tracker_payload_end(struct binlog_tracker *t)
+{
+    commit(t);
+}
+
+static void
+unknown_seen(struct binlog_tracker *t, const struct binlog_event *ev)
+{
+    char why[64];
+    snprintf(why, sizeof(why), "an event of unknown type %u", ev->type);
+    binlog_tracker_unreadable(t, why);
 }
 
 static void
@@ -545,6 +720,14 @@ binlog_tracker_feed(struct binlog_tracker *t, const struct binlog_event *ev)
         statement_seen(t, ev);
         if (!t->in_trx)
             commit(t); /* autocommitted, or a non-transactional table */
+        break;
+    case BINLOG_GTID:
+        /* A new group: the last one ended, seen or not (MySQL writes no
+         * BEGIN before DDL, so the group is not open until one comes). */
+        commit(t);
+        break;
+    case BINLOG_UNKNOWN:
+        unknown_seen(t, ev);
         break;
     default:
         break;

@@ -16,16 +16,22 @@
 
 /* What an event is, as far as waking a relay goes. */
 enum binlog_kind {
-    BINLOG_OTHER,       /* nothing to do with it */
-    BINLOG_FORMAT,      /* format description: header and checksum learnt */
-    BINLOG_TABLE_MAP,   /* table_id names schema.table for the rows events */
-    BINLOG_ROWS_WRITE,  /* rows inserted into table_id */
-    BINLOG_ROWS_CHANGE, /* rows updated or deleted in table_id */
-    BINLOG_BEGIN,       /* a transaction starts */
-    BINLOG_COMMIT,      /* it committed (an XID, or a COMMIT statement) */
-    BINLOG_ROLLBACK,    /* a ROLLBACK statement: what it wrote is void */
-    BINLOG_STATEMENT,   /* any other statement, logged as text */
-    BINLOG_HEARTBEAT,   /* the server is idle, the stream alive */
+    BINLOG_OTHER,          /* nothing to do with it */
+    BINLOG_FORMAT,         /* format description: header and checksum learnt */
+    BINLOG_TABLE_MAP,      /* table_id names schema.table for the rows events */
+    BINLOG_ROWS_WRITE,     /* rows inserted into table_id */
+    BINLOG_ROWS_CHANGE,    /* rows updated or deleted in table_id */
+    BINLOG_BEGIN,          /* a transaction starts */
+    BINLOG_COMMIT,         /* it committed (an XID, or a COMMIT statement) */
+    BINLOG_ROLLBACK,       /* a ROLLBACK statement: what it wrote is void */
+    BINLOG_STATEMENT,      /* any other statement, logged as text */
+    BINLOG_HEARTBEAT,      /* the server is idle, the stream alive (v1, v2) */
+    BINLOG_GTID,           /* MySQL: a transaction's GTID (tagged, anonymous) */
+    BINLOG_PREVIOUS_GTIDS, /* MySQL: the GTIDs before this log file */
+    BINLOG_PAYLOAD,        /* MySQL 8: a whole transaction's events, in body,
+                            * compressed (binlog_payload.h reads them) */
+    BINLOG_UNKNOWN,        /* a type this parser does not know, and not
+                            * marked ignorable: what it did is unknown */
 };
 
 /* What the last format description event said; zeroed at stream start. */
@@ -48,7 +54,9 @@ struct binlog_event {
     const char *text; /* STATEMENT: the statement */
     size_t text_len;
     bool text_inserts; /* STATEMENT: INSERT, REPLACE or LOAD DATA */
-    bool text_unknown; /* STATEMENT: compressed, the text unread */
+    bool text_unknown; /* STATEMENT: compressed or cut, the text unread */
+    const unsigned char *body; /* PAYLOAD: between header and checksum */
+    size_t body_len;
 };
 
 /*
@@ -60,6 +68,17 @@ struct binlog_event {
 int binlog_parse(struct binlog_format *fmt, const unsigned char *pkt,
                  size_t len, struct binlog_event *ev, char *err, size_t errlen)
     __attribute__((warn_unused_result));
+
+/*
+ * Parses one event of a TRANSACTION_PAYLOAD's payload: no OK byte and no
+ * checksum (MySQL never checksums them), the header's length as fmt
+ * says.  len may be less than the event's size (a head of it): the body
+ * is what there is, and a statement whose text is cut reads as unknown.
+ * A format description or a payload inside a payload is BINLOG_UNKNOWN.
+ */
+int binlog_parse_inner(const struct binlog_format *fmt, const unsigned char *e,
+                       size_t len, struct binlog_event *ev, char *err,
+                       size_t errlen) __attribute__((warn_unused_result));
 
 /* The tables the transactions being read have mapped, by table id, with
  * their names: the watch set may change between a table's map and its
@@ -77,6 +96,12 @@ struct binlog_tracker {
     } map[BINLOG_MAP_SLOTS];
     size_t nmap, map_next;
     bool in_trx;
+    /* Something of the open transaction could not be read: its commit
+     * wakes every watch.  unreadable counts such transactions, why says
+     * what the last one was. */
+    bool wake_all;
+    uint64_t unreadable;
+    char why[160];
 };
 
 /* Tracks the transactions that touch the watches of ws, which may
@@ -86,6 +111,13 @@ void binlog_tracker_init(struct binlog_tracker *t, struct binlog_watchset *ws);
  * particular order, each touched watch once. */
 void binlog_tracker_feed(struct binlog_tracker *t,
                          const struct binlog_event *ev);
+/* Something of the open transaction cannot be read (why): its commit,
+ * or this call outside a transaction, wakes every watch.  Counted once
+ * per transaction. */
+void binlog_tracker_unreadable(struct binlog_tracker *t, const char *why);
+/* A TRANSACTION_PAYLOAD's events were all fed: the payload held a whole
+ * committed transaction, so it commits, whether its end was read or not. */
+void binlog_tracker_payload_end(struct binlog_tracker *t);
 /* Forgets an open transaction (the stream broke in its middle). */
 void binlog_tracker_reset(struct binlog_tracker *t);
 

@@ -23,6 +23,8 @@
 /* Files larger than this are surely not a config or a secret. */
 #define CONFIG_MAX_BYTES (1024 * 1024)
 #define SECRET_MAX_BYTES (64 * 1024)
+/* An RSA public key in PEM: 4096 bits take 800 bytes. */
+#define PUBLIC_KEY_MAX_BYTES (16 * 1024)
 /* MySQL's limit for table and column names. */
 #define IDENT_MAX 64
 
@@ -194,6 +196,7 @@ static const struct opt database_opts[] = {
     K_DUR("connect_timeout", "5s", 0, 1, 0, DB(connect_timeout_ms)),
     K_ENUM("wake", "auto", 0, wakes, NULL, DB(wake)),
     K_MAP("tls", 0, DB(tls), &tls_table),
+    K_STR("server_public_key_file", NULL, 0, DB(server_public_key_file)),
     K_LIST("outboxes", OPT_REQUIRED, &config_outbox_table),
 };
 const struct table config_database_table =
@@ -791,6 +794,34 @@ database_schema_check(struct loader *ld, struct section *s)
                  s->path);
 }
 
+/*
+ * The server's RSA public key, for caching_sha2_password without TLS:
+ * read now, as the client library, given a file it cannot read, asks
+ * the server for a key instead and trusts whatever comes, silently.
+ */
+static void
+public_key_check(struct loader *ld, struct section *s,
+                 struct database_config *db)
+{
+    if (db->server_public_key_file == NULL)
+        return;
+    char *file = file_path(ld, db->server_public_key_file);
+    free(db->server_public_key_file);
+    db->server_public_key_file = file;
+    char *pem = NULL, err[ERR_LEN];
+    if (file_read(file, PUBLIC_KEY_MAX_BYTES, &pem, NULL, NULL, err,
+                  sizeof(err)) < 0)
+        ld_error(ld, sec_mark(s, "server_public_key_file"),
+                 "%s.server_public_key_file: \"%s\": %s", s->path, file, err);
+    else if (strstr(pem, "-----BEGIN PUBLIC KEY-----") == NULL)
+        ld_error(ld, sec_mark(s, "server_public_key_file"),
+                 "%s.server_public_key_file: \"%s\" holds no PEM public key "
+                 "(-----BEGIN PUBLIC KEY-----): copy the server's "
+                 "public_key.pem (caching_sha2_password_public_key_path)",
+                 s->path, file);
+    free(pem);
+}
+
 static void
 database_finish(struct loader *ld, struct section *s)
 {
@@ -810,6 +841,7 @@ database_finish(struct loader *ld, struct section *s)
         free(db->host);
         db->host = xstrdup("localhost");
     }
+    public_key_check(ld, s, db);
     outboxes_load(ld, s, db);
 }
 
@@ -1086,6 +1118,7 @@ config_database_clear(struct database_config *db)
     free(db->database);
     free(db->database_like);
     tls_free(&db->tls);
+    free(db->server_public_key_file);
     for (size_t i = 0; i < db->noutboxes; i++)
         outbox_free(&db->outboxes[i]);
     free(db->outboxes);

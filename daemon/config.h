@@ -112,6 +112,10 @@ struct database_config {
     uint64_t connect_timeout_ms;   /* 5s */
     enum wake_mode wake;           /* auto */
     struct tls_config tls;
+    /* caching_sha2_password without TLS: the server's RSA public key
+     * (PEM), the password's encryption pinned to it; NULL: the library
+     * asks the server for its key. */
+    char *server_public_key_file;
     struct outbox_config *outboxes;
     size_t noutboxes;
 };

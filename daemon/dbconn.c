@@ -61,6 +61,11 @@ set_options(const struct database_config *dc, MYSQL *db, unsigned io_s)
     mysql_options(db, MYSQL_OPT_RECONNECT, &reconnect);
 #endif
     set_tls_options(db, &dc->tls);
+    /* caching_sha2_password (MySQL 8.4's default) over a connection
+     * without TLS: the password encrypted to this key (the file is
+     * checked at load, config.c). */
+    if (dc->server_public_key_file != NULL)
+        mysql_options(db, MYSQL_SERVER_PUBLIC_KEY, dc->server_public_key_file);
 }
 
 MYSQL *

@@ -279,6 +279,7 @@ discover_tenant_new(const struct database_config *entry, const char *schema)
     t->database = xstrdup(schema);
     t->database_like = NULL;
     tls_copy(&t->tls, &entry->tls);
+    t->server_public_key_file = dup_or_null(entry->server_public_key_file);
     t->outboxes = xcalloc(entry->noutboxes, sizeof(*t->outboxes));
     for (size_t i = 0; i < entry->noutboxes; i++)
         outbox_copy(&t->outboxes[i], &entry->outboxes[i], t);

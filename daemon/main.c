@@ -176,7 +176,15 @@ daemon_metrics_text(void *arg, size_t *len)
     if (d->metrics_groups == NULL)
         d->metrics_groups = metrics_groups_new();
     dm.groups = d->metrics_groups;
+    struct binlog_metrics *bm = xcalloc(d->nstreams + 1, sizeof(*bm));
+    for (size_t i = 0; i < d->nstreams; i++) {
+        bm[i].server = binlog_stream_name(d->streams[i]);
+        bm[i].unreadable = binlog_stream_unreadable(d->streams[i]);
+    }
+    dm.binlogs = bm;
+    dm.nbinlogs = d->nstreams;
     char *text = metrics_render(&dm, obs, n, len);
+    free(bm);
     free(obs);
     return text;
 }

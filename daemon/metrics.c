@@ -375,6 +375,23 @@ render_discovery(struct strbuf *o, const struct daemon_metrics *dm)
                  dm->tenants_removed);
 }
 
+/* Per binlog stream: what it could not read woke every outbox. */
+static void
+render_binlogs(struct strbuf *o, const struct daemon_metrics *dm)
+{
+    static const char name[] = "outboxd_binlog_unreadable_total";
+    family(o, name, "counter",
+           "Transactions a binlog stream could not read whole (an event "
+           "type it does not know, a compressed transaction it cannot "
+           "open), by server: each woke every outbox of the server.");
+    for (size_t i = 0; i < dm->nbinlogs; i++) {
+        strbuf_addf(o, "%s{server=\"", name);
+        label_value(o, dm->binlogs[i].server);
+        strbuf_addf(o, "\"} %llu\n",
+                    (unsigned long long)dm->binlogs[i].unreadable);
+    }
+}
+
 static void
 render_daemon(struct strbuf *o, const struct daemon_metrics *dm)
 {
@@ -392,6 +409,7 @@ render_daemon(struct strbuf *o, const struct daemon_metrics *dm)
                  "SIGHUP reloads, by result.", "result", "success",
                  dm->reloads_ok, "failure", dm->reloads_failed);
     render_discovery(o, dm);
+    render_binlogs(o, dm);
 }
 
 /* How many outboxes each series stands for: sum() counts them all. */

@@ -78,6 +78,12 @@ struct outbox_metrics {
     const struct histogram *batch_duration;
 };
 
+/* One binlog stream's numbers (binlog.h), by its server. */
+struct binlog_metrics {
+    const char *server; /* "host:port" or the socket */
+    uint64_t unreadable;
+};
+
 /* Process-wide numbers. */
 struct daemon_metrics {
     const char *version;
@@ -86,7 +92,9 @@ struct daemon_metrics {
     /* database_like entries: discoveries run and failed, tenants found
      * and gone (tenants.h). */
     uint64_t discoveries, discovery_failures, tenants_added, tenants_removed;
-    unsigned outbox_series; /* relay.metrics_outbox_series */
+    unsigned outbox_series;               /* relay.metrics_outbox_series */
+    const struct binlog_metrics *binlogs; /* one per stream */
+    size_t nbinlogs;
     /* What the folded counters remember between scrapes; NULL: none. */
     struct metrics_groups *groups;
 };

@@ -1,10 +1,17 @@
-/* check_binlog: binlog events built byte by byte, parsed and tracked. */
+/*
+ * check_binlog: binlog events built byte by byte, parsed and tracked.
+ * MySQL 8's (GTIDs, v2 heartbeats, compressed transactions) are built to
+ * MySQL's documented formats, as no MySQL server is installable here.
+ */
 #include <check.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "binlog.h"
 #include "binlog_parse.h"
+#include "binlog_payload.h"
 #include "util.h"
 
 Suite *binlog_suite(void);
@@ -19,6 +26,12 @@ enum {
     T_UPDATE = 24,
     T_HEARTBEAT = 27,
     T_WRITE_V2 = 30,
+    T_GTID = 33,
+    T_ANONYMOUS_GTID = 34,
+    T_PREVIOUS_GTIDS = 35,
+    T_PAYLOAD = 40,
+    T_HEARTBEAT_V2 = 41,
+    T_GTID_TAGGED = 42,
     T_MARIA_GTID = 162,
     T_QUERY_COMPRESSED = 165,
 };
@@ -164,6 +177,7 @@ struct fixture {
     struct binlog_format fmt;
     struct binlog_watchset ws;
     struct binlog_tracker t;
+    struct binlog_payload payload;
     bool crc;
 };
 
@@ -177,6 +191,7 @@ fx_init(struct fixture *f, bool crc)
     binlog_watch_add(&f->ws, "shop", "outbox_event", notify, &seen[0]);
     binlog_watch_add(&f->ws, "billing", "outbox", notify, &seen[1]);
     binlog_tracker_init(&f->t, &f->ws);
+    binlog_payload_init(&f->payload);
     struct pkt p;
     struct binlog_event ev;
     build_format(&p, crc);
@@ -188,6 +203,7 @@ static void
 fx_free(struct fixture *f)
 {
     binlog_watchset_clear(&f->ws);
+    binlog_payload_free(&f->payload);
 }
 
 static enum binlog_kind
@@ -197,7 +213,7 @@ feed(struct fixture *f, struct pkt *p)
     char err[ERR_LEN];
     ck_assert_msg(binlog_parse(&f->fmt, p->b, p->n, &ev, err, sizeof(err)) == 0,
                   "%s", err);
-    binlog_tracker_feed(&f->t, &ev);
+    binlog_payload_feed(&f->payload, &f->fmt, &ev, &f->t);
     return ev.kind;
 }
 
@@ -346,6 +362,34 @@ START_TEST(test_statements)
 }
 END_TEST
 
+/* LOAD DATA logged as a statement: EXECUTE_LOAD_QUERY, a query's
+ * post-header and 13 bytes more (file id, start and end, duplicates). */
+START_TEST(test_load_data_statement)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    const char *sql = "LOAD DATA INFILE '/tmp/x' INTO TABLE outbox_event";
+    struct pkt p;
+    start(&p, 18);
+    put_le(&p, 7, 4);
+    put_le(&p, 0, 4);
+    put_le(&p, 4, 1); /* "shop" */
+    put_le(&p, 0, 2);
+    put_le(&p, 0, 2); /* no status variables */
+    put_le(&p, 1, 4);
+    put_le(&p, 19, 4);
+    put_le(&p, 27, 4);
+    put_le(&p, 0, 1);
+    put(&p, "shop", 5);
+    put(&p, sql, strlen(sql));
+    finish(&p, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_STATEMENT);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
+}
+END_TEST
+
 /* A compressed statement cannot be read: any in the schema wakes. */
 START_TEST(test_compressed_statement)
 {
@@ -360,6 +404,9 @@ START_TEST(test_compressed_statement)
 }
 END_TEST
 
+/* A type the parser does not know may have written anything: every
+ * watch wakes, once, at the commit; unless the server marked it one a
+ * replica may skip (LOG_EVENT_IGNORABLE_F). */
 START_TEST(test_heartbeat_and_unknown)
 {
     struct fixture f;
@@ -367,8 +414,29 @@ START_TEST(test_heartbeat_and_unknown)
     struct pkt p;
     build_bare(&p, T_HEARTBEAT, true);
     ck_assert_int_eq(feed(&f, &p), BINLOG_HEARTBEAT);
+    feed_query(&f, "shop", "BEGIN");
     build_bare(&p, 99, true);
+    p.b[1 + 17] = 0x80; /* LOG_EVENT_IGNORABLE_F */
     ck_assert_int_eq(feed(&f, &p), BINLOG_OTHER);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].commits + seen[1].commits, 0);
+    ck_assert_uint_eq(f.t.unreadable, 0);
+    feed_query(&f, "shop", "BEGIN");
+    build_bare(&p, 99, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_UNKNOWN);
+    feed_rows(&f, "shop", "orders", T_WRITE, 3);
+    ck_assert_int_eq(seen[0].commits + seen[1].commits, 0);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].inserts, 1);
+    ck_assert_uint_eq(f.t.unreadable, 1);
+    ck_assert_ptr_nonnull(strstr(f.t.why, "99"));
+    /* The next transaction is read as usual. */
+    feed_query(&f, "shop", "BEGIN");
+    feed_rows(&f, "shop", "outbox_event", T_WRITE, 4);
+    feed_xid(&f);
+    ck_assert_int_eq(seen[0].inserts, 2);
+    ck_assert_int_eq(seen[1].inserts, 1);
     fx_free(&f);
 }
 END_TEST
@@ -423,6 +491,29 @@ START_TEST(test_malformed)
 }
 END_TEST
 
+/* Feeds a file of packets, each led by its two-byte length (as
+ * fuzz_binlog reads them); returns how many. */
+static size_t
+feed_file(struct fixture *f, const char *path)
+{
+    FILE *in = fopen(path, "rb");
+    ck_assert_msg(in != NULL, "cannot open %s", path);
+    unsigned char buf[8192];
+    size_t len = fread(buf, 1, sizeof(buf), in);
+    fclose(in);
+    size_t at = 0, events = 0;
+    while (at + 2 <= len) {
+        size_t n = buf[at] | (size_t)buf[at + 1] << 8;
+        ck_assert_uint_le(at + 2 + n, len);
+        struct pkt p = {.n = n};
+        memcpy(p.b, buf + at + 2, n);
+        feed(f, &p);
+        at += 2 + n;
+        events++;
+    }
+    return events;
+}
+
 /*
  * A real stream of MariaDB 10.11 (tests/data/binlog_stream.bin, framed
  * as fuzz_binlog reads it): two rows inserted into shop.outbox_event in
@@ -434,26 +525,364 @@ START_TEST(test_real_stream)
     struct fixture f;
     fx_init(&f, false);
     memset(&f.fmt, 0, sizeof(f.fmt));
-    FILE *in = fopen("data/binlog_stream.bin", "rb");
-    ck_assert_ptr_nonnull(in);
-    unsigned char buf[8192];
-    size_t len = fread(buf, 1, sizeof(buf), in);
-    fclose(in);
-    size_t at = 0, events = 0;
-    while (at + 2 <= len) {
-        size_t n = buf[at] | (size_t)buf[at + 1] << 8;
-        ck_assert_uint_le(at + 2 + n, len);
-        struct pkt p = {.n = n};
-        memcpy(p.b, buf + at + 2, n);
-        feed(&f, &p);
-        at += 2 + n;
-        events++;
-    }
+    size_t events = feed_file(&f, "data/binlog_stream.bin");
     ck_assert(f.fmt.crc32);
     ck_assert_uint_gt(events, 10);
+    ck_assert_uint_eq(f.t.unreadable, 0); /* every MariaDB event known */
     ck_assert_int_eq(seen[0].inserts, 2);
     ck_assert_int_eq(seen[0].commits, 3);
     ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- MySQL 8: built to MySQL 8.4's formats (libs/mysql/binlog/event) ---- */
+
+/* A length-encoded integer, as MySQL's net_store_length writes it. */
+static size_t
+lenenc_size(uint64_t v)
+{
+    return v < 251 ? 1 : v < 65536 ? 3 : v < 16777216 ? 4 : 9;
+}
+
+static void
+put_lenenc(struct pkt *p, uint64_t v)
+{
+    size_t n = lenenc_size(v);
+    if (n > 1)
+        put_le(p, n == 3 ? 252 : n == 4 ? 253 : 254, 1);
+    put_le(p, v, n == 1 ? 1 : n - 1);
+}
+
+/* A format description as MySQL 8.4 writes it: no "MariaDB" in the
+ * version, post-header lengths of types 1 to 42 (binlog_event.h). */
+static void
+build_mysql_format(struct pkt *p)
+{
+    char version[50] = "8.4.3";
+    start(p, T_FORMAT);
+    put_le(p, 4, 2);
+    put(p, version, sizeof(version));
+    put_le(p, 0, 4);
+    put_le(p, 19, 1);
+    for (unsigned t = 1; t <= 42; t++)
+        put_le(p,
+               t == T_QUERY                           ? 13
+               : t == T_TABLE_MAP                     ? 8
+               : t >= 30 && t <= 32                   ? 10
+               : t == T_GTID || t == T_ANONYMOUS_GTID ? 42
+                                                      : 0,
+               1);
+    put_le(p, 1, 1); /* CRC32 */
+    finish(p, true);
+}
+
+/* Gtid_event (control_events.cpp): flags, SID, GNO, the logical clock's
+ * type and two values (the 42-byte post-header), then the commit
+ * timestamp, the transaction's length and the server version. */
+static void
+build_mysql_gtid(struct pkt *p, unsigned type, bool crc)
+{
+    start(p, type);
+    put_le(p, 0, 1);
+    for (int i = 0; i < 16; i++)
+        put_le(p, type == T_ANONYMOUS_GTID ? 0 : 0xa0 + i, 1);
+    put_le(p, type == T_ANONYMOUS_GTID ? 0 : 42, 8);
+    put_le(p, 2, 1);
+    put_le(p, 7, 8);
+    put_le(p, 8, 8);
+    put_le(p, 1700000000000000ULL, 7);
+    put_lenenc(p, 300);
+    put_le(p, 80403, 4);
+    finish(p, crc);
+}
+
+/* Heartbeat::encode (codecs/binary.cpp): the log's name and position as
+ * fields of type, length and value, then the end mark. */
+static void
+build_heartbeat_v2(struct pkt *p, bool crc)
+{
+    const char *log = "binlog.000007";
+    start(p, T_HEARTBEAT_V2);
+    put_lenenc(p, 1);
+    put_lenenc(p, strlen(log));
+    put(p, log, strlen(log));
+    put_lenenc(p, 2);
+    put_lenenc(p, lenenc_size(123456));
+    put_lenenc(p, 123456);
+    put_lenenc(p, 0);
+    finish(p, crc);
+}
+
+/* The events of a transaction, without checksums, as a payload holds. */
+struct blob {
+    unsigned char *b;
+    size_t n;
+};
+
+static void
+blob_add(struct blob *bl, const struct pkt *p)
+{
+    bl->b = realloc(bl->b, bl->n + p->n - 1);
+    memcpy(bl->b + bl->n, p->b + 1, p->n - 1); /* no OK byte */
+    bl->n += p->n - 1;
+}
+
+/* BEGIN, a table's map and rows inserted, and, if xid, the XID. */
+static void
+blob_insert(struct blob *bl, const char *db, const char *tbl, bool xid)
+{
+    struct pkt p;
+    build_query(&p, T_QUERY, db, "BEGIN", false);
+    blob_add(bl, &p);
+    build_table_map(&p, 90, db, tbl, false);
+    blob_add(bl, &p);
+    build_rows(&p, T_WRITE_V2, 90, false);
+    blob_add(bl, &p);
+    if (xid) {
+        build_bare(&p, T_XID, false);
+        blob_add(bl, &p);
+    }
+}
+
+#define ZSTD 0
+#define NONE 255
+
+/* Transaction_payload::encode's fields (codecs/binary.cpp): compression
+ * type, uncompressed size (when compressed), payload size, end mark;
+ * then the payload, here cut to keep bytes when keep is not 0. */
+static void
+build_payload(struct pkt *p, unsigned compression, const struct blob *ev,
+              size_t keep)
+{
+    size_t cap = ZSTD_compressBound(ev->n), n = ev->n;
+    unsigned char *z = malloc(cap);
+    if (compression == NONE)
+        memcpy(z, ev->b, n);
+    else
+        n = ZSTD_compress(z, cap, ev->b, ev->n, 3);
+    ck_assert(!ZSTD_isError(n));
+    n = keep != 0 && keep < n ? keep : n;
+    start(p, T_PAYLOAD);
+    put_lenenc(p, 2);
+    put_lenenc(p, lenenc_size(compression));
+    put_lenenc(p, compression);
+    if (compression != NONE) {
+        put_lenenc(p, 3);
+        put_lenenc(p, lenenc_size(ev->n));
+        put_lenenc(p, ev->n);
+    }
+    put_lenenc(p, 1);
+    put_lenenc(p, lenenc_size(n));
+    put_lenenc(p, n);
+    put_lenenc(p, 0);
+    put(p, z, n);
+    finish(p, true);
+    free(z);
+}
+
+static void
+mysql_init(struct fixture *f)
+{
+    fx_init(f, true);
+    struct pkt p;
+    build_mysql_format(&p);
+    ck_assert_int_eq(feed(f, &p), BINLOG_FORMAT);
+    ck_assert(f->fmt.crc32);
+}
+
+/* GTID, payload: one compressed transaction, as MySQL writes it. */
+static void
+feed_payload(struct fixture *f, unsigned compression, const struct blob *ev,
+             size_t keep)
+{
+    struct pkt p;
+    build_mysql_gtid(&p, T_GTID, true);
+    ck_assert_int_eq(feed(f, &p), BINLOG_GTID);
+    build_payload(&p, compression, ev, keep);
+    ck_assert_int_eq(feed(f, &p), BINLOG_PAYLOAD);
+}
+
+START_TEST(test_mysql_control_events)
+{
+    struct fixture f;
+    mysql_init(&f);
+    struct pkt p;
+    build_mysql_gtid(&p, T_GTID, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_GTID);
+    build_mysql_gtid(&p, T_ANONYMOUS_GTID, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_GTID);
+    /* A tagged GTID's body is a mysql::serialization message, not read:
+     * these bytes stand for one. */
+    start(&p, T_GTID_TAGGED);
+    put_le(&p, 0x0102030405060708ULL, 8);
+    finish(&p, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_GTID);
+    start(&p, T_PREVIOUS_GTIDS);
+    put_le(&p, 0, 8); /* no SID */
+    finish(&p, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_PREVIOUS_GTIDS);
+    build_heartbeat_v2(&p, true);
+    ck_assert_int_eq(feed(&f, &p), BINLOG_HEARTBEAT);
+    /* A GTID too short for its SID and GNO is refused. */
+    struct binlog_event ev;
+    char err[ERR_LEN];
+    start(&p, T_GTID);
+    for (int i = 0; i < 20; i++)
+        put_le(&p, 0, 1);
+    finish(&p, true);
+    ck_assert_int_eq(binlog_parse(&f.fmt, p.b, p.n, &ev, err, sizeof(err)), -1);
+    ck_assert_uint_eq(f.t.unreadable, 0);
+    ck_assert_int_eq(seen[0].commits + seen[1].commits, 0);
+    fx_free(&f);
+}
+END_TEST
+
+/* A compressed transaction into a watched table wakes it, once, as an
+ * insert; one into another table wakes nothing; zstd or uncompressed. */
+START_TEST(test_payload_wakes_its_table)
+{
+    unsigned compression = _i == 0 ? ZSTD : NONE;
+    struct fixture f;
+    mysql_init(&f);
+    struct blob bl = {0};
+    blob_insert(&bl, "shop", "orders", true);
+    feed_payload(&f, compression, &bl, 0);
+    ck_assert_int_eq(seen[0].commits + seen[1].commits, 0);
+    bl.n = 0;
+    blob_insert(&bl, "shop", "outbox_event", true);
+    feed_payload(&f, compression, &bl, 0);
+    ck_assert_int_eq(seen[0].commits, 1);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].commits, 0);
+    ck_assert_uint_eq(f.t.unreadable, 0);
+    free(bl.b);
+    fx_free(&f);
+}
+END_TEST
+
+/* A payload holds a whole committed transaction: its end commits, its
+ * XID read or not. */
+START_TEST(test_payload_is_a_transaction)
+{
+    struct fixture f;
+    mysql_init(&f);
+    struct blob bl = {0};
+    blob_insert(&bl, "billing", "outbox", false);
+    feed_payload(&f, ZSTD, &bl, 0);
+    ck_assert_int_eq(seen[1].inserts, 1);
+    ck_assert_int_eq(seen[0].commits, 0);
+    free(bl.b);
+    fx_free(&f);
+}
+END_TEST
+
+/* What cannot be read wakes every watch, once, and is counted: a frame
+ * cut short, corrupt bytes, a header whose payload overruns the event,
+ * a compression MySQL does not write, a malformed event inside. */
+START_TEST(test_payload_unreadable)
+{
+    struct fixture f;
+    mysql_init(&f);
+    struct blob bl = {0};
+    blob_insert(&bl, "shop", "orders", true);
+    struct pkt p;
+    const char *why[] = {"truncated", "zstd", "header", "type 7", "bytes"};
+    switch (_i) {
+    case 0: /* truncated: half the frame, its size saying so */
+        build_mysql_gtid(&p, T_GTID, true);
+        feed(&f, &p);
+        build_payload(&p, ZSTD, &bl, 20);
+        break;
+    case 1: /* corrupt: the frame's bytes past its header flipped */
+        build_mysql_gtid(&p, T_GTID, true);
+        feed(&f, &p);
+        build_payload(&p, ZSTD, &bl, 0);
+        for (size_t i = p.n - 4 - 12; i < p.n - 4; i++)
+            p.b[i] ^= 0x5a;
+        break;
+    case 2: /* the payload size past the event's end: the fields are
+             * 02 03 fc ff 00 (none), 01 01 <size> (under 251), 00 */
+        build_payload(&p, NONE, &bl, 0);
+        ck_assert_uint_lt(bl.n, 250);
+        p.b[1 + 19 + 7] = 250;
+        break;
+    case 3: /* compressed by a type MySQL does not write */
+        build_payload(&p, 7, &bl, 0);
+        break;
+    default: /* an event inside whose size is less than its header */
+        bl.b[9] = 5, bl.b[10] = bl.b[11] = bl.b[12] = 0;
+        build_payload(&p, NONE, &bl, 0);
+        break;
+    }
+    ck_assert_int_eq(feed(&f, &p), BINLOG_PAYLOAD);
+    ck_assert_int_eq(seen[0].commits, 1);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].commits, 1);
+    ck_assert_uint_eq(f.t.unreadable, 1);
+    ck_assert_msg(strstr(f.t.why, "payload") && strstr(f.t.why, why[_i]), "%s",
+                  f.t.why);
+    /* The next transaction is read as usual. */
+    bl.n = 0;
+    blob_insert(&bl, "shop", "outbox_event", true);
+    feed_payload(&f, ZSTD, &bl, 0);
+    ck_assert_int_eq(seen[0].commits, 2);
+    ck_assert_int_eq(seen[1].commits, 1);
+    ck_assert_uint_eq(f.t.unreadable, 1);
+    free(bl.b);
+    fx_free(&f);
+}
+END_TEST
+
+/* An event longer than the buffer is read by its head: a rows event's
+ * table, and a statement as unknown (its schema's watches wake). */
+/* fuzz_binlog's MySQL 8 seeds (seed_mysql8.py) read as meant: the zstd
+ * and uncompressed payloads wake their table, the cut one every table. */
+START_TEST(test_mysql8_fuzz_seeds)
+{
+    static const char *const seeds[] = {"seed_mysql8_payload",
+                                        "seed_mysql8_payload_none",
+                                        "seed_mysql8_payload_cut"};
+    char path[128];
+    snprintf(path, sizeof(path), "fuzz/corpus/fuzz_binlog/%s", seeds[_i]);
+    struct fixture f;
+    fx_init(&f, false);
+    memset(&f.fmt, 0, sizeof(f.fmt));
+    feed_file(&f, path);
+    ck_assert_int_eq(seen[0].inserts, 1);
+    ck_assert_int_eq(seen[1].inserts, _i == 2);
+    ck_assert_uint_eq(f.t.unreadable, _i == 2);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_payload_large_events)
+{
+    struct fixture f;
+    mysql_init(&f);
+    struct blob bl = {0};
+    struct pkt p;
+    build_query(&p, T_QUERY, "billing", "BEGIN", false);
+    blob_add(&bl, &p);
+    build_table_map(&p, 91, "billing", "outbox", false);
+    blob_add(&bl, &p);
+    /* A rows event of 1.5 MiB: its header and post-header, then zeros. */
+    size_t big = BINLOG_PAYLOAD_EVENT_MAX + BINLOG_PAYLOAD_EVENT_MAX / 2;
+    build_rows(&p, T_WRITE_V2, 91, false);
+    size_t head = p.n - 1 - 8; /* without the row image */
+    bl.b = realloc(bl.b, bl.n + big);
+    memcpy(bl.b + bl.n, p.b + 1, head);
+    memset(bl.b + bl.n + head, 0, big - head);
+    for (int i = 0; i < 4; i++)
+        bl.b[bl.n + 9 + i] = (unsigned char)(big >> (8 * i));
+    bl.n += big;
+    build_bare(&p, T_XID, false);
+    blob_add(&bl, &p);
+    feed_payload(&f, ZSTD, &bl, 0);
+    ck_assert_int_eq(seen[1].inserts, 1);
+    ck_assert_int_eq(seen[0].commits, 0);
+    ck_assert_uint_eq(f.t.unreadable, 0);
+    free(bl.b);
     fx_free(&f);
 }
 END_TEST
@@ -703,10 +1132,19 @@ binlog_suite(void)
     tcase_add_test(tc, test_rollback_forgets);
     tcase_add_test(tc, test_statements);
     tcase_add_test(tc, test_compressed_statement);
+    tcase_add_test(tc, test_load_data_statement);
     tcase_add_test(tc, test_heartbeat_and_unknown);
     tcase_add_test(tc, test_map_overflow);
     tcase_add_test(tc, test_malformed);
     tcase_add_test(tc, test_real_stream);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mysql8");
+    tcase_add_test(tc, test_mysql_control_events);
+    tcase_add_loop_test(tc, test_payload_wakes_its_table, 0, 2);
+    tcase_add_test(tc, test_payload_is_a_transaction);
+    tcase_add_loop_test(tc, test_payload_unreadable, 0, 5);
+    tcase_add_test(tc, test_payload_large_events);
+    tcase_add_loop_test(tc, test_mysql8_fuzz_seeds, 0, 3);
     suite_add_tcase(s, tc);
     tc = tcase_create("watch");
     tcase_add_test(tc, test_watch_add_find_remove);

@@ -37,6 +37,7 @@ static const char *const bad_inputs[] = {
     "bad_many",           "bad_poll",
     "bad_size",           "bad_cloudevents",
     "bad_hold",           "bad_pattern",
+    "bad_public_key",
 };
 
 static char *
@@ -176,6 +177,7 @@ check_full_database(const struct config *cfg)
     ck_assert_ptr_null(db->tls.cert_file);
     ck_assert(db->tls.verify_peer);
     ck_assert(!db->tls.verify_hostname);
+    ck_assert_str_eq(db->server_public_key_file, DATA "mysql_public_key.pem");
     ck_assert_uint_eq(db->noutboxes, 1);
 }
 
@@ -262,6 +264,7 @@ check_default_database(const struct database_config *db)
     ck_assert_uint_eq(db->connect_timeout_ms, 5000);
     ck_assert_int_eq(db->wake, WAKE_AUTO);
     ck_assert(!db->tls.enabled);
+    ck_assert_ptr_null(db->server_public_key_file);
     ck_assert(db->tls.verify_peer);
     ck_assert(db->tls.verify_hostname);
 }

@@ -125,6 +125,8 @@ START_TEST(test_values_kept)
         "      - amqp://rabbit-b:5672/\n",
         "\n    password_env: OUTBOXD_TEST_DB_PASSWORD\n",
         "\n    wake: poll\n",
+        "\n    server_public_key_file: /",
+        "/tests/data/config/mysql_public_key.pem\n",
         "\n        exchange: \"orders.{aggregate_type}\"\n",
         "\n        exchange_column: exchange_override\n",
         "\n        ordering: none\n",

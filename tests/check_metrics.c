@@ -85,8 +85,13 @@ render_two(void)
         .commit_to_confirm = &dur,
         .batch_duration = &dur,
     };
-    struct daemon_metrics dm = {
-        .version = "9.9.9", .last_reload_ok = false, .reloads_failed = 1};
+    static const struct binlog_metrics binlogs[] = {
+        {.server = "127.0.0.1:3307", .unreadable = 3}};
+    struct daemon_metrics dm = {.version = "9.9.9",
+                                .last_reload_ok = false,
+                                .reloads_failed = 1,
+                                .binlogs = binlogs,
+                                .nbinlogs = 1};
     size_t len;
     text = metrics_render(&dm, obs, 2, &len);
     ck_assert_uint_eq(strlen(text), len);
@@ -136,6 +141,8 @@ START_TEST(test_render_counters_and_gauges)
     has_line("outboxd_build_info{version=\"9.9.9\"} 1");
     has_line("outboxd_config_last_reload_successful 0");
     has_line("outboxd_config_reloads_total{result=\"failure\"} 1");
+    has_line("# TYPE outboxd_binlog_unreadable_total counter");
+    has_line("outboxd_binlog_unreadable_total{server=\"127.0.0.1:3307\"} 3");
     /* an outbox whose rows were never counted has no rows gauge at all */
     ck_assert_ptr_null(strstr(text, "outboxd_rows{outbox=\"we"));
     free(text);

@@ -60,6 +60,9 @@ PACKAGES+=(debhelper devscripts lintian fakeroot)
 # libcrypto's pkg-config file, for outboxd -V (see PKGS in the Makefile).
 PACKAGES+=(libssl-dev)
 
+# libzstd: MySQL 8's compressed transactions in the binlog (binlog_payload.c).
+PACKAGES+=(libzstd-dev)
+
 # tests/it_cloudevents.c's consumer: Node and npm (make cloudevents-deps).
 # A Node that brings its own npm (NodeSource's) conflicts with Debian's npm.
 PACKAGES+=(nodejs)
