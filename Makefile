@@ -93,9 +93,15 @@ check:
 	bash tests/servers.sh start
 	$(MAKE) -j$(NPROC) check-build
 	$(MAKE) check-unit check-alerts check-man check-outboxctl \
-		check-integration
+		check-layers check-version check-integration
 
 check-build: all $(BUILD)/check_unit $(BUILD)/check_integration
+
+# No call runs up the module map of docs/hacking.md (its table, read
+# against each object's symbols).
+.PHONY: check-layers
+check-layers: all
+	python3 scripts/check-layers.py $(BUILD)/daemon
 
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
