@@ -229,13 +229,11 @@ deb: check-version
 check-deb:
 	bash scripts/deb-check.sh
 
-# debian/changelog's upstream version is the one the binaries report.
+# One version: NEWS.md, debian/changelog, the image and the docs name
+# the one the binaries report (scripts/check-version.sh).
+.PHONY: check-version
 check-version:
-	@code=$$(sed -n 's/^#define OUTBOXD_VERSION "\(.*\)"$$/\1/p' daemon/util.h); \
-	deb=$$(dpkg-parsechangelog -S Version); \
-	[ "$${deb%-*}" = "$$code" ] || { echo "debian/changelog is at $$deb," \
-		"daemon/util.h OUTBOXD_VERSION at $$code" >&2; exit 1; }; \
-	echo "check-version: $$code (debian/changelog $$deb)"
+	bash scripts/check-version.sh
 
 format:
 	clang-format -i daemon/*.c daemon/*.h tests/*.c tests/*.h tests/fuzz/*.c \
