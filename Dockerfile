@@ -27,7 +27,7 @@ COPY Makefile ./
 COPY daemon/ daemon/
 COPY conf/ conf/
 # The version label below must be the one the binary reports.
-ARG OUTBOXD_VERSION=0.2.0
+ARG OUTBOXD_VERSION=0.3.0
 RUN grep -q "^#define OUTBOXD_VERSION \"$OUTBOXD_VERSION\"$" daemon/util.h \
     || { echo "OUTBOXD_VERSION=$OUTBOXD_VERSION is not daemon/util.h's" >&2; \
          exit 1; }
@@ -39,7 +39,7 @@ RUN eval "$(DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --export=sh)"
     && install -D -m 644 conf/outboxd.yaml /out/etc/outboxd/outboxd.yaml.example
 
 FROM debian:12-slim
-ARG OUTBOXD_VERSION=0.2.0
+ARG OUTBOXD_VERSION=0.3.0
 # Empty until the project has a public home: pass --build-arg.
 ARG OUTBOXD_SOURCE=
 ARG OUTBOXD_REVISION=

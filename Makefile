@@ -94,9 +94,15 @@ check:
 	bash tests/servers.sh start
 	$(MAKE) -j$(NPROC) check-build
 	$(MAKE) check-unit check-alerts check-man check-outboxctl \
-		check-integration
+		check-layers check-version check-integration
 
 check-build: all $(BUILD)/check_unit $(BUILD)/check_integration
+
+# No call runs up the module map of docs/hacking.md (its table, read
+# against each object's symbols).
+.PHONY: check-layers
+check-layers: all
+	python3 scripts/check-layers.py $(BUILD)/daemon
 
 check-unit: $(BUILD)/check_unit
 	cd tests && ../$(BUILD)/check_unit
@@ -224,13 +230,11 @@ deb: check-version
 check-deb:
 	bash scripts/deb-check.sh
 
-# debian/changelog's upstream version is the one the binaries report.
+# One version: NEWS.md, debian/changelog, the image and the docs name
+# the one the binaries report (scripts/check-version.sh).
+.PHONY: check-version
 check-version:
-	@code=$$(sed -n 's/^#define OUTBOXD_VERSION "\(.*\)"$$/\1/p' daemon/util.h); \
-	deb=$$(dpkg-parsechangelog -S Version); \
-	[ "$${deb%-*}" = "$$code" ] || { echo "debian/changelog is at $$deb," \
-		"daemon/util.h OUTBOXD_VERSION at $$code" >&2; exit 1; }; \
-	echo "check-version: $$code (debian/changelog $$deb)"
+	bash scripts/check-version.sh
 
 format:
 	clang-format -i daemon/*.c daemon/*.h tests/*.c tests/*.h tests/fuzz/*.c \

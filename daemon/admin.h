@@ -1,19 +1,18 @@
 /*
  * admin: the SQL behind outboxctl on one outbox table: rows per status,
  * the DEAD rows, and putting DEAD rows back to PENDING.  Library style:
- * returns -1 and fills err, never prints; runs on a store's session.
- * table is the table as SQL names it, quoted and with its schema
- * (store_table_sql): the session may serve several schemas.
+ * returns -1 and fills err, never prints; runs on a connected store,
+ * whose statement builder and runner it uses.
  */
 #ifndef OUTBOXD_ADMIN_H
 #define OUTBOXD_ADMIN_H
 
-#include <mysql.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "batch.h"
+#include "store.h"
 
 #define ADMIN_DEAD_LIMIT 100   /* dead list without --limit */
 #define ADMIN_RETRY_BATCH 1000 /* dead retry --all: rows per transaction */
@@ -41,22 +40,22 @@ struct admin_dead_list {
 };
 
 /* Counts every status (SENT too: this is one-shot, unlike the gauges). */
-int admin_status(MYSQL *db, const char *table, struct admin_status *out,
-                 char *err, size_t errlen) __attribute__((warn_unused_result));
+int admin_status(struct store *st, struct admin_status *out, char *err,
+                 size_t errlen) __attribute__((warn_unused_result));
 
 /* Up to limit DEAD rows, oldest first.  Free with admin_dead_list_free. */
-int admin_dead_list(MYSQL *db, const char *table, unsigned limit,
+int admin_dead_list(struct store *st, unsigned limit,
                     struct admin_dead_list *out, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 void admin_dead_list_free(struct admin_dead_list *l);
 
 /* DEAD rows in the table, for dead retry's progress and --dry-run. */
-int admin_dead_count(MYSQL *db, const char *table, uint64_t *total, char *err,
+int admin_dead_count(struct store *st, uint64_t *total, char *err,
                      size_t errlen) __attribute__((warn_unused_result));
 
 /* SENT rows whose sent_at is more than older_than_ms ago. */
-int admin_purge_count(MYSQL *db, const char *table, uint64_t older_than_ms,
-                      uint64_t *total, char *err, size_t errlen)
+int admin_purge_count(struct store *st, uint64_t older_than_ms, uint64_t *total,
+                      char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 /*
@@ -71,13 +70,12 @@ int admin_purge_count(MYSQL *db, const char *table, uint64_t older_than_ms,
  * DEAD row, all in one transaction.  *retried counts the rows changed;
  * on -1 nothing was.
  */
-int admin_dead_retry_batch(MYSQL *db, const char *table, unsigned max,
-                           uint64_t *retried, char *err, size_t errlen)
+int admin_dead_retry_batch(struct store *st, unsigned max, uint64_t *retried,
+                           char *err, size_t errlen)
     __attribute__((warn_unused_result));
-int admin_dead_retry_ids(MYSQL *db, const char *table,
-                         const char *const *event_ids, size_t n, bool *found,
-                         uint64_t *retried, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
+int admin_dead_retry_ids(struct store *st, const char *const *event_ids,
+                         size_t n, bool *found, uint64_t *retried, char *err,
+                         size_t errlen) __attribute__((warn_unused_result));
 
 /*
  * on_dead: hold (held_cond: store_hold_cond).  A release keeps the row
@@ -85,14 +83,13 @@ int admin_dead_retry_ids(MYSQL *db, const char *table,
  * flows again; _batch and _ids as the retries above.  _count: the DEAD
  * rows that hold now.
  */
-int admin_held_count(MYSQL *db, const char *table, const char *held_cond,
-                     uint64_t *total, char *err, size_t errlen)
+int admin_held_count(struct store *st, const char *held_cond, uint64_t *total,
+                     char *err, size_t errlen)
     __attribute__((warn_unused_result));
-int admin_dead_release_batch(MYSQL *db, const char *table,
-                             const char *held_cond, unsigned max,
-                             uint64_t *released, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
-int admin_dead_release_ids(MYSQL *db, const char *table, const char *held_cond,
+int admin_dead_release_batch(struct store *st, const char *held_cond,
+                             unsigned max, uint64_t *released, char *err,
+                             size_t errlen) __attribute__((warn_unused_result));
+int admin_dead_release_ids(struct store *st, const char *held_cond,
                            const char *const *event_ids, size_t n, bool *found,
                            uint64_t *released, char *err, size_t errlen)
     __attribute__((warn_unused_result));

@@ -494,6 +494,14 @@ conn_exchange_find(struct amqpconn *c, const char *name)
     return e;
 }
 
+/* p's channel is gone: p (if it still has the channel) is told. */
+static void
+channel_lost(struct amqpconn *c, struct publisher *p, const char *reason)
+{
+    if (p != NULL && c->channel_lost_cb != NULL)
+        c->channel_lost_cb(p, reason);
+}
+
 void
 conn_drop(struct amqpconn *c, const char *reason)
 {
@@ -501,8 +509,8 @@ conn_drop(struct amqpconn *c, const char *reason)
         amqp_destroy_connection(c->conn);
     c->conn = NULL;
     for (size_t i = 1; i < c->nslots; i++)
-        if (c->slots[i].state == CHAN_OPEN && c->slots[i].p != NULL)
-            publisher_channel_lost(c->slots[i].p, reason);
+        if (c->slots[i].state == CHAN_OPEN)
+            channel_lost(c, c->slots[i].p, reason);
     free(c->slots);
     c->slots = NULL;
     c->nslots = 0;
@@ -783,8 +791,8 @@ on_peer_close(struct amqpconn *c, amqp_channel_t ch,
      * (as the spec asks), and the number stays taken until it comes. */
     if (s.state != CHAN_CLOSING)
         conn_channel_free(c, ch);
-    if (s.state == CHAN_OPEN && s.p != NULL)
-        publisher_channel_lost(s.p, reason);
+    if (s.state == CHAN_OPEN)
+        channel_lost(c, s.p, reason);
     amqp_channel_close_ok_t ok = {0};
     if (amqp_send_method(c->conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) ==
         AMQP_STATUS_OK)

@@ -1224,10 +1224,10 @@ config_load_or_report(const char *path, const char *prog)
     struct config_errors errs = {0};
     struct config *cfg = config_load(path, &errs);
     for (size_t i = 0; i < errs.n; i++)
-        fprintf(stderr, "%s\n", errs.msgs[i]);
+        log_plain(LOG_ERROR, "%s\n", errs.msgs[i]);
     if (cfg == NULL)
-        fprintf(stderr, "%s: %zu configuration error%s\n", prog, errs.n,
-                errs.n == 1 ? "" : "s");
+        log_plain(LOG_ERROR, "%s: %zu configuration error%s\n", prog, errs.n,
+                  errs.n == 1 ? "" : "s");
     config_errors_free(&errs);
     return cfg;
 }

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "config_table.h"
-#include "publisher.h"
+#include "amqpconn.h"
 #include "util.h"
 
 /* ---- the keys, for the documentation's drift test ---- */
@@ -285,7 +285,7 @@ dump_urls(struct dump *d, const struct opt *o, const char *const *urls,
         d->indent += 4;
     }
     for (size_t i = 0; i < n; i++) {
-        char *masked = publisher_mask_url(urls[i]);
+        char *masked = amqpconn_mask_url(urls[i]);
         char *v = yaml_scalar(masked);
         d->dash = list;
         if (list)

@@ -16,7 +16,9 @@
 
 static _Atomic int log_min_level = LOG_INFO;
 static _Atomic int log_fmt = LOG_FORMAT_TEXT;
-static _Atomic bool log_journal; /* stderr is systemd's journal stream */
+/* stderr is systemd's journal stream: 1 or 0, -1 until first asked, so
+ * that lines written before log_init carry their priority too. */
+static _Atomic int log_journal = -1;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 /* syslog(3) priorities of the levels: err, warning, info, debug. */
@@ -51,12 +53,30 @@ stderr_is_journal(void)
            (unsigned long long)st.st_ino == ino;
 }
 
+/* Asked once; the threads that log start after the first line. */
+static bool
+journal(void)
+{
+    int j = log_journal;
+    if (j < 0) {
+        j = stderr_is_journal();
+        log_journal = j;
+    }
+    return j == 1;
+}
+
 void
 log_init(enum log_level level, enum log_format format)
 {
     log_min_level = level;
     log_fmt = format;
     log_journal = stderr_is_journal();
+}
+
+const char *
+log_journal_prefix(enum log_level level)
+{
+    return journal() ? journal_prefixes[level] : "";
 }
 
 bool
@@ -231,8 +251,7 @@ log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
 
-    if (log_journal)
-        line_puts(&l, journal_prefixes[level]);
+    line_puts(&l, log_journal_prefix(level));
     if (log_fmt == LOG_FORMAT_JSON)
         line_put(&l, "{", 1);
     line_put_field(&l, "ts", ts, true);
@@ -247,4 +266,32 @@ log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
     line_close(&l, '\n');
     ssize_t rc = write(STDERR_FILENO, l.buf, l.len);
     (void)rc; /* nowhere left to report a failed log write */
+}
+
+/* Each line of text, led by prefix, in one write(2) when it fits. */
+static void
+write_prefixed(const char *prefix, const char *text)
+{
+    while (*text != '\0') {
+        const char *nl = strchr(text, '\n');
+        size_t n = nl != NULL ? (size_t)(nl - text) + 1 : strlen(text);
+        struct line l = {.len = 0, .full = false};
+        line_puts(&l, prefix);
+        if (!line_put(&l, text, n) || nl == NULL)
+            line_close(&l, '\n');
+        ssize_t rc = write(STDERR_FILENO, l.buf, l.len);
+        (void)rc; /* nowhere left to report it */
+        text += n;
+    }
+}
+
+void
+log_plain(enum log_level level, const char *fmt, ...)
+{
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    write_prefixed(log_journal_prefix(level), buf);
 }

@@ -20,6 +20,18 @@ bool log_enabled(enum log_level level);
 void log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/*
+ * What is not a log line but goes to stderr all the same (configuration
+ * errors as file:line:column, usage, running out of memory): each line
+ * of it led by its priority when stderr is systemd's journal, as log
+ * lines are, so that `journalctl -p err` shows why a start failed.  Also
+ * before log_init.
+ */
+void log_plain(enum log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* "<3>" and so on when stderr is the journal, else "". */
+const char *log_journal_prefix(enum log_level level);
+
 /* Parses "error", "warn", "info", "debug"; -1 on anything else. */
 int log_level_parse(const char *name);
 

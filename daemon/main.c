@@ -59,15 +59,32 @@ struct daemon {
 static void
 usage(FILE *f)
 {
-    fprintf(f, "usage: outboxd [-c FILE] [-t | -T] [-v] [-V] [--version]\n"
-               "  -c FILE    configuration (default " CONFIG_DEFAULT_PATH ")\n"
-               "  -t         check the configuration and exit\n"
-               "  -T         check it and print it with every default filled "
-               "in,\n"
-               "             secrets masked\n"
-               "  -v         log at debug level\n"
-               "  -V         print the version and the libraries' versions\n"
-               "  --version  print the version and exit\n");
+    static const char text[] =
+        "usage: outboxd [-c FILE] [-t | -T] [-v] [-V] [--version]\n"
+        "  -c FILE    configuration (default " CONFIG_DEFAULT_PATH ")\n"
+        "  -t         check the configuration and exit\n"
+        "  -T         check it and print it with every default filled in,\n"
+        "             secrets masked\n"
+        "  -v         log at debug level\n"
+        "  -V         print the version and the libraries' versions\n"
+        "  --version  print the version and exit\n";
+    if (f == stderr)
+        log_plain(LOG_ERROR, "%s", text); /* with its priority */
+    else
+        fputs(text, f);
+}
+
+/* getopt's complaint, written here (opterr is 0) so that it carries its
+ * priority under journald as every other line does. */
+static void
+bad_option(char *const *argv)
+{
+    if (optopt == 'c')
+        log_plain(LOG_ERROR, "outboxd: option -c needs a FILE\n");
+    else if (optopt != 0)
+        log_plain(LOG_ERROR, "outboxd: unknown option -%c\n", optopt);
+    else
+        log_plain(LOG_ERROR, "outboxd: unknown option %s\n", argv[optind - 1]);
 }
 
 static void notify(struct daemon *d, const char *fmt, ...)
@@ -641,6 +658,7 @@ parse_args(int argc, char **argv, struct options *o)
         {NULL, 0, NULL, 0},
     };
     int ch;
+    opterr = 0;
     while ((ch = getopt_long(argc, argv, "c:tTvVh", longopts, NULL)) != -1) {
         switch (ch) {
         case 'c':
@@ -664,6 +682,7 @@ parse_args(int argc, char **argv, struct options *o)
             usage(stdout);
             return 0;
         default:
+            bad_option(argv);
             usage(stderr);
             return EXIT_USAGE;
         }

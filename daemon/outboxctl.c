@@ -515,10 +515,8 @@ status_collect(struct ctl *c, struct status_result *r)
         return;
     const char *held = store_hold_cond(st);
     r->holds = held != NULL;
-    if (admin_status(store_session(st), store_table_sql(st), &r->s, err,
-                     sizeof(err)) < 0 ||
-        (held != NULL && stats_sql_holds(store_session(st), store_table_sql(st),
-                                         held, &r->h, err, sizeof(err)) < 0))
+    if (admin_status(st, &r->s, err, sizeof(err)) < 0 ||
+        (held != NULL && stats_sql_holds(st, &r->h, err, sizeof(err)) < 0))
         ctl_report(c, r->ob, err);
     else
         r->ok = true;
@@ -769,8 +767,7 @@ dead_collect(struct ctl *c, const struct outbox_config *ob,
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return false;
-    int rc = admin_dead_list(store_session(st), store_table_sql(st),
-                             c->o->limit, l, err, sizeof(err));
+    int rc = admin_dead_list(st, c->o->limit, l, err, sizeof(err));
     if (rc < 0)
         ctl_report(c, ob, err);
     store_free(st);

@@ -173,8 +173,7 @@ retry_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
 {
     (void)ob;
     (void)c;
-    return admin_dead_count(store_session(st), store_table_sql(st), total, err,
-                            errlen);
+    return admin_dead_count(st, total, err, errlen);
 }
 
 static int
@@ -186,8 +185,7 @@ retry_step(struct ctl *c, struct store *st, const struct outbox_config *ob,
     (void)c;
     unsigned ask =
         max != 0 && max < ADMIN_RETRY_BATCH ? (unsigned)max : ADMIN_RETRY_BATCH;
-    if (admin_dead_retry_batch(store_session(st), store_table_sql(st), ask,
-                               done, err, errlen) < 0)
+    if (admin_dead_retry_batch(st, ask, done, err, errlen) < 0)
         return -1;
     *finished = *done < ask;
     return 0;
@@ -236,9 +234,8 @@ retry_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return -1;
-    int rc = admin_dead_retry_ids(store_session(st), store_table_sql(st),
-                                  (const char *const *)c->o->ids, c->o->nids,
-                                  found, &n, err, sizeof(err));
+    int rc = admin_dead_retry_ids(st, (const char *const *)c->o->ids,
+                                  c->o->nids, found, &n, err, sizeof(err));
     if (rc < 0)
         ctl_report(c, ob, err);
     store_free(st);
@@ -273,8 +270,7 @@ release_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
 {
     (void)ob;
     (void)c;
-    return admin_held_count(store_session(st), store_table_sql(st),
-                            store_hold_cond(st), total, err, errlen);
+    return admin_held_count(st, store_hold_cond(st), total, err, errlen);
 }
 
 static int
@@ -286,8 +282,7 @@ release_step(struct ctl *c, struct store *st, const struct outbox_config *ob,
     (void)c;
     unsigned ask =
         max != 0 && max < ADMIN_RETRY_BATCH ? (unsigned)max : ADMIN_RETRY_BATCH;
-    if (admin_dead_release_batch(store_session(st), store_table_sql(st),
-                                 store_hold_cond(st), ask, done, err,
+    if (admin_dead_release_batch(st, store_hold_cond(st), ask, done, err,
                                  errlen) < 0)
         return -1;
     *finished = *done < ask;
@@ -324,8 +319,7 @@ release_ids_one(struct ctl *c, const struct outbox_config *ob, bool *found)
     struct store *st = ctl_open_store(c, ob);
     if (st == NULL)
         return -1;
-    int rc = admin_dead_release_ids(store_session(st), store_table_sql(st),
-                                    store_hold_cond(st),
+    int rc = admin_dead_release_ids(st, store_hold_cond(st),
                                     (const char *const *)c->o->ids, c->o->nids,
                                     found, &n, err, sizeof(err));
     if (rc < 0)
@@ -429,8 +423,7 @@ purge_count(struct ctl *c, struct store *st, const struct outbox_config *ob,
             uint64_t *total, char *err, size_t errlen)
 {
     (void)ob;
-    return admin_purge_count(store_session(st), store_table_sql(st),
-                             c->o->older_ms, total, err, errlen);
+    return admin_purge_count(st, c->o->older_ms, total, err, errlen);
 }
 
 /* The daemon's own walk and batch size, without its time budget. */

@@ -47,10 +47,14 @@ enum frame_result { FRAME_OK, FRAME_LOST };
 
 /* ---- lifecycle ---- */
 
-char *
-publisher_mask_url(const char *url)
+/* p's channel is gone (reason): it reopens one on its next connect. */
+static void
+channel_lost_cb(struct publisher *p, const char *reason)
 {
-    return amqpconn_mask_url(url);
+    p->channel = 0;
+    str_copy(p->lost, reason, sizeof(p->lost));
+    p->nacking_since_ms = 0;
+    conn_exchanges_forget(p->c); /* one may be deleted before the next */
 }
 
 static struct publisher *
@@ -60,6 +64,7 @@ publisher_attach(struct amqpconn *c, const struct broker_config *broker)
     p->c = c;
     p->broker = broker;
     c->npublishers++;
+    c->channel_lost_cb = channel_lost_cb;
     return p;
 }
 
@@ -76,15 +81,6 @@ struct publisher *
 publisher_new_shared(struct amqpconn *c, const struct broker_config *broker)
 {
     return publisher_attach(c, broker != NULL ? broker : c->broker);
-}
-
-void
-publisher_channel_lost(struct publisher *p, const char *reason)
-{
-    p->channel = 0;
-    str_copy(p->lost, reason, sizeof(p->lost));
-    p->nacking_since_ms = 0;
-    conn_exchanges_forget(p->c); /* one may be deleted before the next */
 }
 
 /*

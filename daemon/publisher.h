@@ -87,8 +87,6 @@ void publisher_set_envelope(struct publisher *p, enum envelope envelope,
                             const char *source);
 /* The url of the live connection, with any password masked. */
 const char *publisher_url(const struct publisher *p);
-/* url with its password masked, malloc'd: what logs and errors show. */
-char *publisher_mask_url(const char *url);
 
 /*
  * The properties and headers a publish of row carries, checked against a

@@ -83,6 +83,10 @@ struct amqpconn {
     uint64_t spare_next_tag;
     bool check_open;    /* channel.open done on it */
     size_t npublishers; /* attached, shared or owner */
+    /* How a channel's publisher learns that its channel is gone (reason):
+     * given by the publishers as they attach (publisher.c), so that the
+     * connection never calls up into them. */
+    void (*channel_lost_cb)(struct publisher *p, const char *reason);
 };
 
 struct inflight {
@@ -160,8 +164,5 @@ void conn_channel_park(struct amqpconn *c, struct publisher *p);
  */
 int conn_dispatch(struct amqpconn *c, amqp_channel_t ch, const amqp_method_t *m,
                   char *err, size_t errlen);
-
-/* p's channel is gone (reason): it reopens one on its next connect. */
-void publisher_channel_lost(struct publisher *p, const char *reason);
 
 #endif

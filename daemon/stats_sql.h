@@ -6,12 +6,12 @@
 #ifndef OUTBOXD_STATS_SQL_H
 #define OUTBOXD_STATS_SQL_H
 
-#include <mysql.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "batch.h"
+#include "store.h"
 
 struct outbox_counts {
     uint64_t rows[OUTBOX_STATUS_COUNT];
@@ -21,12 +21,12 @@ struct outbox_counts {
 };
 
 /*
- * Counts the rows of table (quoted as statements name it:
- * store_table_sql) per status and the age of the next PENDING row, then ends
- * the transaction.  -1 with err filled on an SQL error.
+ * Counts the rows of the store's table per status and the age of the
+ * next PENDING row, then ends the transaction.  -1 with err filled on an
+ * SQL error.
  */
-int stats_sql_count(MYSQL *db, const char *table, struct outbox_counts *out,
-                    char *err, size_t errlen);
+int stats_sql_count(struct store *st, struct outbox_counts *out, char *err,
+                    size_t errlen);
 
 /* on_dead: hold: the aggregates held by a DEAD event, and the age of the
  * oldest hold (0 with none). */
@@ -36,10 +36,10 @@ struct outbox_holds {
 };
 
 /*
- * Counts them (held_cond: store_hold_cond), then ends the transaction.
- * -1 with err filled on an SQL error.
+ * Counts them (none for an outbox that does not hold), then ends the
+ * transaction.  -1 with err filled on an SQL error.
  */
-int stats_sql_holds(MYSQL *db, const char *table, const char *held_cond,
-                    struct outbox_holds *out, char *err, size_t errlen);
+int stats_sql_holds(struct store *st, struct outbox_holds *out, char *err,
+                    size_t errlen);
 
 #endif

@@ -6,7 +6,7 @@
  * (retention).  Library style: returns -1 and fills err; the caller
  * decides what to do.  The files: store.c (session), store_sql.c,
  * store_schema.c (the claim plan), store_claim.c, store_ordering.c,
- * store_finalize.c, store_purge.c, sharing store_int.h.
+ * store_finalize.c, store_purge.c, store_stats.c, sharing store_int.h.
  */
 #ifndef OUTBOXD_STORE_H
 #define OUTBOXD_STORE_H
@@ -21,6 +21,7 @@
 #include "dbsession.h"
 
 struct store;
+struct strbuf;
 
 /* Minimum versions with SKIP LOCKED (docs/contract.md section 5). */
 #define STORE_MIN_MYSQL DBSESSION_MIN_MYSQL
@@ -89,9 +90,9 @@ bool store_last_error_is_lock_wait(const struct store *st);
  * tests); the session's own setup counts in dbsession_statement_count. */
 uint64_t store_statement_count(const struct store *st);
 /*
- * The open session while connected, else NULL: for the read-only counts
- * of stats_sql.c, run on the worker's thread between cycles.  Whoever
- * uses it must end the transaction its statements open.
+ * The open session while connected, else NULL.  Whoever uses it must end
+ * the transaction its statements open; statements on the table go
+ * through the door below instead.
  */
 MYSQL *store_session(struct store *st);
 /* The table as statements on store_session must name it, quoted:
@@ -117,6 +118,51 @@ const char *store_hold_cond(const struct store *st);
 /* The binlog told of rows committed since the last claim: a lean claim
  * need not probe for them. */
 void store_set_woken(struct store *st, bool woken);
+
+/*
+ * The one door for statements on the table from outside the store
+ * (admin.c, stats_sql.c): store_sql_begin resets the store's statement
+ * to head, the table as SQL names it (store_table_sql) and tail;
+ * strbuf_* and store_sql_add_string add to it; store_run_select and
+ * store_run_update send it, counted and its error sorted as the store's
+ * own (a schema error has the next store_connect check the table
+ * again).  The caller ends the transaction: store_commit, or
+ * store_rollback after a failure.  For statements between the relay's
+ * cycles, on the thread that runs them.
+ */
+struct strbuf *store_sql_begin(struct store *st, const char *head,
+                               const char *tail);
+/* 'text', quoted and escaped for the session's character set. */
+void store_sql_add_string(struct store *st, const char *text);
+MYSQL_RES *store_run_select(struct store *st, const char *what, char *err,
+                            size_t errlen);
+int store_run_update(struct store *st, const char *what, uint64_t *affected,
+                     char *err, size_t errlen);
+int store_commit(struct store *st, const char *what, char *err, size_t errlen);
+void store_rollback(struct store *st);
+
+/*
+ * store_stats.c: the table's counts that are not the relay's, for
+ * outboxctl status and the gauges alike, on the table as the schema
+ * check found it (with available_at or without).  Each leaves its
+ * transaction open for the caller to end.
+ *
+ * Rows per status into rows[] (a status outboxd does not know into
+ * *other), SENT only when with_sent.
+ */
+int store_count_statuses(struct store *st, bool with_sent,
+                         uint64_t rows[OUTBOX_STATUS_COUNT], uint64_t *other,
+                         char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/* The age of the next PENDING row to be claimed, 0 or more; -1 when no
+ * PENDING row is claimable now. */
+int store_oldest_pending(struct store *st, int64_t *age_us, char *err,
+                         size_t errlen) __attribute__((warn_unused_result));
+/* on_dead: hold: the aggregates held by a DEAD event and the age of the
+ * oldest hold (0 with none); both 0 for an outbox that does not hold. */
+int store_count_holds(struct store *st, uint64_t *aggregates,
+                      int64_t *oldest_us, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
 
 /*
  * Claims up to batch_size rows in one short transaction: due PENDING and

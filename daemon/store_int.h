@@ -189,7 +189,7 @@ store_db(const struct store *st)
 }
 
 /* store_sql.c: scratch arrays, building (on util's strbuf) and running
- * statements. */
+ * statements (the runners and commit: store.h). */
 void *store_grow(void *p, size_t *cap, size_t n, size_t size);
 int store_u64_cmp(const void *a, const void *b);
 int store_strcmp_null(const char *a, const char *b);
@@ -210,12 +210,6 @@ int store_run_query(struct store *st, const char *sql, size_t len,
                     const char *what, char *err, size_t errlen);
 int store_run_text(struct store *st, const char *sql, const char *what,
                    char *err, size_t errlen);
-MYSQL_RES *store_run_select(struct store *st, const char *what, char *err,
-                            size_t errlen);
-int store_run_update(struct store *st, const char *what, uint64_t *affected,
-                     char *err, size_t errlen);
-int store_commit(struct store *st, const char *what, char *err, size_t errlen);
-void store_rollback(struct store *st);
 
 /* store.c: the session. */
 int store_refuse_read_only(struct store *st, char *err, size_t errlen);

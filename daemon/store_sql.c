@@ -52,6 +52,22 @@ sql_add_string(struct store *st, const char *s)
 }
 
 void
+store_sql_add_string(struct store *st, const char *text)
+{
+    sql_add_string(st, text);
+}
+
+struct strbuf *
+store_sql_begin(struct store *st, const char *head, const char *tail)
+{
+    strbuf_reset(&st->sql);
+    strbuf_adds(&st->sql, head);
+    strbuf_adds(&st->sql, st->table);
+    strbuf_adds(&st->sql, tail);
+    return &st->sql;
+}
+
+void
 sql_add_id(struct strbuf *q, uint64_t id, bool first)
 {
     strbuf_addf(q, first ? "%" PRIu64 : ",%" PRIu64, id);

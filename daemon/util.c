@@ -12,10 +12,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "log.h"
+
 static void
 oom(size_t size)
 {
-    fprintf(stderr, "outboxd: out of memory allocating %zu bytes\n", size);
+    log_plain(LOG_ERROR, "outboxd: out of memory allocating %zu bytes\n", size);
     abort();
 }
 
@@ -65,7 +67,7 @@ xstrndup(const char *s, size_t n)
 static void
 format_failed(const char *fmt)
 {
-    fprintf(stderr, "outboxd: cannot format \"%s\"\n", fmt);
+    log_plain(LOG_ERROR, "outboxd: cannot format \"%s\"\n", fmt);
     abort();
 }
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OUTBOXD_VERSION "0.2.0"
+#define OUTBOXD_VERSION "0.3.0"
 
 /* sysexits.h values used by both programs (docs/contract.md section 3). */
 #define EXIT_USAGE 64

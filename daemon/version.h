@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-/* "outboxd 0.2.0\nlibmariadb 3.3.20\n...", one "name version" line
+/* "outboxd 0.3.0\nlibmariadb 3.3.20\n...", one "name version" line
  * each, with "(built with X)" where the library loaded is not the one
  * compiled against (when its headers say).  malloc'd. */
 char *version_report(void);

@@ -704,15 +704,14 @@ stats_unchanged(const struct worker *w)
 
 /* The hold gauges, after the row counts, on the same session. */
 static void
-stats_holds(struct worker *w, MYSQL *db)
+stats_holds(struct worker *w)
 {
     const char *held = store_hold_cond(w->store);
     struct outbox_holds h;
     char err[ERR_LEN];
     if (held == NULL)
         return;
-    if (stats_sql_holds(db, store_table_sql(w->store), held, &h, err,
-                        sizeof(err)) < 0) {
+    if (stats_sql_holds(w->store, &h, err, sizeof(err)) < 0) {
         if (w->holds_known)
             log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
         w->holds_known = false;
@@ -740,8 +739,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (!w->stopping)
         stats_schedule(w);
-    MYSQL *db = store_session(w->store);
-    if (db == NULL || w->stopping) {
+    if (store_session(w->store) == NULL || w->stopping) {
         w->rows_known = false;
         return;
     }
@@ -749,8 +747,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
         return;
     w->stats_changes = w->changes;
     w->stats_ms = clock_ms();
-    if (stats_sql_count(db, store_table_sql(w->store), &counts, err,
-                        sizeof(err)) < 0) {
+    if (stats_sql_count(w->store, &counts, err, sizeof(err)) < 0) {
         /* The claim that follows meets the same fault and handles it. */
         if (w->rows_known)
             log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
@@ -760,7 +757,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     stats_publish(w, &counts);
-    stats_holds(w, db);
+    stats_holds(w);
 }
 
 static void

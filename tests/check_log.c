@@ -126,9 +126,9 @@ START_TEST(test_text_long_value)
 END_TEST
 
 /* What one line at level wrote to stderr, with JOURNAL_STREAM naming
- * stderr's file (journal) or another one. */
+ * stderr's file (journal) or another one; plain: through log_plain. */
 static char *
-capture_journal(enum log_level level, bool journal)
+capture_stream(enum log_level level, bool journal, const char *plain)
 {
     int sink = memfd_create("check_log", 0), saved = dup(STDERR_FILENO);
     struct stat st;
@@ -139,7 +139,10 @@ capture_journal(enum log_level level, bool journal)
     setenv("JOURNAL_STREAM", js, 1);
     dup2(sink, STDERR_FILENO);
     log_init(LOG_DEBUG, LOG_FORMAT_TEXT);
-    log_msg(level, NULL, "hello");
+    if (plain != NULL)
+        log_plain(level, "%s", plain);
+    else
+        log_msg(level, NULL, "hello");
     dup2(saved, STDERR_FILENO);
     close(saved);
     unsetenv("JOURNAL_STREAM");
@@ -148,6 +151,12 @@ capture_journal(enum log_level level, bool journal)
     ck_assert_int_gt(pread(sink, out, 511, 0), 0);
     close(sink);
     return out;
+}
+
+static char *
+capture_journal(enum log_level level, bool journal)
+{
+    return capture_stream(level, journal, NULL);
 }
 
 /* Under the journal each line leads with its syslog priority. */
@@ -165,6 +174,19 @@ START_TEST(test_journal_priority)
 }
 END_TEST
 
+/* Text that is not a log line (configuration errors, usage): each of its
+ * lines leads with the priority too, a last one without '\n' ended. */
+START_TEST(test_journal_plain)
+{
+    char *out = capture_stream(LOG_ERROR, true, "a.yaml:1:1: bad\nusage\nend");
+    ck_assert_str_eq(out, "<3>a.yaml:1:1: bad\n<3>usage\n<3>end\n");
+    free(out);
+    out = capture_stream(LOG_WARN, false, "a.yaml:1:1: bad\n");
+    ck_assert_str_eq(out, "a.yaml:1:1: bad\n");
+    free(out);
+}
+END_TEST
+
 Suite *
 log_suite(void)
 {
@@ -175,6 +197,7 @@ log_suite(void)
     tcase_add_test(tc, test_text_escapes);
     tcase_add_test(tc, test_text_long_value);
     tcase_add_test(tc, test_journal_priority);
+    tcase_add_test(tc, test_journal_plain);
     suite_add_tcase(s, tc);
     return s;
 }

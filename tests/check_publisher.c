@@ -44,7 +44,7 @@ static const struct {
 
 START_TEST(test_mask_url)
 {
-    char *got = publisher_mask_url(masks[_i].url);
+    char *got = amqpconn_mask_url(masks[_i].url);
     ck_assert_str_eq(got, masks[_i].masked);
     free(got);
 }

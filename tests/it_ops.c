@@ -9,6 +9,7 @@
 #include "itproxy.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -837,6 +838,68 @@ broker_restore(void)
     ops_teardown();
 }
 
+/*
+ * What outboxd args wrote to stderr with JOURNAL_STREAM naming that file,
+ * as systemd names the journal's stream; its exit status must be want.
+ */
+static char *
+journal_run(const char *args, int want)
+{
+    char out[256], name[64];
+    it_unique_name(name, sizeof(name), "it_ops_journal");
+    snprintf(out, sizeof(out), "/tmp/%s.err", name);
+    int rc = it_sh(": >'%s' && JOURNAL_STREAM=$(stat -c %%d:%%i '%s') '%s' %s "
+                   ">/dev/null 2>>'%s'",
+                   out, out, getenv("OUTBOXD_BIN"), args, out);
+    char *text = it_file_read(out);
+    unlink(out);
+    ck_assert_msg(rc == want, "outboxd %s: exit %d, not %d:\n%s", args, rc,
+                  want, text);
+    return text;
+}
+
+static void
+assert_lines_lead(const char *text, const char *prefix, const char *has)
+{
+    ck_assert_msg(strstr(text, has) != NULL, "no \"%s\" in:\n%s", has, text);
+    for (const char *l = text; *l != '\0'; l = strchr(l, '\n') + 1) {
+        ck_assert_msg(strncmp(l, prefix, strlen(prefix)) == 0,
+                      "a line without %s:\n%s", prefix, text);
+        if (strchr(l, '\n') == NULL)
+            break;
+    }
+}
+
+/*
+ * Under systemd every line outboxd writes carries its priority from the
+ * first, so that `journalctl -p err` shows why a start failed: the
+ * configuration's errors, a warning before logging is set up, a bad
+ * option with its usage.
+ */
+START_TEST(test_journal_priorities)
+{
+    char *text = journal_run("-c /nonexistent/missing.yaml", EXIT_CONFIG);
+    assert_lines_lead(text, "<3>", "<3>/nonexistent/missing.yaml: cannot open");
+    free(text);
+    text = journal_run("--no-such-option", EXIT_USAGE);
+    assert_lines_lead(text, "<3>", "<3>usage: outboxd");
+    free(text);
+
+    char conf[256], args[300], name[64];
+    it_unique_name(name, sizeof(name), "it_ops_journal");
+    snprintf(conf, sizeof(conf), "/tmp/%s.yaml", name);
+    it_write_file(conf, "brokers:\n  main:\n    url: amqp://127.0.0.1:5672/\n"
+                        "databases:\n  d:\n    user: u\n    password: pw\n"
+                        "    database: d\n    outboxes:\n      - table: t\n");
+    chmod(conf, 0644);
+    snprintf(args, sizeof(args), "-t -c '%s'", conf);
+    text = journal_run(args, 0);
+    assert_lines_lead(text, "<4>", "readable by group or others");
+    free(text);
+    unlink(conf);
+}
+END_TEST
+
 Suite *
 it_ops_suite(void)
 {
@@ -858,5 +921,8 @@ it_ops_suite(void)
     tcase_add_test(faults, test_healthz_while_broker_frozen);
     tcase_add_test(faults, test_wait_names_the_pace);
     suite_add_tcase(s, faults);
+    TCase *journal = tcase_create("journal");
+    tcase_add_test(journal, test_journal_priorities);
+    suite_add_tcase(s, journal);
     return s;
 }

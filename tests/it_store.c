@@ -1954,9 +1954,7 @@ START_TEST(test_shared_claim_and_finalize)
     for (size_t i = 0; i < t->n; i++) {
         struct outbox_counts c;
         char err[ERR_LEN] = "";
-        ck_assert_msg(stats_sql_count(store_session(t->st[i]),
-                                      store_table_sql(t->st[i]), &c, err,
-                                      sizeof(err)) == 0,
+        ck_assert_msg(stats_sql_count(t->st[i], &c, err, sizeof(err)) == 0,
                       "%s", err);
         ck_assert_uint_eq(c.rows[OUTBOX_PROCESSING], 4);
         ack_all(&t->fx[i].b);

@@ -1,6 +1,6 @@
 /*
  * fuzz_url: broker URLs as the publisher reads them (amqp_parse_url) and
- * as logs show them (publisher_mask_url).  The masked form of a valid URL
+ * as logs show them (amqpconn_mask_url).  The masked form of a valid URL
  * is the URL with exactly its password replaced by "***"; a URL it
  * refuses shows nothing between "user:" and its last '@'.
  */
@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "fuzz.h"
-#include "publisher.h"
+#include "amqpconn.h"
 #include "util.h"
 
 /* Where amqp_parse_url found the password; -1 when there is none. */
@@ -45,7 +45,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *url = fuzz_cstr(data, size);
-    char *masked = publisher_mask_url(url);
+    char *masked = amqpconn_mask_url(url);
     size_t end = 0;
     long start = password_span(url, &end);
     if (start >= 0) {
