@@ -734,12 +734,28 @@ END_TEST
 
 /* ---- the lean steady state (docs/design.md) ---- */
 
-/* An idle outbox's events, committed one at a time: every batch lean. */
-START_TEST(test_lean_steady_state)
+/* The rows of event id recorded as done: SENT, or gone (on_sent:
+ * delete). */
+static bool
+fx_done(struct fx *f, const char *id, bool deleted)
+{
+    return it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM outbox_event WHERE event_id = '%s' "
+                     "AND status = 'SENT'",
+                     id) == (deleted ? 0 : 1) &&
+           it_db_int(f->sql,
+                     "SELECT COUNT(*) FROM outbox_event WHERE event_id = '%s'",
+                     id) == (deleted ? 0 : 1);
+}
+
+/* An idle outbox's events, committed one at a time: every batch lean,
+ * each row written once, SENT or deleted. */
+static void
+lean_steady(const char *outbox_keys, bool deleted)
 {
     enum { N = 20 };
     struct fx f;
-    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, outbox_keys);
     fx_start(&f);
     fx_wait_live(&f, 1, SLOW_MS);
     FX_WAIT(&f, SLOW_MS, fx_metric(&f, "outboxd_claims_empty_total") >= 1,
@@ -749,12 +765,7 @@ START_TEST(test_lean_steady_state)
         char id[32];
         snprintf(id, sizeof(id), "steady-%d", i);
         fx_deliver(&f, id, SLOW_MS);
-        FX_WAIT(&f, SLOW_MS,
-                it_db_int(f.sql,
-                          "SELECT COUNT(*) FROM outbox_event WHERE "
-                          "event_id = '%s' AND status = 'SENT'",
-                          id) == 1,
-                "%s not SENT", id);
+        FX_WAIT(&f, SLOW_MS, fx_done(&f, id, deleted), "%s not recorded", id);
     }
     /* One batch per event, each lean; no row took a lease or an attempt. */
     ck_assert_double_eq(fx_metric(&f, "outboxd_batches_total") - batches, N);
@@ -763,11 +774,24 @@ START_TEST(test_lean_steady_state)
                                       "WHERE status = 'SENT' AND retry_count "
                                       "= 0 AND locked_by IS NULL AND "
                                       "locked_until IS NULL"),
-                     N);
+                     deleted ? 0 : N);
+    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event"),
+                     deleted ? 0 : N);
     struct it_message m;
     ck_assert_int_eq(it_consumer_next(f.consumer, &m, 500), 0);
     fx_assert_clean_exit(&f);
     fx_close(&f);
+}
+
+START_TEST(test_lean_steady_state)
+{
+    lean_steady(NULL, false);
+}
+END_TEST
+
+START_TEST(test_lean_steady_state_delete)
+{
+    lean_steady("        on_sent: delete\n", true);
 }
 END_TEST
 
@@ -1001,6 +1025,7 @@ it_wake_suite(void)
     tc = tcase_create("lean");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_lean_steady_state);
+    tcase_add_test(tc, test_lean_steady_state_delete);
     tcase_add_test(tc, test_lean_frozen_relay_taken_over);
     tcase_add_test(tc, test_lean_poison_row);
     suite_add_tcase(s, tc);
