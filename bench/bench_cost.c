@@ -42,6 +42,7 @@ struct counters {
 struct window {
     long events;
     double achieved; /* events/s the producer reached */
+    double seconds;
     struct counters used;
 };
 
@@ -170,10 +171,12 @@ window_run(MYSQL *m, const struct cost_case *c, long n, pid_t outboxd,
     struct window w = {.events = n};
     MYSQL *producer = producer_connect(c->sv);
     pid_t server = server_pid(c->sv);
+    double t0 = now_s();
     struct counters a = counters_read(m, server, outboxd);
     w.achieved = produce(producer, c->rate, n, trx_us);
     sleep_s(COST_TAIL_S);
     w.used = counters_diff(a, counters_read(m, server, outboxd));
+    w.seconds = now_s() - t0;
     mysql_close(producer);
     return w;
 }
@@ -328,6 +331,18 @@ cost_ratio(const struct cost_result *r)
     return added / alone;
 }
 
+/*
+ * Statements per second of clients neither the producer's nor the
+ * relay's: the servers are shared, and another client's work in one
+ * window and not the other would show as the relay's CPU.
+ */
+static double
+others_per_s(const struct window *w)
+{
+    const struct counters *u = &w->used;
+    return (double)(u->questions - u->producer - u->relay) / w->seconds;
+}
+
 static void
 print_cost(const struct cost_case *c, const struct cost_result *r)
 {
@@ -344,14 +359,15 @@ print_cost(const struct cost_case *c, const struct cost_result *r)
     if (r->delivered == w->events)
         printf(", p50 %.1f ms, p99 %.1f ms from COMMIT", r->p50_ms, r->p99_ms);
     printf("\n  (%ld events at %.0f/s alone, %.0f/s relayed; wake %s; "
-           "Questions per event %.1f alone, %.1f relayed; outboxd CPU "
-           "%.2f ms/event; %ld rows unfinished %.0f s after the last "
-           "commit)\n",
+           "Questions per event %.1f alone, %.1f relayed; other clients' "
+           "statements %.1f/s alone, %.1f/s relayed; outboxd CPU %.2f "
+           "ms/event; %ld rows unfinished %.0f s after the last commit)\n",
            w->events, a->achieved, w->achieved,
            r->woken > 0 ? "binlog" : "poll",
            per_event((double)a->used.questions, a),
-           per_event((double)w->used.questions, w),
-           per_event(w->used.outboxd_ms, w), r->unfinished, COST_TAIL_S);
+           per_event((double)w->used.questions, w), others_per_s(a),
+           others_per_s(w), per_event(w->used.outboxd_ms, w), r->unfinished,
+           COST_TAIL_S);
 }
 
 static struct cost_result
