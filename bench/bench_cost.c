@@ -25,6 +25,12 @@
 /* At least this many events a case: a p99 of fewer says little. */
 #define COST_MIN_EVENTS 200
 #define COST_RUNS_MAX 9
+/* Other clients' statements per second past which a case is taken
+ * again, at most COST_TRIES times in all: a shared server's neighbour
+ * in one window and not the other moves the CPU by more than the relay
+ * costs at 10 events/s. */
+#define COST_OTHERS_MAX 10.0
+#define COST_TRIES 3
 
 struct cost_case {
     long rate;
@@ -372,6 +378,13 @@ others_per_s(const struct window *w)
     return (double)(u->questions - u->producer - u->relay) / w->seconds;
 }
 
+static bool
+cost_disturbed(const struct cost_result *r)
+{
+    return others_per_s(&r->alone) > COST_OTHERS_MAX ||
+           others_per_s(&r->relayed) > COST_OTHERS_MAX;
+}
+
 /* What the headline rests on, and what could blur it. */
 static void
 print_cost_detail(const struct cost_result *r)
@@ -408,16 +421,31 @@ print_cost(const struct cost_case *c, const struct cost_result *r)
            r->delivered, w->events);
     if (r->delivered == w->events)
         printf(", p50 %.1f ms, p99 %.1f ms from COMMIT", r->p50_ms, r->p99_ms);
+    if (cost_disturbed(r))
+        printf(" (disturbed by other clients %d times: see below)", COST_TRIES);
     printf("\n");
     print_cost_detail(r);
 }
 
+/* One case, taken again while other clients disturbed it; the last
+ * try's figures, marked when it was disturbed too. */
 static struct cost_result
 cost_run(const struct settings *s, const struct cost_case *c)
 {
-    struct cost_result r = {0};
-    r.alone = cost_alone(s, c);
-    cost_relayed(s, c, &r);
+    struct cost_result r;
+    for (int tries = 1;; tries++) {
+        r = (struct cost_result){0};
+        r.alone = cost_alone(s, c);
+        cost_relayed(s, c, &r);
+        bool lost = r.delivered < r.relayed.events; /* dies below */
+        if (lost || !cost_disturbed(&r) || tries == COST_TRIES)
+            break;
+        char name[64];
+        printf("cost %s: other clients sent %.1f statements/s alone, %.1f/s "
+               "relayed (more than %.0f/s): taken again\n",
+               cost_name(c, name, sizeof(name)), others_per_s(&r.alone),
+               others_per_s(&r.relayed), COST_OTHERS_MAX);
+    }
     print_cost(c, &r);
     if (r.delivered < r.relayed.events)
         die("cost: the consumer received %ld of %ld events", r.delivered,
