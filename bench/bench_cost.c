@@ -53,6 +53,7 @@ struct window {
     long events;
     double achieved; /* events/s the producer reached */
     double seconds;
+    long binlog_readers; /* other clients' binlog dumps at its start */
     struct counters used;
 };
 
@@ -206,6 +207,10 @@ window_run(MYSQL *m, const struct cost_case *c, long n, pid_t outboxd,
     struct window w = {.events = n};
     MYSQL *producer = producer_connect(c->sv);
     pid_t server = server_pid(c->sv);
+    /* Each reads every commit of the producer's, on the server's CPU. */
+    w.binlog_readers = (long)db_int(
+        m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
+           "COMMAND LIKE 'Binlog Dump%' AND USER <> '" RELAY_USER "'");
     double t0 = now_s();
     struct counters a = counters_read(m, server, outboxd);
     w.achieved = produce(producer, c->rate, n, trx_us);
@@ -396,14 +401,15 @@ print_cost_detail(const struct cost_result *r)
            "the sessions' own CPU by USER_STATISTICS, relayed: producer "
            "%.2f ms/event, relay %.2f ms/event = %.1fx; Questions per "
            "event %.1f alone, %.1f relayed; other clients' statements "
-           "%.1f/s alone, %.1f/s relayed; outboxd CPU %.2f ms/event; %ld "
-           "rows unfinished %.0f s after the last commit)\n",
+           "%.1f/s alone, %.1f/s relayed; other clients' binlog readers %ld "
+           "alone, %ld relayed; outboxd CPU %.2f ms/event; %ld rows "
+           "unfinished %.0f s after the last commit)\n",
            w->events, a->achieved, w->achieved,
            r->woken > 0 ? "binlog" : "poll", producer_ms, relay_ms,
            relay_ms / producer_ms, per_event((double)a->used.questions, a),
            per_event((double)w->used.questions, w), others_per_s(a),
-           others_per_s(w), per_event(w->used.outboxd_ms, w), r->unfinished,
-           COST_TAIL_S);
+           others_per_s(w), a->binlog_readers, w->binlog_readers,
+           per_event(w->used.outboxd_ms, w), r->unfinished, COST_TAIL_S);
 }
 
 static void
