@@ -149,14 +149,16 @@ tests/cloudevents/node_modules/.package-lock.json: \
 	cd tests/cloudevents && npm ci --no-audit --no-fund
 
 $(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o $(BUILD)/bench/bench_tenants.o \
-		$(BUILD)/daemon/util.o
+		$(BUILD)/bench/bench_cost.o $(BUILD)/daemon/util.o
 	$(LINK) -o $@ $^ $(LIBS)
 
 # docs/contract.md section 10: throughput as a ratio to the ceiling measured in the
 # same run; BENCH_SENT_ROWS=1000000 adds the drain beside old SENT rows,
 # BENCH_DELAYED_ROWS=1000000 (or BENCH_ONLY=delayed) beside delayed ones,
 # BENCH_QUEUE_MODE=lazy declares the bench queue lazy, BENCH_ONLY=tenants
-# measures one outboxd over BENCH_TENANTS schemas (see docs/performance.md).
+# measures one outboxd over BENCH_TENANTS schemas, BENCH_ONLY=cost the
+# relay's statements and mariadbd CPU per event beside its producer's
+# (see docs/performance.md).
 bench:
 	bash tests/servers.sh deps
 	bash tests/servers.sh start

@@ -178,7 +178,7 @@ relay_account(MYSQL *m, const char *db)
 }
 
 /* A fresh database db with the outbox table of sql/outbox.sql. */
-static void
+void
 db_create(const struct settings *s, const struct server *sv, const char *db)
 {
     MYSQL *m = db_connect(sv, NULL);
@@ -1615,6 +1615,8 @@ main(void)
         .idle_seconds = env_long("BENCH_IDLE_SECONDS", 30),
         .queue_mode =
             getenv("BENCH_QUEUE_MODE") ? getenv("BENCH_QUEUE_MODE") : "",
+        .cost_seconds = env_long("BENCH_COST_SECONDS", 10),
+        .cost_settle_seconds = env_long("BENCH_COST_SETTLE_SECONDS", 3),
     };
     if (!s.outboxd || !s.src)
         die("run me through `make bench` (OUTBOXD_BIN, OUTBOXD_SRC)");
@@ -1641,8 +1643,15 @@ main(void)
     const char *only = getenv("BENCH_ONLY");
     if (only != NULL && strcmp(only, "wake") != 0 &&
         strcmp(only, "bytes") != 0 && strcmp(only, "drain") != 0 &&
-        strcmp(only, "delayed") != 0 && strcmp(only, "tenants") != 0)
-        die("BENCH_ONLY must be wake, bytes, drain, delayed or tenants");
+        strcmp(only, "delayed") != 0 && strcmp(only, "tenants") != 0 &&
+        strcmp(only, "cost") != 0)
+        die("BENCH_ONLY must be wake, bytes, drain, delayed, tenants or cost");
+    /* BENCH_ONLY=cost: the relay's cost per event on the primary beside
+     * its producer's (bench_cost.c). */
+    if (only != NULL && strcmp(only, "cost") == 0) {
+        measure_cost(&s);
+        return 0;
+    }
     /* BENCH_ONLY=tenants: one outboxd over many tenant schemas
      * (bench_tenants.c). */
     if (only != NULL && strcmp(only, "tenants") == 0) {
@@ -1707,6 +1716,7 @@ main(void)
     measure_bytes(&s);
     measure_latencies(&s);
     measure_idles(&s);
+    measure_cost(&s);
     measure_tenants(&s);
     return 0;
 }

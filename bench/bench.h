@@ -34,8 +34,10 @@ struct settings {
     long idle_outboxes;
     long idle_settle_seconds; /* for the backoff to reach its ceiling */
     long idle_seconds;
-    const char *queue_mode; /* x-queue-mode of the bench queue, or "" */
-    long delayed;           /* rows delayed a day below the backlog's ids */
+    const char *queue_mode;   /* x-queue-mode of the bench queue, or "" */
+    long delayed;             /* rows delayed a day below the backlog's ids */
+    long cost_seconds;        /* of each cost case's stream */
+    long cost_settle_seconds; /* outboxd idle before the stream */
 };
 
 /* The two MariaDB servers of tests/servers.sh. */
@@ -85,6 +87,10 @@ long long db_int(MYSQL *m, const char *sql);
 /* Statements user sent so far (USER_STATISTICS: userstat is on). */
 long long db_user_statements(MYSQL *m, const char *user);
 long long db_questions(MYSQL *m);
+/* A fresh database db with sql/outbox.sql's table and the relay's
+ * account (RELAY_USER) on it; userstat on. */
+void db_create(const struct settings *s, const struct server *sv,
+               const char *db);
 pid_t server_pid(const struct server *sv);
 double cpu_ms(pid_t pid);
 /* A process by its name (pidof -s), 0 if none runs. */
@@ -113,6 +119,9 @@ double empty_claims(void);
 struct drain_result measure_drain_median(const struct settings *s,
                                          struct target to, const char *ordering,
                                          long sent, long held);
+
+/* bench_cost.c: BENCH_ONLY=cost. */
+void measure_cost(const struct settings *s);
 
 /* bench_tenants.c: BENCH_ONLY=tenants. */
 void measure_tenants(const struct settings *s);

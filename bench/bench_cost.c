@@ -1,0 +1,561 @@
+/*
+ * bench_cost: BENCH_ONLY=cost (and part of `make bench`).  What relaying
+ * costs the primary per event, as a new user would measure it: a producer
+ * commits one event per transaction at a steady rate, first alone, then
+ * with outboxd relaying the same stream; the relay's statements and the
+ * mariadbd CPU it adds per event, as a ratio to the producer's own.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "util.h"
+
+/* The application's own account: its statements are told apart from
+ * the relay's and the bench's by it. */
+#define PRODUCER_USER "outboxd_producer"
+#define COST_CONF "/tmp/outboxd-bench-cost.yaml"
+/* After the last commit, both windows run on this long: the relay's
+ * marks of the last events fall in its window. */
+#define COST_TAIL_S 2.0
+/* At least this many events a case: a p99 of fewer says little. */
+#define COST_MIN_EVENTS 200
+#define COST_RUNS_MAX 9
+/* Other clients' statements per second past which a case is taken
+ * again, at most COST_TRIES times in all: a shared server's neighbour
+ * in one window and not the other moves the CPU by more than the relay
+ * costs at 10 events/s. */
+#define COST_OTHERS_MAX 10.0
+#define COST_TRIES 3
+
+struct cost_case {
+    long rate;
+    const struct server *sv;
+    const char *on_sent; /* mark or delete */
+};
+
+/* What the server had done at one moment, by its own counters. */
+struct counters {
+    long long producer, relay, questions; /* statements */
+    double server_ms, outboxd_ms;         /* CPU, from /proc */
+    /* CPU of each account's sessions by USER_STATISTICS: other clients
+     * of the shared server do not blur it, but the server's background
+     * threads and the binlog dump's streaming are not in it. */
+    double producer_ms, relay_ms;
+};
+
+/* The same over a window: the difference of two readings. */
+struct window {
+    long events;
+    double achieved; /* events/s the producer reached */
+    double seconds;
+    long binlog_readers; /* other clients' binlog dumps at its start */
+    struct counters used;
+};
+
+struct cost_result {
+    struct window alone, relayed;
+    long delivered;        /* distinct events the consumer received */
+    long unfinished;       /* rows not SENT (mark) or not deleted at the end */
+    double woken;          /* outboxes the binlog wakes: 0 or 1 */
+    double p50_ms, p99_ms; /* COMMIT's answer to the consumer */
+};
+
+/* ---- the accounts and the table ---- */
+
+/* The producer's account, on both hosts a client on 127.0.0.1 may be
+ * taken for (bench.c, relay_account), allowed to insert events only. */
+static void
+producer_account(const struct server *sv)
+{
+    static const char *const hosts[] = {"localhost", "127.0.0.1"};
+    MYSQL *m = db_connect(sv, NULL);
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(*hosts); i++) {
+        db_exec(m,
+                "CREATE USER IF NOT EXISTS '" PRODUCER_USER "'@'%s' "
+                "IDENTIFIED BY '" PRODUCER_USER "'",
+                hosts[i]);
+        db_exec(m, "GRANT INSERT ON " DB_NAME ".* TO '" PRODUCER_USER "'@'%s'",
+                hosts[i]);
+    }
+    if (db_int(m, "SELECT @@GLOBAL.userstat") != 1)
+        die("userstat is off on port %d: statements cannot be counted",
+            sv->port);
+    mysql_close(m);
+}
+
+/* A fresh database with sql/outbox.sql's table, both accounts on it. */
+static void
+cost_db_fresh(const struct settings *s, const struct server *sv)
+{
+    db_create(s, sv, DB_NAME);
+    producer_account(sv);
+}
+
+static MYSQL *
+producer_connect(const struct server *sv)
+{
+    MYSQL *m = mysql_init(NULL);
+    if (!mysql_real_connect(m, "127.0.0.1", PRODUCER_USER, PRODUCER_USER,
+                            DB_NAME, (unsigned)sv->port, NULL, 0))
+        die("MariaDB on port %d as " PRODUCER_USER ": %s", sv->port,
+            mysql_error(m));
+    return m;
+}
+
+/* ---- the window ---- */
+
+/* The two accounts' statements (as db_user_statements counts them) and
+ * the CPU of their sessions, in one statement. */
+static void
+accounts_read(MYSQL *m, struct counters *c)
+{
+    const char *sql =
+        "SELECT COALESCE(SUM(IF(USER = '" PRODUCER_USER "', n, 0)), 0), "
+        "COALESCE(SUM(IF(USER = '" RELAY_USER "', n, 0)), 0), "
+        "COALESCE(SUM(IF(USER = '" PRODUCER_USER "', CPU_TIME, 0)), 0), "
+        "COALESCE(SUM(IF(USER = '" RELAY_USER "', CPU_TIME, 0)), 0) FROM "
+        "(SELECT USER, CPU_TIME, SELECT_COMMANDS + UPDATE_COMMANDS + "
+        "OTHER_COMMANDS AS n FROM information_schema.USER_STATISTICS) u";
+    if (mysql_query(m, sql) != 0)
+        die("SQL: %s: %s", mysql_error(m), sql);
+    MYSQL_RES *r = mysql_store_result(m);
+    MYSQL_ROW row = r != NULL ? mysql_fetch_row(r) : NULL;
+    if (row == NULL)
+        die("USER_STATISTICS answered no row");
+    c->producer = atoll(row[0]);
+    c->relay = atoll(row[1]);
+    c->producer_ms = strtod(row[2], NULL) * 1000.0;
+    c->relay_ms = strtod(row[3], NULL) * 1000.0;
+    mysql_free_result(r);
+}
+
+/* Two statements of the bench's own; Questions counts both. */
+static struct counters
+counters_read(MYSQL *m, pid_t server, pid_t outboxd)
+{
+    struct counters c;
+    accounts_read(m, &c);
+    c.server_ms = cpu_ms(server);
+    c.outboxd_ms = outboxd > 0 ? cpu_ms(outboxd) : 0;
+    c.questions = db_questions(m);
+    return c;
+}
+
+static struct counters
+counters_diff(struct counters a, struct counters b)
+{
+    return (struct counters){
+        b.producer - a.producer,       b.relay - a.relay,
+        b.questions - a.questions - 2, b.server_ms - a.server_ms,
+        b.outboxd_ms - a.outboxd_ms,   b.producer_ms - a.producer_ms,
+        b.relay_ms - a.relay_ms};
+}
+
+/* The payload's pad: events of about PAYLOAD_BYTES, as the drain's. */
+static const char *
+payload_pad(void)
+{
+    static char pad[PAYLOAD_BYTES - 60];
+    if (pad[0] == '\0') {
+        memset(pad, 'x', sizeof(pad) - 1);
+        pad[sizeof(pad) - 1] = '\0';
+    }
+    return pad;
+}
+
+/*
+ * n events at rate, each its own transaction (BEGIN; INSERT; COMMIT),
+ * as an application writes them.  Each one's time from before its
+ * INSERT to COMMIT's answer into trx_us; the rate achieved.
+ */
+static double
+produce(MYSQL *m, long rate, long n, int64_t *trx_us)
+{
+    double t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        double wait = t0 + (double)i / (double)rate - now_s();
+        if (wait > 0)
+            sleep_s(wait);
+        int64_t t = wall_us();
+        db_exec(m, "BEGIN");
+        db_exec(m,
+                "INSERT INTO outbox_event (event_id, aggregate_type, "
+                "aggregate_id, event_type, payload) VALUES ('c-%ld', "
+                "'Order', '%ld', 'OrderCreated', '{\"i\":%ld,\"t\":%lld,"
+                "\"pad\":\"%s\"}')",
+                i, i % 1000, i, (long long)t, payload_pad());
+        db_exec(m, "COMMIT");
+        trx_us[i] = wall_us() - t;
+    }
+    return (double)n / (now_s() - t0);
+}
+
+/*
+ * The producer's stream over one window, read by the bench's account
+ * (m): from before the first event to COST_TAIL_S after the last, the
+ * same length with and without the relay.
+ */
+static struct window
+window_run(MYSQL *m, const struct cost_case *c, long n, pid_t outboxd,
+           int64_t *trx_us)
+{
+    struct window w = {.events = n};
+    MYSQL *producer = producer_connect(c->sv);
+    pid_t server = server_pid(c->sv);
+    /* Each reads every commit of the producer's, on the server's CPU. */
+    w.binlog_readers = (long)db_int(
+        m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
+           "COMMAND LIKE 'Binlog Dump%' AND USER <> '" RELAY_USER "'");
+    double t0 = now_s();
+    struct counters a = counters_read(m, server, outboxd);
+    w.achieved = produce(producer, c->rate, n, trx_us);
+    sleep_s(COST_TAIL_S);
+    w.used = counters_diff(a, counters_read(m, server, outboxd));
+    w.seconds = now_s() - t0;
+    mysql_close(producer);
+    return w;
+}
+
+static long
+events_of(const struct settings *s, long rate)
+{
+    long n = rate * s->cost_seconds;
+    return n < COST_MIN_EVENTS ? COST_MIN_EVENTS : n;
+}
+
+/* The producer alone: no outboxd runs, the rows stay PENDING. */
+static struct window
+cost_alone(const struct settings *s, const struct cost_case *c)
+{
+    long n = events_of(s, c->rate);
+    int64_t *trx_us = xcalloc((size_t)n, sizeof(*trx_us));
+    cost_db_fresh(s, c->sv);
+    MYSQL *m = db_connect(c->sv, DB_NAME);
+    struct window w = window_run(m, c, n, 0, trx_us);
+    mysql_close(m);
+    free(trx_us);
+    return w;
+}
+
+/* ---- the relay ---- */
+
+/* outboxd's defaults but for on_sent, which the case sets. */
+static void
+cost_config(const struct cost_case *c)
+{
+    FILE *f = config_open(COST_CONF);
+    fprintf(f,
+            "  " DB_NAME ":\n    user: " RELAY_USER
+            "\n    password: " RELAY_USER
+            "\n    port: %d\n    database: " DB_NAME "\n"
+            "    outboxes:\n      - table: outbox_event\n"
+            "        exchange: " EXCHANGE "\n        on_sent: %s\n",
+            c->sv->port, c->on_sent);
+    fclose(f);
+}
+
+/* Until outboxd is ready and, on the binlog server, woken by its stream;
+ * then settle_s more, for it to be idle as between a user's events. */
+static void
+wait_settled(const struct settings *s, const struct server *sv)
+{
+    double t0 = now_s();
+    for (;;) {
+        char *page = daemon_ready() ? fetch_page("/metrics") : NULL;
+        bool live = page != NULL && binlog_woken(page) >= 1;
+        free(page);
+        if (page != NULL && (live || !sv->binlog))
+            break;
+        if (now_s() - t0 > 30)
+            die("outboxd was not ready%s 30 s after start (see "
+                "/tmp/outboxd-bench.log)",
+                sv->binlog ? " and woken by the binlog" : "");
+        sleep_s(0.1);
+    }
+    sleep_s((double)s->cost_settle_seconds);
+}
+
+/* Rows of the stream not yet finished: not SENT, or not deleted. */
+static long
+rows_unfinished(MYSQL *m, const struct cost_case *c, long n)
+{
+    if (strcmp(c->on_sent, "delete") == 0)
+        return (long)db_int(m, "SELECT COUNT(*) FROM outbox_event");
+    return n - (long)db_int(m, "SELECT COUNT(*) FROM outbox_event WHERE "
+                               "status = 'SENT'");
+}
+
+/* p50 and p99 of COMMIT's answer to the consumer, in ms. */
+static void
+commit_latencies(struct cost_result *r, const struct consumer *con,
+                 const int64_t *trx_us)
+{
+    long n = con->expected;
+    int64_t *after = xcalloc((size_t)n, sizeof(*after));
+    for (long i = 0; i < n; i++) {
+        int64_t d = con->latency_us[i] - trx_us[i];
+        after[i] = d > 0 ? d : 0; /* 0: the wake came first */
+    }
+    qsort(after, (size_t)n, sizeof(*after), cmp_i64);
+    r->p50_ms = (double)after[n / 2] / 1000.0;
+    r->p99_ms = (double)after[n * 99 / 100] / 1000.0;
+    free(after);
+}
+
+static double
+woken_now(void)
+{
+    char *page = fetch_page("/metrics");
+    double woken = page != NULL ? binlog_woken(page) : 0;
+    free(page);
+    return woken;
+}
+
+/* The same stream with outboxd relaying it to a consumer. */
+static void
+cost_relayed(const struct settings *s, const struct cost_case *c,
+             struct cost_result *r)
+{
+    long n = events_of(s, c->rate);
+    struct consumer con = {.expected = n};
+    con.latency_us = xcalloc((size_t)n, sizeof(*con.latency_us));
+    int64_t *trx_us = xcalloc((size_t)n, sizeof(*trx_us));
+    cost_db_fresh(s, c->sv);
+    queue_reset(s);
+    cost_config(c);
+    pid_t pid = start_daemon(s, COST_CONF);
+    pthread_t th;
+    pthread_create(&th, NULL, consume_latencies, &con);
+    wait_settled(s, c->sv); /* the consumer subscribes meanwhile */
+    MYSQL *m = db_connect(c->sv, DB_NAME);
+    r->relayed = window_run(m, c, n, pid, trx_us);
+    r->unfinished = rows_unfinished(m, c, n);
+    r->woken = woken_now();
+    pthread_join(th, NULL);
+    r->delivered = con.received;
+    stop_daemon(pid);
+    mysql_close(m);
+    if (r->delivered == n)
+        commit_latencies(r, &con, trx_us);
+    free(con.latency_us);
+    free(trx_us);
+    queue_reset(s);
+}
+
+/* ---- the cases ---- */
+
+static const char *
+cost_name(const struct cost_case *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%ld/s %s %s", c->rate, c->sv->name, c->on_sent);
+    return buf;
+}
+
+static double
+per_event(double v, const struct window *w)
+{
+    return v / (double)w->events;
+}
+
+/* The relay's mariadbd CPU per event, over the producer's own. */
+static double
+cost_ratio(const struct cost_result *r)
+{
+    double alone = per_event(r->alone.used.server_ms, &r->alone);
+    double added = per_event(r->relayed.used.server_ms, &r->relayed) - alone;
+    return added / alone;
+}
+
+/*
+ * Statements per second of clients neither the producer's nor the
+ * relay's: the servers are shared, and another client's work in one
+ * window and not the other would show as the relay's CPU.
+ */
+static double
+others_per_s(const struct window *w)
+{
+    const struct counters *u = &w->used;
+    return (double)(u->questions - u->producer - u->relay) / w->seconds;
+}
+
+static bool
+cost_disturbed(const struct cost_result *r)
+{
+    return others_per_s(&r->alone) > COST_OTHERS_MAX ||
+           others_per_s(&r->relayed) > COST_OTHERS_MAX;
+}
+
+/* What the headline rests on, and what could blur it. */
+static void
+print_cost_detail(const struct cost_result *r)
+{
+    const struct window *a = &r->alone, *w = &r->relayed;
+    double producer_ms = per_event(w->used.producer_ms, w);
+    double relay_ms = per_event(w->used.relay_ms, w);
+    printf("  (%ld events at %.0f/s alone, %.0f/s relayed; wake %s; "
+           "the sessions' own CPU by USER_STATISTICS, relayed: producer "
+           "%.2f ms/event, relay %.2f ms/event = %.1fx; Questions per "
+           "event %.1f alone, %.1f relayed; other clients' statements "
+           "%.1f/s alone, %.1f/s relayed; other clients' binlog readers %ld "
+           "alone, %ld relayed; outboxd CPU %.2f ms/event; %ld rows "
+           "unfinished %.0f s after the last commit)\n",
+           w->events, a->achieved, w->achieved,
+           r->woken > 0 ? "binlog" : "poll", producer_ms, relay_ms,
+           relay_ms / producer_ms, per_event((double)a->used.questions, a),
+           per_event((double)w->used.questions, w), others_per_s(a),
+           others_per_s(w), a->binlog_readers, w->binlog_readers,
+           per_event(w->used.outboxd_ms, w), r->unfinished, COST_TAIL_S);
+}
+
+static void
+print_cost(const struct cost_case *c, const struct cost_result *r)
+{
+    char name[64];
+    const struct window *a = &r->alone, *w = &r->relayed;
+    double alone_ms = per_event(a->used.server_ms, a);
+    printf("cost %s: producer %.1f stmts %.2f ms/event; relay adds %.1f "
+           "stmts %.2f ms/event = %.1fx the producer; %ld/%ld delivered",
+           cost_name(c, name, sizeof(name)),
+           per_event((double)a->used.producer, a), alone_ms,
+           per_event((double)w->used.relay, w),
+           per_event(w->used.server_ms, w) - alone_ms, cost_ratio(r),
+           r->delivered, w->events);
+    if (r->delivered == w->events)
+        printf(", p50 %.1f ms, p99 %.1f ms from COMMIT", r->p50_ms, r->p99_ms);
+    if (cost_disturbed(r))
+        printf(" (disturbed by other clients %d times: see below)", COST_TRIES);
+    printf("\n");
+    print_cost_detail(r);
+}
+
+/* One case, taken again while other clients disturbed it; the last
+ * try's figures, marked when it was disturbed too. */
+static struct cost_result
+cost_run(const struct settings *s, const struct cost_case *c)
+{
+    struct cost_result r;
+    for (int tries = 1;; tries++) {
+        r = (struct cost_result){0};
+        r.alone = cost_alone(s, c);
+        cost_relayed(s, c, &r);
+        bool lost = r.delivered < r.relayed.events; /* dies below */
+        if (lost || !cost_disturbed(&r) || tries == COST_TRIES)
+            break;
+        char name[64];
+        printf("cost %s: other clients sent %.1f statements/s alone, %.1f/s "
+               "relayed (more than %.0f/s): taken again\n",
+               cost_name(c, name, sizeof(name)), others_per_s(&r.alone),
+               others_per_s(&r.relayed), COST_OTHERS_MAX);
+    }
+    print_cost(c, &r);
+    if (r.delivered < r.relayed.events)
+        die("cost: the consumer received %ld of %ld events", r.delivered,
+            r.relayed.events);
+    return r;
+}
+
+/* min and max of the runs' relay statements, CPU and ratio per event. */
+static void
+print_spread(const struct cost_case *c, const struct cost_result *runs, long n)
+{
+    double lo[3] = {1e18, 1e18, 1e18}, hi[3] = {-1e18, -1e18, -1e18};
+    for (long i = 0; i < n; i++) {
+        const struct window *a = &runs[i].alone, *w = &runs[i].relayed;
+        double v[3] = {per_event((double)w->used.relay, w),
+                       per_event(w->used.server_ms, w) -
+                           per_event(a->used.server_ms, a),
+                       cost_ratio(&runs[i])};
+        for (int k = 0; k < 3; k++) {
+            lo[k] = v[k] < lo[k] ? v[k] : lo[k];
+            hi[k] = v[k] > hi[k] ? v[k] : hi[k];
+        }
+    }
+    char name[64];
+    printf("cost %s over %ld runs: relay adds %.1f-%.1f stmts, "
+           "%.2f-%.2f ms/event = %.1f-%.1fx the producer\n",
+           cost_name(c, name, sizeof(name)), n, lo[0], hi[0], lo[1], hi[1],
+           lo[2], hi[2]);
+}
+
+/* Whether word is one of list's comma-separated items. */
+static bool
+listed(const char *list, const char *word)
+{
+    size_t len = strlen(word);
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t item = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (item == len && strncmp(p, word, len) == 0)
+            return true;
+        p = end != NULL ? end + 1 : NULL;
+    }
+    return false;
+}
+
+static const char *
+env_or(const char *name, const char *def)
+{
+    const char *v = getenv(name);
+    return v != NULL && *v != '\0' ? v : def;
+}
+
+/* The case is one BENCH_COST_RATES, _BINLOG and _ON_SENT ask for. */
+static bool
+cost_wanted(const struct cost_case *c)
+{
+    char rate[24];
+    snprintf(rate, sizeof(rate), "%ld", c->rate);
+    return listed(env_or("BENCH_COST_RATES", "10,200,1000"), rate) &&
+           listed(env_or("BENCH_COST_BINLOG", "off,on"),
+                  c->sv->binlog ? "on" : "off") &&
+           listed(env_or("BENCH_COST_ON_SENT", "mark,delete"), c->on_sent);
+}
+
+static void
+cost_case_runs(const struct settings *s, const struct cost_case *c, long runs)
+{
+    struct cost_result r[COST_RUNS_MAX];
+    for (long i = 0; i < runs; i++)
+        r[i] = cost_run(s, c);
+    if (runs > 1)
+        print_spread(c, r, runs);
+}
+
+/*
+ * Every rate, binlog off and on, on_sent mark and delete; each case the
+ * producer alone, then relayed.  Cases left out by BENCH_COST_RATES,
+ * BENCH_COST_BINLOG or BENCH_COST_ON_SENT are named as skipped.
+ */
+void
+measure_cost(const struct settings *s)
+{
+    static const long rates[] = {10, 200, 1000};
+    static const char *const on_sents[] = {"mark", "delete"};
+    const struct server *servers[] = {&with_binlog, &no_binlog};
+    long runs = env_long("BENCH_COST_RUNS", 1);
+    if (runs < 1 || runs > COST_RUNS_MAX || s->cost_seconds < 1 ||
+        s->cost_settle_seconds < 0)
+        die("BENCH_COST_RUNS must be 1 to %d, BENCH_COST_SECONDS at least 1, "
+            "BENCH_COST_SETTLE_SECONDS at least 0",
+            COST_RUNS_MAX);
+    struct strbuf skipped = {0};
+    for (size_t i = 0; i < sizeof(rates) / sizeof(*rates); i++)
+        for (size_t j = 0; j < 2; j++)
+            for (size_t k = 0; k < 2; k++) {
+                struct cost_case c = {rates[i], servers[j], on_sents[k]};
+                char name[64];
+                if (cost_wanted(&c))
+                    cost_case_runs(s, &c, runs);
+                else
+                    strbuf_addf(&skipped, "%s%s", skipped.len > 0 ? ", " : "",
+                                cost_name(&c, name, sizeof(name)));
+            }
+    if (skipped.len > 0)
+        printf("cost skipped: %s\n", skipped.p);
+    strbuf_free(&skipped);
+}
