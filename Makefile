@@ -149,7 +149,7 @@ tests/cloudevents/node_modules/.package-lock.json: \
 	cd tests/cloudevents && npm ci --no-audit --no-fund
 
 $(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o $(BUILD)/bench/bench_tenants.o \
-		$(BUILD)/bench/bench_cost.o $(BUILD)/daemon/util.o
+		$(BUILD)/bench/bench_cost.o $(BUILD)/daemon/util.o $(BUILD)/daemon/log.o
 	$(LINK) -o $@ $^ $(LIBS)
 
 # docs/contract.md section 10: throughput as a ratio to the ceiling measured in the
