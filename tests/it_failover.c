@@ -160,6 +160,9 @@ fx_take(struct fx *f, const struct it_message *m)
                   "stray message %s", m->message_id);
     ck_assert(sscanf(m->h_aggregate_id, "agg-%d", &a) == 1 && a >= 0 &&
               a < AGGREGATES);
+    /* Without the header the order below could not be checked. */
+    ck_assert_msg(m->h_outbox_id > 0, "%s came without its outbox id",
+                  m->message_id);
     ck_assert_msg(m->h_outbox_id >= f->last[a],
                   "agg-%d went back from outbox id %lld to %lld (%s)", a,
                   f->last[a], m->h_outbox_id, m->message_id);
@@ -184,7 +187,20 @@ fx_receive(struct fx *f, int want, int timeout_ms)
     return f->received >= want;
 }
 
-/* Every event the new primary holds was delivered, and is SENT there. */
+/* Takes what else the queue holds, until it stays empty for idle_ms:
+ * once every row is SENT, no copy is still to come. */
+static void
+fx_drain(struct fx *f, int idle_ms)
+{
+    struct it_message m;
+    while (it_consumer_next(f->consumer, &m, idle_ms) == 1) {
+        fx_take(f, &m);
+        it_message_free(&m);
+    }
+}
+
+/* Every event the new primary holds was delivered, and is SENT there;
+ * the queue drained, so that f->duplicates counts every copy. */
 static void
 fx_assert_all_delivered(struct fx *f, MYSQL *new_primary)
 {
@@ -209,6 +225,7 @@ fx_assert_all_delivered(struct fx *f, MYSQL *new_primary)
                             "SELECT COUNT(*) FROM `%s`.outbox_event WHERE "
                             "status = 'DEAD'",
                             f->db));
+    fx_drain(f, 1000);
 }
 
 /*

@@ -381,11 +381,18 @@ insert_range(MYSQL *db, const char *prefix, int start, int n, int aggs)
 
 /* ---- receiving ---- */
 
+/* N of "<prefix>-<N>", or -1 for anything else ("missing-1" is not
+ * "ok-1"). */
 static long
-suffix_number(const char *s)
+prefixed_number(const char *s, const char *prefix)
 {
-    const char *dash = s ? strrchr(s, '-') : NULL;
-    return dash ? strtol(dash + 1, NULL, 10) : -1;
+    size_t len = strlen(prefix);
+    if (s == NULL || strncmp(s, prefix, len) != 0 || s[len] != '-' ||
+        s[len + 1] < '0' || s[len + 1] > '9')
+        return -1;
+    char *end;
+    long n = strtol(s + len + 1, &end, 10);
+    return *end == '\0' ? n : -1;
 }
 
 #define TALLY_RECENT 48
@@ -399,6 +406,7 @@ struct arrival {
 
 /* What a consumer saw of events "<prefix>-<i>", i < n. */
 struct tally {
+    const char *prefix;
     int n, aggs;
     int *copies;
     long long *last; /* per aggregate: the highest outbox id seen */
@@ -420,9 +428,10 @@ tally_print_recent(const struct tally *t)
 }
 
 static void
-tally_init(struct tally *t, int n, int aggs)
+tally_init(struct tally *t, const char *prefix, int n, int aggs)
 {
     memset(t, 0, sizeof(*t));
+    t->prefix = prefix;
     t->n = n;
     t->aggs = aggs;
     t->copies = calloc((size_t)n, sizeof(*t->copies));
@@ -444,9 +453,9 @@ tally_free(struct tally *t)
 static void
 tally_add(struct tally *t, const struct it_message *m)
 {
-    long i = suffix_number(m->message_id);
+    long i = prefixed_number(m->message_id, t->prefix);
     ck_assert_msg(i >= 0 && i < t->n, "unexpected message %s", m->message_id);
-    long agg = suffix_number(m->h_aggregate_id);
+    long agg = prefixed_number(m->h_aggregate_id, t->prefix);
     ck_assert_msg(agg >= 0 && agg < t->aggs, "aggregate %s", m->h_aggregate_id);
     t->recent[t->total % TALLY_RECENT].agg = agg;
     t->recent[t->total % TALLY_RECENT].id = m->h_outbox_id;
@@ -633,9 +642,10 @@ START_TEST(test_refusals_backoff_dead)
     it_message_free(&m);
     /* the good events all arrived, and only they did */
     struct tally t;
-    tally_init(&t, 50, 5);
+    tally_init(&t, "ok", 50, 5);
     receive_all(f.consumer, &t, 20000, 300);
     ck_assert_int_eq(t.distinct, 50);
+    ck_assert_int_eq(t.total, 50);
     ck_assert_int_eq(log_count(&f, 0,
                                "broker connected: amqp://guest:***@"
                                "127.0.0.1:5672"),
@@ -728,7 +738,7 @@ START_TEST(test_chaos_drain)
     guard_end(&g);
     f.consumer = it_consumer_attach(queue);
     struct tally t;
-    tally_init(&t, N, AGGS);
+    tally_init(&t, "chaos", N, AGGS);
     receive_all(f.consumer, &t, 120000, 2000);
     for (int i = 0; i < N && t.distinct < N; i++)
         ck_assert_msg(t.copies[i] > 0, "event chaos-%d never arrived", i);
@@ -910,7 +920,7 @@ START_TEST(test_fencing_stalled_relay)
     ck_assert_int_eq(log_sum(&f, 0, "lost the lease on "), held);
     ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), n);
     struct tally t;
-    tally_init(&t, n, n);
+    tally_init(&t, "fence", n, n);
     receive_all(f.consumer, &t, 30000, 300);
     ck_assert_int_eq(t.distinct, n);
     fprintf(stderr, "fencing: %ld duplicates\n", t.total - t.distinct);
@@ -997,7 +1007,7 @@ START_TEST(test_poison_row_kills_relay)
                      1);
     struct it_message m;
     struct tally t;
-    tally_init(&t, N, AGGS);
+    tally_init(&t, "good", N, AGGS);
     uint64_t until = it_now_ms() + 30000;
     while (t.distinct < N && it_now_ms() < until) {
         if (it_consumer_next(f.consumer, &m, 500) == 0)
@@ -1068,7 +1078,7 @@ START_TEST(test_broker_blackholed)
         ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), N);
     }
     struct tally t;
-    tally_init(&t, N, 50);
+    tally_init(&t, "hole", N, 50);
     receive_all(f.consumer, &t, 30000, 300);
     ck_assert_int_eq(t.distinct, N);
     fprintf(stderr, "blackhole: %ld duplicates\n", t.total - t.distinct);
@@ -1122,7 +1132,7 @@ START_TEST(test_broker_blocked)
         ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), N);
     }
     struct tally t;
-    tally_init(&t, N, 20);
+    tally_init(&t, "blk", N, 20);
     receive_all(f.consumer, &t, 30000, 300);
     ck_assert_int_eq(t.distinct, N);
     tally_free(&t);
@@ -1216,7 +1226,7 @@ START_TEST(test_db_lost_at_finalize)
     }
     ck_assert_int_ge(log_count(&f, 0, "could not record the outcome"), 1);
     struct tally t;
-    tally_init(&t, N, N);
+    tally_init(&t, "lost", N, N);
     receive_all(f.consumer, &t, 20000, 500);
     ck_assert_int_eq(t.distinct, N);
     /* the confirmed but unrecorded events went out again after the lease */
@@ -1231,11 +1241,11 @@ START_TEST(test_db_lost_at_finalize)
 END_TEST
 
 /*
- * Every one of the n events SENT with no attempt failed, and consumed
- * exactly once: nothing went out again after a lease.
+ * Every one of the n events "<prefix>-<i>" SENT with no attempt failed,
+ * and consumed exactly once: nothing went out again after a lease.
  */
 static void
-assert_all_sent_once(struct fx *f, int n)
+assert_all_sent_once(struct fx *f, const char *prefix, int n)
 {
     if (!IT_WAIT(30000, it_db_count_status(f->sql, "SENT") == n)) {
         dump_logs(f);
@@ -1245,7 +1255,7 @@ assert_all_sent_once(struct fx *f, int n)
                                        "outbox_event"),
                      0);
     struct tally t;
-    tally_init(&t, n, n);
+    tally_init(&t, prefix, n, n);
     receive_all(f->consumer, &t, 20000, 500);
     ck_assert_int_eq(t.distinct, n);
     ck_assert_int_eq(t.total, n);
@@ -1268,8 +1278,12 @@ START_TEST(test_lock_wait_at_finalize)
     it_sleep_ms(3000);
     it_db_exec(f.sql, "ROLLBACK");
     free(session);
-    assert_all_sent_once(&f, N); /* recorded on the retry: no duplicate */
+    assert_all_sent_once(&f, "wait", N); /* recorded on the retry: no dup */
     ck_assert_int_eq(log_count(&f, 0, "could not record"), 0);
+    /* and it was a retry: the record met the lock wait (1205) and waited
+     * for the next cycle, rather than waiting out the lock itself */
+    ck_assert_int_ge(log_count(&f, 0, "Lock wait timeout exceeded"), 1);
+    ck_assert_int_ge(log_count(&f, 0, "waits for the next cycle"), 1);
     daemon_term(&f, 0, 10000);
     fx_close(&f);
     it_proxy_stop(&px);
@@ -1306,7 +1320,7 @@ START_TEST(test_claim_ahead_fails_on_dropped_column)
                                  "LIKE '%%metadata lock%%'",
                                  f.db) == 1));
     it_db_exec(f.sql, "ROLLBACK");
-    assert_all_sent_once(&f, N);
+    assert_all_sent_once(&f, "drop", N);
     /* the claim ahead's error, reported as it was */
     ck_assert_int_ge(log_count(&f, 0, "Unknown column"), 1);
     daemon_term(&f, 0, 10000);
@@ -1430,7 +1444,7 @@ START_TEST(test_bad_rows)
     while (it_consumer_next(f.consumer, &m, 1000) == 1) {
         const char *id = m.message_id;
         if (strncmp(id, "good-", 5) == 0) {
-            long i = suffix_number(id);
+            long i = prefixed_number(id, "good");
             ck_assert(i >= 0 && i < N);
             good += !seen_good[i];
             seen_good[i] = 1;

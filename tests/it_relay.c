@@ -24,22 +24,30 @@ fx_open(struct it_fx *f, const char *schema, const char *binding,
     it_fx_write_config(f, extra_keys);
 }
 
-/* Index of "<prefix>-<i>"; -1 if the id is not one of ours. */
+/* Index of "<prefix>-<i>"; -1 if the id is not one of ours (the prefix
+ * too: a "ghost-1" is not "ok-1"). */
 static long
-event_index(const char *event_id)
+event_index(const char *event_id, const char *prefix)
 {
-    const char *dash = event_id ? strrchr(event_id, '-') : NULL;
-    return dash ? strtol(dash + 1, NULL, 10) : -1;
+    size_t len = strlen(prefix);
+    if (event_id == NULL || strncmp(event_id, prefix, len) != 0 ||
+        event_id[len] != '-' || event_id[len + 1] < '0' ||
+        event_id[len + 1] > '9')
+        return -1;
+    char *end;
+    long i = strtol(event_id + len + 1, &end, 10);
+    return *end == '\0' ? i : -1;
 }
 
 /*
- * Receives until want events not seen before (copies[i] == 0) arrived or
- * the deadline; counts copies per event and checks that per aggregate the
- * outbox ids never go down.  Returns the number of new events seen.
+ * Receives until want events "<prefix>-<i>" not seen before (copies[i]
+ * == 0) arrived or the deadline; counts copies per event and checks that
+ * per aggregate the outbox ids never go down.  Returns the number of new
+ * events seen.
  */
 static long
-receive_new_events(struct it_fx *f, int n, int aggregates, int *copies,
-                   long want, int timeout_ms)
+receive_new_events(struct it_fx *f, const char *prefix, int n, int aggregates,
+                   int *copies, long want, int timeout_ms)
 {
     long long *last = calloc((size_t)aggregates, sizeof(*last));
     long distinct = 0;
@@ -48,9 +56,9 @@ receive_new_events(struct it_fx *f, int n, int aggregates, int *copies,
     while (distinct < want && it_now_ms() < deadline) {
         if (it_consumer_next(f->consumer, &m, 500) == 0)
             continue;
-        long i = event_index(m.message_id);
+        long i = event_index(m.message_id, prefix);
         ck_assert_msg(i >= 0 && i < n, "unexpected message %s", m.message_id);
-        long agg = event_index(m.h_aggregate_id);
+        long agg = event_index(m.h_aggregate_id, prefix);
         ck_assert_msg(agg >= 0 && agg < aggregates, "aggregate %s",
                       m.h_aggregate_id);
         ck_assert_msg(m.h_outbox_id >= last[agg],
@@ -66,10 +74,10 @@ receive_new_events(struct it_fx *f, int n, int aggregates, int *copies,
 }
 
 static long
-receive_events(struct it_fx *f, int n, int aggregates, int *copies,
-               int timeout_ms)
+receive_events(struct it_fx *f, const char *prefix, int n, int aggregates,
+               int *copies, int timeout_ms)
 {
-    return receive_new_events(f, n, aggregates, copies, n, timeout_ms);
+    return receive_new_events(f, prefix, n, aggregates, copies, n, timeout_ms);
 }
 
 /* docs/contract.md section 7: every property and header of one message. */
@@ -121,7 +129,7 @@ START_TEST(test_drain_exactly_once_in_order)
     int *copies = calloc(N, sizeof(*copies));
     uint64_t t0 = it_now_ms();
     it_fx_start(&f);
-    ck_assert_int_eq(receive_events(&f, N, AGGS, copies, 120000), N);
+    ck_assert_int_eq(receive_events(&f, "ev", N, AGGS, copies, 120000), N);
     ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N));
     uint64_t ms = it_now_ms() - t0;
     fprintf(stderr, "drain: %d events in %llu ms = %.0f events/s\n", N,
@@ -154,7 +162,7 @@ START_TEST(test_seed_ddl)
     it_db_insert_events(f.sql, "outbox_event", "seed", N, AGGS, 100);
     int *copies = calloc(N, sizeof(*copies));
     it_fx_start(&f);
-    ck_assert_int_eq(receive_events(&f, N, AGGS, copies, 60000), N);
+    ck_assert_int_eq(receive_events(&f, "seed", N, AGGS, copies, 60000), N);
     ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N));
     ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
                                       "WHERE sent_at IS NULL"),
@@ -179,7 +187,7 @@ START_TEST(test_unroutable_dead)
     it_db_exec(f.sql, "COMMIT");
     it_fx_start(&f);
     int copies[100] = {0};
-    ck_assert_int_eq(receive_events(&f, 100, 10, copies, 30000), 100);
+    ck_assert_int_eq(receive_events(&f, "ok", 100, 10, copies, 30000), 100);
     ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "DEAD") == 1));
     char *err = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
                                  "event_id = 'ghost-1'");
@@ -207,7 +215,7 @@ rabbit_up(void)
 
 /* Event ids currently SENT, as a 0/1 map. */
 static long
-snapshot_sent(struct it_fx *f, char *sent, int n)
+snapshot_sent(struct it_fx *f, const char *prefix, char *sent, int n)
 {
     mysql_query(f->sql, "SELECT event_id FROM outbox_event WHERE status = "
                         "'SENT'");
@@ -217,7 +225,7 @@ snapshot_sent(struct it_fx *f, char *sent, int n)
     MYSQL_ROW row;
     memset(sent, 0, (size_t)n);
     while ((row = mysql_fetch_row(res)) != NULL) {
-        long i = event_index(row[0]);
+        long i = event_index(row[0], prefix);
         ck_assert(i >= 0 && i < n);
         sent[i] = 1;
         count++;
@@ -249,7 +257,7 @@ START_TEST(test_broker_cut_mid_batch)
     ck_assert_msg(now < N, "the cut came too late to test anything");
     ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 15000));
     char *sent = malloc(N);
-    long nsent = snapshot_sent(&f, sent, N);
+    long nsent = snapshot_sent(&f, "cut", sent, N);
     it_consumer_close(f.consumer);
     f.consumer = NULL;
     ck_assert_int_eq(it_sh("rabbitmqctl -q start_app"), 0);
@@ -257,7 +265,7 @@ START_TEST(test_broker_cut_mid_batch)
     /* every row marked SENT was confirmed, so its message is queued */
     f.consumer = it_consumer_attach(queue);
     int *copies = calloc(N, sizeof(*copies));
-    receive_events(&f, N, AGGS, copies, 5000);
+    receive_events(&f, "cut", N, AGGS, copies, 5000);
     for (int i = 0; i < N; i++)
         ck_assert_msg(!sent[i] || copies[i] > 0,
                       "event %d is SENT but was never delivered", i);
@@ -267,7 +275,8 @@ START_TEST(test_broker_cut_mid_batch)
     long distinct = 0;
     for (int i = 0; i < N; i++)
         distinct += copies[i] > 0;
-    distinct += receive_new_events(&f, N, AGGS, copies, N - distinct, 120000);
+    distinct +=
+        receive_new_events(&f, "cut", N, AGGS, copies, N - distinct, 120000);
     ck_assert_int_eq(distinct, N);
     ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N));
     free(copies);
@@ -295,10 +304,10 @@ START_TEST(test_sigterm_during_drain)
             (unsigned long long)took);
     ck_assert_int_eq(it_db_count_status(f.sql, "PROCESSING"), 0);
     char *sent = malloc(N);
-    long nsent = snapshot_sent(&f, sent, N);
+    long nsent = snapshot_sent(&f, "term", sent, N);
     ck_assert_msg(nsent < N, "the drain finished before SIGTERM");
     int *copies = calloc(N, sizeof(*copies));
-    long got = receive_events(&f, N, AGGS, copies, 3000);
+    long got = receive_events(&f, "term", N, AGGS, copies, 3000);
     for (int i = 0; i < N; i++)
         ck_assert_msg(copies[i] == 0 || sent[i],
                       "event %d was delivered but its row is not SENT", i);

@@ -377,7 +377,12 @@ START_TEST(test_stream_killed)
      * find it, within the 2 s ceiling plus margin for a loaded machine. */
     FX_WAIT(&f, SLOW_MS, log_lines(&f, NO_WAKE_LINE, "stream broke") == 1,
             "the relay did not log the stream's break");
-    fx_deliver(&f, "gap-1", 6000);
+    uint64_t t0 = fx_insert(&f, "gap-1");
+    /* Read after the commit: the stream was not live again before it. */
+    ck_assert_msg(log_lines(&f, LIVE_LINE, NULL) == 1,
+                  "the stream was back before gap-1 was committed: no gap");
+    fprintf(stderr, "it_wake: gap-1 delivered %llu ms after its commit\n",
+            (unsigned long long)(fx_receive(&f, "gap-1", 6000) - t0));
     fx_wait_live(&f, 2, SLOW_MS);
     fx_wait_idle(&f);
     fx_assert_woken(&f, "back-1");
