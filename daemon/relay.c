@@ -597,20 +597,23 @@ all_acked(const struct outbox_batch *b)
 }
 
 /* How long a lean batch's transaction waits, its rows confirmed, for
- * the next commit to join it (relay.linger), and how many may. */
-#define LEAN_LINGER_MS 8
+ * the next commit to join it (relay.linger), and how many may; a commit
+ * is told a moment before its rows show, so a join first waits
+ * LEAN_SETTLE_US, and looks again once if they do not show yet. */
+#define LEAN_LINGER_MS 20
 #define LEAN_JOINS (RELAY_SLOTS - 1)
+#define LEAN_SETTLE_US 500
+#define LEAN_LOOKS 2
 
 /* Whether the binlog told of a commit since the last look, waiting for
- * one up to ms when the relay may linger. */
+ * one until until_ms when the relay may linger. */
 static bool
-told_within(struct relay *r, uint64_t ms)
+told_until(struct relay *r, uint64_t until_ms)
 {
-    uint64_t until = clock_ms() + ms;
     for (;;) {
         if (r->backend.take_told(r->backend.owner) > 0)
             return true;
-        if (!r->linger || r->stop_deadline_ms != 0 || clock_ms() >= until)
+        if (!r->linger || r->stop_deadline_ms != 0 || clock_ms() >= until_ms)
             return false;
         usleep(250);
     }
@@ -661,13 +664,20 @@ extend_lean(struct relay *r)
     bool broker_ok = true;
     if (r->backend.claim_more == NULL || r->backend.take_told == NULL)
         return true;
+    uint64_t until = clock_ms() + LEAN_LINGER_MS;
     struct outbox_batch *tail = r->batch;
-    for (int i = 0; i < LEAN_JOINS && broker_ok && !r->last.lean_cut &&
-                    r->last.clean && told_within(r, LEAN_LINGER_MS);
-         i++) {
-        tail = join_lean(r, tail, &broker_ok);
-        if (tail == NULL)
+    for (int joins = 0, looks = 0; joins < LEAN_JOINS && looks < LEAN_LOOKS &&
+                                   broker_ok && !r->last.lean_cut &&
+                                   r->last.clean;) {
+        if (looks == 0 && !told_until(r, until))
             break;
+        usleep(LEAN_SETTLE_US);
+        struct outbox_batch *more = join_lean(r, tail, &broker_ok);
+        looks = more == NULL ? looks + 1 : 0;
+        if (more != NULL) {
+            tail = more;
+            joins++;
+        }
     }
     return broker_ok;
 }

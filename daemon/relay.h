@@ -115,8 +115,10 @@ struct relay_job {
     char fin_err[ERR_LEN], claim_err[ERR_LEN];
 };
 
-/* The batch in flight, the one being recorded, the one claimed ahead. */
-#define RELAY_SLOTS 3
+/* The batch in flight, the one being recorded, the one claimed ahead;
+ * or a lean batch and those that joined its transaction (relay.c
+ * extend_lean), each holding ids and states once published. */
+#define RELAY_SLOTS 8
 
 struct relay {
     const struct outbox_config *outbox;

@@ -109,6 +109,7 @@ struct worker {
     struct pacer pacer;
     /* Set by the binlog stream's thread (binlog.h). */
     _Atomic bool wake_live;
+    _Atomic bool kick_state;  /* the kick is the stream's going up or down */
     _Atomic uint64_t wakes;   /* committed inserts told */
     uint64_t wakes_claimed;   /* wakes when the last claim began */
     uint64_t told_in_cycle;   /* commits told that this cycle's claims took */
@@ -821,6 +822,10 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->stopping || lock_backing_off(w))
         return;
+    /* The commits told were taken by the cycle that ran meanwhile (a
+     * lean batch they joined): nothing is left to claim. */
+    if (!atomic_exchange(&w->kick_state, false) && w->wakes == w->wakes_claimed)
+        return;
     struct pacer_limits lim = pace_limits(w);
     pacer_woken(&w->pacer, &lim);
     schedule(w, 0);
@@ -842,6 +847,7 @@ binlog_state_cb(void *arg, bool live)
 {
     struct worker *w = arg;
     w->wake_live = live;
+    w->kick_state = true;
     log_debug(LOG_KV("outbox", w->ob->name), "woken by %s",
               live ? "the binlog stream" : "the poll alone");
     /* Up: claim what came while it was down.  Down: the poll's ceiling
