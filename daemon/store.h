@@ -205,7 +205,10 @@ void store_recheck_schema(struct store *st);
  * REJECTED -> RETRY with backoff or DEAD, RELEASED and still CLAIMED ->
  * claimable again with no attempt counted; rows already recorded by
  * store_mark_sent are left out.  *lost counts rows whose lease another
- * relay had taken.  On -1 nothing was committed.
+ * relay had taken.  On -1 nothing was committed.  A lean batch (and its
+ * lean_next chain) is conditioned on its open transaction instead, rows
+ * never attempted need no statement, and it commits once; on -1 it was
+ * rolled back, its rows PENDING and free again.
  */
 int store_finalize_batch(struct store *st, struct outbox_batch *b, size_t *lost,
                          char *err, size_t errlen)
