@@ -160,16 +160,23 @@ add_outcome_head(struct store *st, const struct fin_item *it)
                 it->kind == FIN_DEAD ? store_dead_locked_until(st) : "NULL");
 }
 
+/* The statement for n items of one outcome, up to its fence. */
+static void
+add_outcome(struct store *st, const struct fin_item *it, size_t n)
+{
+    strbuf_reset(&st->sql);
+    add_outcome_head(st, it);
+    for (size_t i = 0; i < n; i++)
+        sql_add_id(&st->sql, it[i].id, i == 0);
+}
+
 /* One statement for a run of items with the same outcome and error. */
 static int
 finalize_group(struct store *st, const char *token, const struct fin_item *it,
                size_t n, size_t *lost, char *err, size_t errlen)
 {
     struct strbuf *q = &st->sql;
-    strbuf_reset(q);
-    add_outcome_head(st, it);
-    for (size_t i = 0; i < n; i++)
-        sql_add_id(q, it[i].id, i == 0);
+    add_outcome(st, it, n);
     /* The fence: only rows still under this claim's lease. */
     strbuf_adds(q, ") AND `status` = 'PROCESSING' AND `locked_by` = ");
     sql_add_string(st, token);
@@ -189,12 +196,8 @@ static int
 finalize_lean_group(struct store *st, const struct fin_item *it, size_t n,
                     char *err, size_t errlen)
 {
-    struct strbuf *q = &st->sql;
-    strbuf_reset(q);
-    add_outcome_head(st, it);
-    for (size_t i = 0; i < n; i++)
-        sql_add_id(q, it[i].id, i == 0);
-    strbuf_adds(q, ") AND `status` = 'PENDING'");
+    add_outcome(st, it, n);
+    strbuf_adds(&st->sql, ") AND `status` = 'PENDING'");
     uint64_t affected;
     if (store_run_update(st, "finalize", &affected, err, errlen) < 0)
         return -1;
