@@ -61,6 +61,22 @@ struct fake {
     int claims_at_last_finalize; /* claims made before the last finalize */
 };
 
+/* A claimed row as the store hands it over: an OrderCreated of agg. */
+static struct outbox_row *
+fake_add_row(struct outbox_batch *b, unsigned long long id,
+             const char *event_id, const char *agg)
+{
+    struct outbox_row *r = batch_add(b);
+    r->id = id;
+    r->event_id = event_id;
+    r->aggregate_type = "Order";
+    r->aggregate_id = agg;
+    r->event_type = "OrderCreated";
+    r->payload = "{}";
+    r->payload_len = 2;
+    return r;
+}
+
 static int
 fake_claim(void *arg, const char *relay_id, struct outbox_batch *b, char *err,
            size_t errlen)
@@ -77,14 +93,8 @@ fake_claim(void *arg, const char *relay_id, struct outbox_batch *b, char *err,
         f->lean_allowed[f->claims - 1] = b->lean_allowed;
     b->lean = f->lean && b->lean_allowed;
     for (size_t i = 0; i < f->nrows; i++) {
-        struct outbox_row *r = batch_add(b);
-        r->id = f->rows[i].id;
-        r->event_id = f->rows[i].event_id;
-        r->aggregate_type = "Order";
-        r->aggregate_id = f->rows[i].agg;
-        r->event_type = "OrderCreated";
-        r->payload = "{}";
-        r->payload_len = 2;
+        struct outbox_row *r =
+            fake_add_row(b, f->rows[i].id, f->rows[i].event_id, f->rows[i].agg);
         r->retry_count = f->rows[i].retry_count;
         r->has_expiry = f->rows[i].has_expiry;
         r->expires_in_us = f->rows[i].expires_in_us;
@@ -1151,14 +1161,7 @@ fake_claim_more(void *arg, const struct outbox_batch *first,
     (void)err;
     (void)errlen;
     f->claims++;
-    struct outbox_row *r = batch_add(b);
-    r->id = 100;
-    r->event_id = "e100";
-    r->aggregate_type = "Order";
-    r->aggregate_id = "Z";
-    r->event_type = "OrderCreated";
-    r->payload = "{}";
-    r->payload_len = 2;
+    fake_add_row(b, 100, "e100", "Z");
     b->lean = true;
     return 0;
 }
