@@ -205,13 +205,22 @@ cmd_deps() {
 # Two mariadbd run, so "is it running" must ask about one of them. The
 # binlog one is the mariadbd in its pid file or, as mariadbd writes that
 # file only when it opens its socket (after InnoDB recovery), the one whose
-# command line names its datadir. The first one is every other mariadbd:
-# systemd, mysqld_safe and this script each start it with other arguments,
-# and the start path must see one that is still recovering.
+# command line names its datadir. The first one is every other mariadbd
+# that names no datadir of its own elsewhere: systemd, mysqld_safe and this
+# script each start it with other arguments, and the start path must see
+# one that is still recovering; the servers a test starts for itself
+# (tests/failover, tests/galera) and a developer's own name theirs, and
+# are never taken for it.
 is_binlog_mariadbd() {
     [[ $(cat "$BINLOG_PIDFILE" 2>/dev/null) == "$1" ]] ||
         tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline" |
         grep -qxF -- "--datadir=$BINLOG_DATADIR"
+}
+
+# has_other_datadir PID: its command line names a datadir not the main one.
+has_other_datadir() {
+    tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline" | grep -- '^--datadir=' |
+        grep -qvxF -- "--datadir=/var/lib/mysql"
 }
 
 # mariadbd_pids main|binlog: live pids of that instance's mariadbd.
@@ -220,7 +229,7 @@ mariadbd_pids() {
     for pid in $(live_pids mariadbd); do
         if is_binlog_mariadbd "$pid"; then
             [[ $1 != binlog ]] || echo "$pid"
-        else
+        elif ! has_other_datadir "$pid"; then
             [[ $1 != main ]] || echo "$pid"
         fi
     done
