@@ -144,14 +144,31 @@ ordering_applies(const struct store *st, enum claim_source src)
     return src != SRC_EXPIRED && st->ob->ordering == ORDERING_AGGREGATE;
 }
 
+/* The candidates' statement from FROM to LIMIT, passing over the ids
+ * skip[0..nskip) in the server, before any subquery reads for them. */
+static void
+add_candidate_scan_skipping(struct store *st, enum claim_source src,
+                            size_t limit, const uint64_t *skip, size_t nskip)
+{
+    bool filter = ordering_applies(st, src);
+    strbuf_addf(&st->sql, " FROM %s `c`%s", st->table,
+                st->plan.claim_where[src]);
+    if (nskip > 0) {
+        strbuf_adds(&st->sql, " AND `c`.`id` NOT IN (");
+        for (size_t i = 0; i < nskip; i++)
+            sql_add_id(&st->sql, skip[i], i == 0);
+        strbuf_adds(&st->sql, ")");
+    }
+    strbuf_addf(&st->sql, "%s%s LIMIT %zu",
+                filter ? st->plan.unblocked_sql : "", st->plan.claim_order[src],
+                limit);
+}
+
 /* The candidates' statement from FROM to LIMIT. */
 static void
 add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
 {
-    bool filter = ordering_applies(st, src);
-    strbuf_addf(&st->sql, " FROM %s `c`%s%s%s LIMIT %zu", st->table,
-                st->plan.claim_where[src], filter ? st->plan.unblocked_sql : "",
-                st->plan.claim_order[src], limit);
+    add_candidate_scan_skipping(st, src, limit, NULL, 0);
 }
 
 /* The lean read's columns after the select list (lock_lean). */
@@ -418,13 +435,13 @@ lock_lean(struct store *st, struct outbox_batch *b, size_t window,
         strbuf_adds(&st->sql, st->plan.head_sql);
     add_lean_columns(st, st->claim.lean_expired_look,
                      st->claim.lean_delayed_look);
-    add_candidate_scan(st, SRC_PENDING, window + nskip);
+    add_candidate_scan_skipping(st, SRC_PENDING, window, st->claim.located,
+                                nskip);
     strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
-    int rc = add_locked_rows(st, b, SRC_PENDING, st->claim.located, nskip,
-                             window, nread, err, errlen);
+    int rc = add_locked_rows(st, b, SRC_PENDING, NULL, 0, window, nread, err,
+                             errlen);
     st->claim.lean_extras = 0;
     st->claim.lean_nskip = 0;
-    *nread -= *nread > nskip ? nskip : *nread;
     return rc;
 }
 
@@ -1080,7 +1097,8 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
 
 /* The lean read of store_claim_more passes over the rows the open
  * transaction holds already, first's and its lean_next's: its own locks
- * do not make it skip them. */
+ * do not make it skip them, and read again, each cost a join as much as
+ * a new row (the head and ordering subqueries run for each). */
 static void
 skip_held(struct store *st, const struct outbox_batch *first)
 {
