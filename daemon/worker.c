@@ -5,7 +5,7 @@
  * heartbeats, and a clean stop.  The main thread only starts, watches
  * and stops workers.
  */
-#include "worker.h"
+#include "worker_int.h"
 
 #include <event2/event.h>
 #include <pthread.h>
@@ -17,7 +17,6 @@
 #include "amqpconn.h"
 #include "dbsession.h"
 #include "log.h"
-#include "logrepeat.h"
 #include "pacer.h"
 #include "pool.h"
 #include "publisher.h"
@@ -25,31 +24,8 @@
 #include "store.h"
 #include "util.h"
 
-/* Reconnect backoff: 1s doubling to 30s, with jitter. */
-#define RECONNECT_INITIAL_MS 1000
-#define RECONNECT_MAX_MS 30000
-/*
- * After a lock wait that ran out, somebody holds the table for as long as
- * their work takes (a dump's LOCK TABLES, an ALTER TABLE that copies),
- * and every try costs the thread's other outboxes a lock wait: the
- * outbox leaves its table alone, claims, counts and retention alike, for
- * 1 s doubling to this.  A wake does not cut the pause short: commits go
- * on under a lock on some rows, and each would cost another wait.
- */
-#define LOCK_BACKOFF_MAX_MS 16000
-/* A failure that goes on is logged again after 1 s, 2 s, 4 s... with
- * its count: as often as the reconnects at first, at most every 10 min
- * for one that lasts hours. */
-#define LOG_REPEAT_MAX_MS 600000
 /* How often the rows and oldest-pending gauges are counted. */
 #define STATS_INTERVAL_MS 5000
-/* The periodic work of outboxes started together (a thousand tenants
- * found at once) is spread (util.h spread_ms): counts and idle looks by
- * up to a quarter of their period each time, the first retention run
- * over the second half of its interval.  In step, each worker thread
- * ran its outboxes' counts or looks back to back, and an event behind
- * them waited 100-260 ms (docs/performance.md). */
-#define PERIOD_SPREAD 4
 /* With a live wake stream and nothing changed in the table, the counts
  * cannot have changed either: they are read again this often anyway. */
 #define STATS_QUIET_MS 60000
@@ -61,85 +37,6 @@
  * later, so a backlog of old rows drains without stalling the relay. */
 #define RETENTION_BUDGET_MS 500
 #define RETENTION_CATCHUP_MS 1000
-
-struct link_state {
-    unsigned failures;
-    uint64_t retry_at_ms;
-    struct logrepeat log; /* which of its failures reach the log */
-    bool read_only;       /* the last failure: the server refused writes */
-};
-
-struct worker {
-    /*
-     * This thread's own copies of its outbox and broker settings: a
-     * reload writes them here, between cycles, so nothing another thread
-     * does changes a value in the middle of a batch.  Their strings stay
-     * those of the running config (cfg_ob), which outlives the worker.
-     */
-    const struct outbox_config *ob; /* &ob_live */
-    struct outbox_config ob_live;
-    struct broker_config broker_live;
-    const struct outbox_config *cfg_ob;
-    const char *relay_id;
-    struct pool_thread *thread; /* whose loop runs this outbox */
-    bool started;
-    struct event_base *base; /* the thread's */
-    struct event *tick;
-    struct event *wake;
-    struct event *kick;   /* the binlog stream: claim now, or re-pace */
-    struct event *reload; /* main asks: adopt the pending settings */
-    struct event *stats;  /* counts rows for the gauges */
-    /* Deletes old SENT rows. */
-    struct event *retention;
-    pthread_mutex_t pending_lock;
-    struct outbox_config pending_ob;
-    struct broker_config pending_broker;
-    bool pending;
-    struct store *store;
-    struct dbsession *session; /* the thread's, for this server */
-    struct publisher *pub;
-    struct amqpconn *conn; /* the thread's, for this broker */
-    struct relay relay;
-    bool busy; /* the last cycle was full: pool_thread_busy counts it */
-    struct link_state db, broker;
-    /* Lock waits that ran out in a row, and until when the table is left
-     * alone after the last (LOCK_BACKOFF_MAX_MS). */
-    unsigned lock_waits;
-    uint64_t lock_backoff_until_ms;
-    struct pacer pacer;
-    /* Set by the binlog stream's thread (binlog.h). */
-    _Atomic bool wake_live;
-    _Atomic bool kick_state;  /* the kick is the stream's going up or down */
-    _Atomic uint64_t wakes;   /* committed inserts told */
-    uint64_t wakes_claimed;   /* wakes when the last claim began */
-    uint64_t told_in_cycle;   /* commits told that this cycle's claims took */
-    _Atomic uint64_t changes; /* committed writes of any kind told */
-    uint64_t stats_changes;   /* changes at the last count */
-    uint64_t stats_ms;        /* clock_ms of the last count */
-    _Atomic uint64_t empty_claims;
-    /* Every failure, whatever the log said of it. */
-    _Atomic uint64_t db_errors, db_read_only, broker_errors;
-    /* Runs of read-only refusals that ended on a writable server. */
-    _Atomic uint64_t failovers;
-    _Atomic uint64_t poll_wait_ms; /* the wait before the next claim */
-    _Atomic bool stopping;
-    _Atomic bool done;
-    _Atomic bool db_up;
-    _Atomic bool broker_up;
-    _Atomic bool broker_blocked;
-    /* The last count of stats_sql, for the gauges; rows_known false
-     * until one succeeded and after one failed. */
-    _Atomic bool rows_known;
-    _Atomic uint64_t rows[OUTBOX_STATUS_COUNT];
-    _Atomic unsigned rows_counted; /* bit per status */
-    _Atomic int64_t oldest_pending_us;
-    /* on_dead: hold: the last count of held aggregates, and on this
-     * host's monotonic clock since when the oldest hold, so that its age
-     * grows between counts; holds_known false as rows_known. */
-    _Atomic bool holds_known;
-    _Atomic uint64_t held_aggregates;
-    _Atomic uint64_t hold_since_ms;
-};
 
 static struct pacer_limits
 pace_limits(const struct worker *w)
@@ -344,137 +241,12 @@ worker_new(const struct outbox_config *ob, const char *relay_id,
     backend.owner = w;
     relay_init(&w->relay, w->ob, relay_id, &backend);
     relay_share_helper(&w->relay, pool_thread_helper(thread));
-    logrepeat_init(&w->db.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
-    logrepeat_init(&w->broker.log, RECONNECT_INITIAL_MS, LOG_REPEAT_MAX_MS);
+    worker_link_init(w);
     struct pacer_limits lim = pace_limits(w);
     pacer_init(&w->pacer, &lim);
     /* A shutdown cuts the publisher's waits short, not only the relay's. */
     publisher_set_stop_deadline(w->pub, &w->relay.stop_deadline_ms);
     return w;
-}
-
-/*
- * A server that keeps refusing is logged at its first failure, then at
- * most once per backoff step with the count since, and once when it
- * clears (link_clear); the metrics count every failure.
- */
-static void
-link_log(struct worker *w, struct link_state *l, const char *what,
-         const char *err)
-{
-    uint64_t since;
-    /* failing: the session stays (a lock timeout, say); unavailable: it
-     * is gone, a reconnect follows. */
-    const char *state = "unavailable";
-    if (l->read_only)
-        state = "refuses writes (read-only)";
-    else if (l == &w->db && store_is_connected(w->store))
-        state = "failing";
-    switch (logrepeat_failure(&l->log, err, clock_ms(), &since)) {
-    case LOGREPEAT_FIRST:
-        log_error(LOG_KV("outbox", w->ob->name), "%s %s%s: %s", what, state,
-                  l->read_only ? ": reconnecting" : "", err);
-        break;
-    case LOGREPEAT_REPEAT:
-        log_error(LOG_KV("outbox", w->ob->name),
-                  "%s still %s, %llu failure%s since the last report: %s", what,
-                  state, (unsigned long long)since, since == 1 ? "" : "s", err);
-        break;
-    case LOGREPEAT_QUIET:
-        log_debug(LOG_KV("outbox", w->ob->name), "%s still %s: %s", what, state,
-                  err);
-        break;
-    }
-}
-
-/* A failure of the link: counted, logged as link_log decides. */
-static void
-link_failure(struct worker *w, struct link_state *l, const char *what,
-             const char *err)
-{
-    if (l == &w->db) {
-        w->db_errors++;
-        l->read_only = store_last_error_is_read_only(w->store);
-        w->db_read_only += l->read_only;
-    } else {
-        w->broker_errors++;
-    }
-    link_log(w, l, what, err);
-}
-
-/* A failure that closed the link: reconnect after the backoff. */
-static void
-link_failed(struct worker *w, struct link_state *l, const char *what,
-            const char *err)
-{
-    uint64_t delay =
-        backoff_ms(l->failures++, RECONNECT_INITIAL_MS, RECONNECT_MAX_MS);
-    l->retry_at_ms = clock_ms() + delay;
-    link_failure(w, l, what, err);
-}
-
-static void
-link_ok(struct worker *w, struct link_state *l, const char *what,
-        const char *detail)
-{
-    log_info(LOG_KV("outbox", w->ob->name), "%s connected%s%s", what,
-             detail[0] ? ": " : "", detail);
-    l->failures = 0;
-    l->retry_at_ms = 0;
-}
-
-/* After a cycle that worked: the end of a run of failures, if any. */
-static void
-link_clear(struct worker *w, struct link_state *l, const char *what)
-{
-    uint64_t ms, n;
-    char took[32];
-    if (!logrepeat_success(&l->log, clock_ms(), &ms, &n))
-        return;
-    duration_format(ms < 1000 ? ms : ms / 1000 * 1000, took, sizeof(took));
-    log_info(
-        LOG_KV("outbox", w->ob->name), "%s %s again after %s, %llu %s%s", what,
-        l->read_only ? "writable" : "available", took, (unsigned long long)n,
-        l == &w->db ? "failed attempt" : "failed connect", n == 1 ? "" : "s");
-    if (l->read_only)
-        w->failovers++; /* the binlog stream follows (binlog_client) */
-    l->read_only = false;
-}
-
-static void
-connect_db(struct worker *w)
-{
-    char err[ERR_LEN];
-    if (store_is_connected(w->store) || clock_ms() < w->db.retry_at_ms)
-        return;
-    if (store_connect(w->store, err, sizeof(err)) < 0) {
-        link_failed(w, &w->db, "database", err);
-        return;
-    }
-    link_ok(w, &w->db, "database", "");
-    /* Fill the gauges now rather than a whole interval later. */
-    event_active(w->stats, EV_TIMEOUT, 0);
-}
-
-static void
-connect_broker(struct worker *w)
-{
-    char err[ERR_LEN];
-    if (publisher_is_connected(w->pub) || clock_ms() < w->broker.retry_at_ms)
-        return;
-    if (publisher_connect(w->pub, err, sizeof(err)) < 0) {
-        link_failed(w, &w->broker, "broker", err);
-        return;
-    }
-    link_ok(w, &w->broker, "broker", publisher_url(w->pub));
-}
-
-/* Arms a one-shot timer ms from now. */
-static void
-timer_add_ms(struct event *ev, uint64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    evtimer_add(ev, &tv);
 }
 
 /* Returns the delay in force, which the gauge shows. */
@@ -487,43 +259,8 @@ schedule(struct worker *w, uint64_t delay_ms)
     if (beat > 0 && delay_ms > beat)
         delay_ms = beat;
     w->poll_wait_ms = delay_ms;
-    timer_add_ms(w->tick, delay_ms);
+    worker_timer_add_ms(w->tick, delay_ms);
     return delay_ms;
-}
-
-static uint64_t
-reconnect_delay(struct worker *w)
-{
-    uint64_t now = clock_ms(), at = UINT64_MAX;
-    if (!store_is_connected(w->store))
-        at = w->db.retry_at_ms;
-    if (!publisher_is_connected(w->pub) && w->broker.retry_at_ms < at)
-        at = w->broker.retry_at_ms;
-    return at > now ? at - now : 0;
-}
-
-/* A lock wait ran out: the delay before the table is tried again. */
-static uint64_t
-lock_backoff(struct worker *w)
-{
-    uint64_t delay =
-        backoff_ms(w->lock_waits++, RECONNECT_INITIAL_MS, LOCK_BACKOFF_MAX_MS);
-    w->lock_backoff_until_ms = clock_ms() + delay;
-    return delay;
-}
-
-/* What is left of the pause after a lock wait; 0 once it is over. */
-static uint64_t
-lock_pause_left_ms(const struct worker *w)
-{
-    uint64_t now = clock_ms(), until = w->lock_backoff_until_ms;
-    return now < until ? until - now : 0;
-}
-
-static bool
-lock_backing_off(const struct worker *w)
-{
-    return lock_pause_left_ms(w) > 0;
 }
 
 /* Schedules the next claim after one with this outcome. */
@@ -559,8 +296,8 @@ run_cycle(struct worker *w)
     char err[ERR_LEN];
     if (publisher_poll(w->pub, err, sizeof(err)) < 0) {
         relay_flush(&w->relay); /* give back what was claimed ahead */
-        link_failed(w, &w->broker, "broker", err);
-        schedule(w, reconnect_delay(w));
+        worker_link_failed(w, &w->broker, "broker", err);
+        schedule(w, worker_reconnect_delay(w));
         return;
     }
     /* Claiming now would only hold rows behind the alarm: record what is
@@ -586,8 +323,8 @@ run_cycle(struct worker *w)
             publisher_park(w->pub);
     }
     if (rc != RELAY_STORE_DOWN && rc != RELAY_BROKER_DOWN) {
-        link_clear(w, &w->db, "database");
-        link_clear(w, &w->broker, "broker");
+        worker_link_clear(w, &w->db, "database");
+        worker_link_clear(w, &w->broker, "broker");
         w->lock_waits = 0;
     }
     switch (rc) {
@@ -604,19 +341,19 @@ run_cycle(struct worker *w)
         break;
     case RELAY_STORE_DOWN:
         if (!store_is_connected(w->store)) {
-            link_failed(w, &w->db, "database", w->relay.last_error);
-            schedule(w, reconnect_delay(w));
+            worker_link_failed(w, &w->db, "database", w->relay.last_error);
+            schedule(w, worker_reconnect_delay(w));
             break;
         }
-        link_failure(w, &w->db, "database", w->relay.last_error);
+        worker_link_failure(w, &w->db, "database", w->relay.last_error);
         schedule(w, store_last_error_is_lock_wait(w->store)
-                        ? lock_backoff(w)
+                        ? worker_lock_backoff(w)
                         : w->ob->poll_interval_ms);
         break;
     case RELAY_BROKER_DOWN:
         publisher_disconnect(w->pub);
-        link_failed(w, &w->broker, "broker", w->relay.last_error);
-        schedule(w, reconnect_delay(w));
+        worker_link_failed(w, &w->broker, "broker", w->relay.last_error);
+        schedule(w, worker_reconnect_delay(w));
         break;
     }
 }
@@ -629,17 +366,17 @@ tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->stopping)
         return;
-    connect_db(w);
-    connect_broker(w);
+    worker_connect_db(w);
+    worker_connect_broker(w);
     w->db_up = store_is_connected(w->store);
     w->broker_up = publisher_is_connected(w->pub);
     if (!w->db_up || !w->broker_up) {
-        schedule(w, reconnect_delay(w));
+        schedule(w, worker_reconnect_delay(w));
         return;
     }
     /* A count met the lock since: one reading of the clock, as a second
      * one past the pause's end would make the delay wrap. */
-    uint64_t paused = lock_pause_left_ms(w);
+    uint64_t paused = worker_lock_pause_left_ms(w);
     if (paused > 0) {
         schedule(w, paused);
         return;
@@ -727,7 +464,7 @@ stats_holds(struct worker *w)
 static void
 stats_schedule(struct worker *w)
 {
-    timer_add_ms(w->stats, spread_ms(STATS_INTERVAL_MS, PERIOD_SPREAD));
+    worker_timer_add_ms(w->stats, spread_ms(STATS_INTERVAL_MS, PERIOD_SPREAD));
 }
 
 static void
@@ -744,7 +481,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
         w->rows_known = false;
         return;
     }
-    if (stats_unchanged(w) || lock_backing_off(w))
+    if (stats_unchanged(w) || worker_lock_backing_off(w))
         return;
     w->stats_changes = w->changes;
     w->stats_ms = clock_ms();
@@ -754,7 +491,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
             log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
         w->rows_known = false;
         if (counts.errnum == ERRNO_LOCK_WAIT_TIMEOUT)
-            (void)lock_backoff(w);
+            (void)worker_lock_backoff(w);
         return;
     }
     stats_publish(w, &counts);
@@ -764,7 +501,7 @@ stats_cb(evutil_socket_t fd, short what, void *arg)
 static void
 retention_schedule(struct worker *w, uint64_t delay_ms)
 {
-    timer_add_ms(w->retention, delay_ms);
+    worker_timer_add_ms(w->retention, delay_ms);
 }
 
 /* One bounded run; false when the budget ran out with rows left. */
@@ -807,7 +544,7 @@ retention_cb(evutil_socket_t fd, short what, void *arg)
         return;
     uint64_t next = w->ob->retention_interval_ms;
     if (w->ob->retention_sent_ms > 0 && store_is_connected(w->store) &&
-        !lock_backing_off(w) && !retention_run(w) &&
+        !worker_lock_backing_off(w) && !retention_run(w) &&
         next > RETENTION_CATCHUP_MS)
         next = RETENTION_CATCHUP_MS;
     retention_schedule(w, next);
@@ -820,7 +557,7 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
     struct worker *w = arg;
     (void)fd;
     (void)what;
-    if (w->stopping || lock_backing_off(w))
+    if (w->stopping || worker_lock_backing_off(w))
         return;
     /* The commits told were taken by the cycle that ran meanwhile (a
      * lean batch they joined): nothing is left to claim. */
