@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amqpconn.h"
-#include "dbsession.h"
 #include "log.h"
 #include "pacer.h"
 #include "pool.h"
@@ -46,159 +44,6 @@ pace_limits(const struct worker *w)
                                  .woken_ms = w->ob->wake_poll_interval_ms};
 }
 
-static int
-claim_fn(void *store, const char *relay_id, struct outbox_batch *b, char *err,
-         size_t errlen)
-{
-    return store_claim_batch(store, relay_id, b, err, errlen);
-}
-
-static int
-claim_more_fn(void *store, const struct outbox_batch *first,
-              struct outbox_batch *b, char *err, size_t errlen)
-{
-    return store_claim_more(store, first, b, err, errlen);
-}
-
-/* Commits the binlog told since the last call: the claims of this cycle
- * take them (run_cycle, and relay.c extend_lean). */
-static uint64_t
-take_told_fn(void *owner)
-{
-    struct worker *w = owner;
-    uint64_t wakes = w->wakes;
-    uint64_t told = wakes - w->wakes_claimed;
-    w->wakes_claimed = wakes;
-    w->told_in_cycle += told;
-    return told;
-}
-
-static int
-finalize_fn(void *store, struct outbox_batch *b, size_t *lost, char *err,
-            size_t errlen)
-{
-    return store_finalize_batch(store, b, lost, err, errlen);
-}
-
-static int
-mark_sent_fn(void *store, struct outbox_batch *b, struct outbox_row **rows,
-             size_t n, size_t *lost, char *err, size_t errlen)
-{
-    return store_mark_sent(store, b, rows, n, lost, err, errlen);
-}
-
-static int
-publish_fn(void *pub, struct outbox_batch *b, struct outbox_row **rows,
-           size_t n, bool mandatory, uint64_t deadline_ms, char *err,
-           size_t errlen)
-{
-    return publisher_publish_wave(pub, b, rows, n, mandatory, deadline_ms, err,
-                                  errlen);
-}
-
-static const char *
-record_later_fn(void *store)
-{
-    if (store_last_error_is_read_only(store))
-        return "the next session (on a new primary that holds their rows)";
-    if (store_last_error_is_lock_wait(store))
-        return "the next cycle (another session holds a lock on the table)";
-    return NULL;
-}
-
-/* The relay's helper thread uses the session this thread opened: the
- * client library's per-thread state, which MySQL's library needs and
- * MariaDB Connector/C keeps none of. */
-static void
-db_thread_begin_fn(void)
-{
-    mysql_thread_init();
-}
-
-struct pool_hooks
-worker_pool_hooks(void)
-{
-    return (struct pool_hooks){.thread_begin = db_thread_begin_fn,
-                               .thread_end = store_thread_end};
-}
-
-static bool
-is_blocked_fn(void *pub)
-{
-    return publisher_is_blocked(pub);
-}
-
-static int
-wait_unblocked_fn(void *pub, uint64_t deadline_ms, char *err, size_t errlen)
-{
-    return publisher_wait_unblocked(pub, deadline_ms, err, errlen);
-}
-
-/* The outboxes of a thread share a session per server (dbsession.h). */
-static bool
-session_serves(const void *obj, const void *key)
-{
-    return dbsession_serves(obj, key);
-}
-
-static void *
-session_make(const void *key)
-{
-    return dbsession_new(key);
-}
-
-static void
-session_drop(void *obj)
-{
-    dbsession_free(obj);
-}
-
-static void
-session_close(void *obj)
-{
-    dbsession_close(obj);
-}
-
-static const struct pool_share_kind session_kind = {
-    session_serves, session_make, session_drop, session_close};
-
-/* And a broker connection per broker, named after the relay. */
-struct conn_key {
-    const struct broker_config *broker;
-    const char *relay_id;
-};
-
-static bool
-conn_serves(const void *obj, const void *key)
-{
-    return amqpconn_serves(obj, ((const struct conn_key *)key)->broker);
-}
-
-static void *
-conn_make(const void *key)
-{
-    const struct conn_key *k = key;
-    char *name = xasprintf("outboxd %s", k->relay_id);
-    struct amqpconn *c = amqpconn_new(k->broker, name);
-    free(name);
-    return c;
-}
-
-static void
-conn_drop(void *obj)
-{
-    amqpconn_free(obj);
-}
-
-static void
-conn_close(void *obj)
-{
-    amqpconn_disconnect(obj);
-}
-
-static const struct pool_share_kind conn_kind = {conn_serves, conn_make,
-                                                 conn_drop, conn_close};
-
 struct worker *
 worker_new(const struct outbox_config *ob, const char *relay_id,
            struct pool_thread *thread)
@@ -215,37 +60,10 @@ worker_new(const struct outbox_config *ob, const char *relay_id,
     w->pending_broker = w->broker_live;
     pthread_mutex_init(&w->pending_lock, NULL);
     w->relay_id = relay_id;
-    w->session = pool_thread_share(thread, &session_kind, ob->database);
-    w->store = store_new(w->ob, w->session);
-    /* The connection reads the running config's broker, whose keys it
-     * uses never change live; the channel, this worker's live copy. */
-    struct conn_key key = {ob->broker, relay_id};
-    w->conn = pool_thread_share(thread, &conn_kind, &key);
-    w->pub = publisher_new_shared(w->conn, w->ob->broker);
-    publisher_set_envelope(w->pub, w->ob->envelope, w->ob->cloudevents_source);
-    struct relay_backend backend = {
-        .store = w->store,
-        .publisher = w->pub,
-        .claim = claim_fn,
-        .finalize = finalize_fn,
-        .publish = publish_fn,
-        .mark_sent = mark_sent_fn,
-        .is_blocked = is_blocked_fn,
-        .wait_unblocked = wait_unblocked_fn,
-        .record_later = record_later_fn,
-        .claim_more = claim_more_fn,
-        .take_told = take_told_fn,
-        .thread_begin = db_thread_begin_fn,
-        .thread_end = store_thread_end,
-    };
-    backend.owner = w;
-    relay_init(&w->relay, w->ob, relay_id, &backend);
-    relay_share_helper(&w->relay, pool_thread_helper(thread));
+    worker_backend_open(w);
     worker_link_init(w);
     struct pacer_limits lim = pace_limits(w);
     pacer_init(&w->pacer, &lim);
-    /* A shutdown cuts the publisher's waits short, not only the relay's. */
-    publisher_set_stop_deadline(w->pub, &w->relay.stop_deadline_ms);
     return w;
 }
 
@@ -311,7 +129,7 @@ run_cycle(struct worker *w)
     w->relay.claim_ahead = pool_thread_busy(w->thread) <= (w->busy ? 1 : 0);
     w->relay.linger = w->wake_live && pool_thread_load(w->thread) == 1;
     w->told_in_cycle = 0;
-    store_set_woken(w->store, w->wake_live && take_told_fn(w) > 0);
+    store_set_woken(w->store, w->wake_live && worker_take_told(w) > 0);
     enum relay_result rc = relay_cycle(&w->relay);
     pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
     /* Nothing carried to the next cycle (the relay trimmed its batches
@@ -568,52 +386,6 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
     schedule(w, 0);
 }
 
-static void
-binlog_commit_cb(void *arg, bool inserted)
-{
-    struct worker *w = arg;
-    w->changes++;
-    if (!inserted)
-        return;
-    w->wakes++;
-    event_active(w->kick, 0, 0);
-}
-
-static void
-binlog_state_cb(void *arg, bool live)
-{
-    struct worker *w = arg;
-    w->wake_live = live;
-    w->kick_state = true;
-    log_debug(LOG_KV("outbox", w->ob->name), "woken by %s",
-              live ? "the binlog stream" : "the poll alone");
-    /* Up: claim what came while it was down.  Down: the poll's ceiling
-     * replaces the stream's, now rather than after a long wait. */
-    event_active(w->kick, 0, 0);
-}
-
-static uint64_t
-binlog_failovers_cb(void *arg)
-{
-    struct worker *w = arg;
-    return w->failovers;
-}
-
-struct binlog_client
-worker_binlog_client(struct worker *w)
-{
-    return (struct binlog_client){.commit = binlog_commit_cb,
-                                  .state = binlog_state_cb,
-                                  .failovers = binlog_failovers_cb,
-                                  .arg = w};
-}
-
-bool
-worker_wake_live(const struct worker *w)
-{
-    return w->wake_live;
-}
-
 /* Every event of the worker, for its last act on its thread. */
 static void
 events_del(struct worker *w)
@@ -687,11 +459,7 @@ worker_free(struct worker *w)
     if (w == NULL)
         return;
     pool_unassign(w->thread);
-    relay_fini(&w->relay);
-    store_free(w->store); /* before its session, which it may be last on */
-    pool_thread_unshare(w->thread, &session_kind, w->session);
-    publisher_free(w->pub); /* before its connection */
-    pool_thread_unshare(w->thread, &conn_kind, w->conn);
+    worker_backend_close(w);
     if (w->tick)
         event_free(w->tick);
     if (w->wake)

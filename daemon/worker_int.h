@@ -129,4 +129,13 @@ uint64_t worker_lock_backoff(struct worker *w);
 uint64_t worker_lock_pause_left_ms(const struct worker *w);
 bool worker_lock_backing_off(const struct worker *w);
 
+/* worker_backend.c: the store, publisher and relay of a worker, on its
+ * thread's shared session and connection. */
+void worker_backend_open(struct worker *w);
+/* Before its thread's shared session and connection are given back. */
+void worker_backend_close(struct worker *w);
+
+/* worker_wake.c: the binlog stream's side (worker_binlog_client). */
+uint64_t worker_take_told(struct worker *w);
+
 #endif
