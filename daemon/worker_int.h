@@ -138,4 +138,11 @@ void worker_backend_close(struct worker *w);
 /* worker_wake.c: the binlog stream's side (worker_binlog_client). */
 uint64_t worker_take_told(struct worker *w);
 
+/* worker_gauges.c: the gauges' counts and retention, each on a timer of
+ * its own between cycles. */
+void worker_stats_schedule(struct worker *w);
+void worker_stats_cb(evutil_socket_t fd, short what, void *arg);
+void worker_retention_schedule(struct worker *w, uint64_t delay_ms);
+void worker_retention_cb(evutil_socket_t fd, short what, void *arg);
+
 #endif
