@@ -6,11 +6,16 @@
 
 #include <stdarg.h>
 
+/* Each helper asks the level first: a debug line costs no read of the
+ * outbox, which a binlog stream's thread may log about. */
+
 void
 outbox_log(enum log_level level, const struct outbox_config *ob,
            const char *fmt, ...)
 {
     va_list ap;
+    if (!log_enabled(level))
+        return;
     va_start(ap, fmt);
     log_vmsg(level, LOG_KV("outbox", ob->name), NULL, fmt, ap);
     va_end(ap);
@@ -21,6 +26,8 @@ outbox_log_kv(enum log_level level, const struct outbox_config *ob,
               const char *const *kv, const char *fmt, ...)
 {
     va_list ap;
+    if (!log_enabled(level))
+        return;
     va_start(ap, fmt);
     log_vmsg(level, LOG_KV("outbox", ob->name), kv, fmt, ap);
     va_end(ap);
@@ -32,6 +39,8 @@ outbox_log_row(enum log_level level, const struct outbox_config *ob,
                const char *fmt, ...)
 {
     va_list ap;
+    if (!log_enabled(level))
+        return;
     va_start(ap, fmt);
     log_vmsg(level,
              LOG_KV("outbox", ob->name, "event_id", row->event_id,
