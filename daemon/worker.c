@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "outbox_log.h"
 #include "pacer.h"
 #include "pool.h"
 #include "publisher.h"
@@ -212,9 +213,8 @@ reload_cb(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_unlock(&w->pending_lock);
     if (!adopt || w->stopping)
         return;
-    log_debug(LOG_KV("outbox", w->ob->name),
-              "adopted the reloaded settings: batch_size %u",
-              w->ob->batch_size);
+    outbox_log(LOG_DEBUG, w->ob, "adopted the reloaded settings: batch_size %u",
+               w->ob->batch_size);
     /* A shorter poll_interval applies now, not after the old one. */
     schedule(w, 0);
 }
@@ -264,7 +264,7 @@ wake_cb(evutil_socket_t fd, short what, void *arg)
     w->broker_up = false;
     w->broker_blocked = false;
     w->rows_known = false;
-    log_debug(LOG_KV("outbox", w->ob->name), "worker stopped");
+    outbox_log(LOG_DEBUG, w->ob, "worker stopped");
     w->done = true;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "outbox_log.h"
 #include "publisher.h"
 #include "stats_sql.h"
 #include "store.h"
@@ -64,7 +65,7 @@ stats_holds(struct worker *w)
         return;
     if (stats_sql_holds(w->store, &h, err, sizeof(err)) < 0) {
         if (w->holds_known)
-            log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
+            outbox_log(LOG_WARN, w->ob, "%s", err);
         w->holds_known = false;
         return;
     }
@@ -101,7 +102,7 @@ worker_stats_cb(evutil_socket_t fd, short what, void *arg)
     if (stats_sql_count(w->store, &counts, err, sizeof(err)) < 0) {
         /* The claim that follows meets the same fault and handles it. */
         if (w->rows_known)
-            log_warn(LOG_KV("outbox", w->ob->name), "%s", err);
+            outbox_log(LOG_WARN, w->ob, "%s", err);
         w->rows_known = false;
         if (counts.errnum == ERRNO_LOCK_WAIT_TIMEOUT)
             (void)worker_lock_backoff(w);
@@ -127,7 +128,7 @@ retention_run(struct worker *w)
     if (store_purge_sent(w->store, ob->retention_sent_ms, ob->retention_batch,
                          clock_ms() + RETENTION_BUDGET_MS, &res, err,
                          sizeof(err)) < 0) {
-        log_warn(LOG_KV("outbox", ob->name), "retention: %s", err);
+        outbox_log(LOG_WARN, ob, "retention: %s", err);
         return true;
     }
     if (res.deleted > 0) {
@@ -135,9 +136,9 @@ retention_run(struct worker *w)
         snprintf(deleted, sizeof(deleted), "%llu",
                  (unsigned long long)res.deleted);
         snprintf(batches, sizeof(batches), "%u", res.batches);
-        log_info(
-            LOG_KV("outbox", ob->name, "deleted", deleted, "batches", batches),
-            "retention deleted SENT rows older than %s", age);
+        outbox_log_kv(LOG_INFO, ob,
+                      LOG_KV("deleted", deleted, "batches", batches),
+                      "retention deleted SENT rows older than %s", age);
     }
     return res.done;
 }

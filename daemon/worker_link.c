@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "log.h"
+#include "outbox_log.h"
 #include "publisher.h"
 #include "store.h"
 #include "util.h"
@@ -57,17 +58,17 @@ link_log(struct worker *w, struct link_state *l, const char *what,
         state = "failing";
     switch (logrepeat_failure(&l->log, err, clock_ms(), &since)) {
     case LOGREPEAT_FIRST:
-        log_error(LOG_KV("outbox", w->ob->name), "%s %s%s: %s", what, state,
-                  l->read_only ? ": reconnecting" : "", err);
+        outbox_log(LOG_ERROR, w->ob, "%s %s%s: %s", what, state,
+                   l->read_only ? ": reconnecting" : "", err);
         break;
     case LOGREPEAT_REPEAT:
-        log_error(LOG_KV("outbox", w->ob->name),
-                  "%s still %s, %llu failure%s since the last report: %s", what,
-                  state, (unsigned long long)since, since == 1 ? "" : "s", err);
+        outbox_log(LOG_ERROR, w->ob,
+                   "%s still %s, %llu failure%s since the last report: %s",
+                   what, state, (unsigned long long)since,
+                   since == 1 ? "" : "s", err);
         break;
     case LOGREPEAT_QUIET:
-        log_debug(LOG_KV("outbox", w->ob->name), "%s still %s: %s", what, state,
-                  err);
+        outbox_log(LOG_DEBUG, w->ob, "%s still %s: %s", what, state, err);
         break;
     }
 }
@@ -102,8 +103,8 @@ static void
 link_ok(struct worker *w, struct link_state *l, const char *what,
         const char *detail)
 {
-    log_info(LOG_KV("outbox", w->ob->name), "%s connected%s%s", what,
-             detail[0] ? ": " : "", detail);
+    outbox_log(LOG_INFO, w->ob, "%s connected%s%s", what, detail[0] ? ": " : "",
+               detail);
     l->failures = 0;
     l->retry_at_ms = 0;
 }
@@ -117,8 +118,8 @@ worker_link_clear(struct worker *w, struct link_state *l, const char *what)
     if (!logrepeat_success(&l->log, clock_ms(), &ms, &n))
         return;
     duration_format(ms < 1000 ? ms : ms / 1000 * 1000, took, sizeof(took));
-    log_info(
-        LOG_KV("outbox", w->ob->name), "%s %s again after %s, %llu %s%s", what,
+    outbox_log(
+        LOG_INFO, w->ob, "%s %s again after %s, %llu %s%s", what,
         l->read_only ? "writable" : "available", took, (unsigned long long)n,
         l == &w->db ? "failed attempt" : "failed connect", n == 1 ? "" : "s");
     if (l->read_only)

@@ -6,6 +6,7 @@
 #include "worker_int.h"
 
 #include "log.h"
+#include "outbox_log.h"
 
 /* Commits the binlog told since the last call: the claims of this cycle
  * take them (run_cycle, and relay.c extend_lean). */
@@ -36,8 +37,8 @@ binlog_state_cb(void *arg, bool live)
     struct worker *w = arg;
     w->wake_live = live;
     w->kick_state = true;
-    log_debug(LOG_KV("outbox", w->ob->name), "woken by %s",
-              live ? "the binlog stream" : "the poll alone");
+    outbox_log(LOG_DEBUG, w->ob, "woken by %s",
+               live ? "the binlog stream" : "the poll alone");
     /* Up: claim what came while it was down.  Down: the poll's ceiling
      * replaces the stream's, now rather than after a long wait. */
     event_active(w->kick, 0, 0);
