@@ -1,13 +1,12 @@
 /*
  * outbox_log: log lines about one outbox, and about one of its events,
- * that write the outbox's name and the event's ids themselves.
+ * that write the outbox's name and the event's ids themselves.  Each
+ * asks the level first: below it, no read of the outbox, as log_debug
+ * evaluates nothing (a binlog stream's thread logs about a worker).
  */
 #include "outbox_log.h"
 
 #include <stdarg.h>
-
-/* Each helper asks the level first: a debug line costs no read of the
- * outbox, which a binlog stream's thread may log about. */
 
 void
 outbox_log(enum log_level level, const struct outbox_config *ob,
