@@ -9,18 +9,6 @@
 #include <stdarg.h>
 
 void
-outbox_log(enum log_level level, const struct outbox_config *ob,
-           const char *fmt, ...)
-{
-    va_list ap;
-    if (!log_enabled(level))
-        return;
-    va_start(ap, fmt);
-    log_vmsg(level, LOG_KV("outbox", ob->name), NULL, fmt, ap);
-    va_end(ap);
-}
-
-void
 outbox_log_kv(enum log_level level, const struct outbox_config *ob,
               const char *const *kv, const char *fmt, ...)
 {
