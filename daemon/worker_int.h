@@ -132,10 +132,13 @@ bool worker_lock_backing_off(const struct worker *w);
 /* worker_backend.c: the store, publisher and relay of a worker, on its
  * thread's shared session and connection. */
 void worker_backend_open(struct worker *w);
-/* Before its thread's shared session and connection are given back. */
+/* The relay, store and publisher freed, then the worker's share of the
+ * thread's session and connection given back. */
 void worker_backend_close(struct worker *w);
 
-/* worker_wake.c: the binlog stream's side (worker_binlog_client). */
+/* worker_wake.c: the binlog stream's side (worker_binlog_client), and
+ * the commits it told since the last call, which this cycle's claims
+ * take. */
 uint64_t worker_take_told(struct worker *w);
 
 /* worker_gauges.c: the gauges' counts and retention, each on a timer of
