@@ -12,8 +12,10 @@
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 
-/* A NULL-terminated list of key, value pairs: LOG_KV("outbox", name).
- * A pair whose value is NULL is left out of the line. */
+/* A NULL-terminated list of key, value pairs: LOG_KV("broker", name).
+ * A pair whose value is NULL is left out of the line.  A line about an
+ * outbox, or one of its events, goes through outbox_log.h, which names
+ * them itself. */
 #define LOG_KV(...) ((const char *[]){__VA_ARGS__, NULL})
 
 void log_init(enum log_level level, enum log_format format);
