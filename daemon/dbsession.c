@@ -19,7 +19,7 @@
  * locked rows, its records touch rows it leased); what does is somebody
  * else's ALTER TABLE, LOCK TABLES or backup lock on one table, and while
  * a statement waits, every other outbox of its thread waits behind it.
- * The statement then fails and its outbox backs off (worker.c,
+ * The statement then fails and its outbox backs off (worker_link.c,
  * LOCK_BACKOFF_MAX_MS); nothing is lost (docs/operations.md, Threads and
  * connections).
  */

@@ -237,19 +237,26 @@ timestamp(char *buf, size_t size)
     snprintf(buf + n, size - n, ".%03ldZ", ts.tv_nsec / 1000000);
 }
 
+/* A NULL value leaves its key out: no empty trace_id="" noise. */
+static void
+line_put_pairs(struct line *l, const char *const *kv)
+{
+    for (; kv != NULL && kv[0] != NULL; kv += 2)
+        if (kv[1] != NULL)
+            line_put_field(l, kv[0], kv[1], false);
+}
+
 void
-log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
+log_vmsg(enum log_level level, const char *const *lead, const char *const *kv,
+         const char *fmt, va_list ap)
 {
     if (!log_enabled(level))
         return;
     struct line l = {.len = 0, .full = false};
     char ts[40], msg[2048];
-    va_list ap;
 
     timestamp(ts, sizeof(ts));
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
 
     line_puts(&l, log_journal_prefix(level));
     if (log_fmt == LOG_FORMAT_JSON)
@@ -257,15 +264,22 @@ log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
     line_put_field(&l, "ts", ts, true);
     line_put_field(&l, "level", level_names[level], false);
     line_put_field(&l, "msg", msg, false);
-    /* A NULL value leaves its key out: no empty trace_id="" noise. */
-    for (; kv != NULL && kv[0] != NULL; kv += 2)
-        if (kv[1] != NULL)
-            line_put_field(&l, kv[0], kv[1], false);
+    line_put_pairs(&l, lead);
+    line_put_pairs(&l, kv);
     if (log_fmt == LOG_FORMAT_JSON)
         line_close(&l, '}');
     line_close(&l, '\n');
     ssize_t rc = write(STDERR_FILENO, l.buf, l.len);
     (void)rc; /* nowhere left to report a failed log write */
+}
+
+void
+log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    log_vmsg(level, NULL, kv, fmt, ap);
+    va_end(ap);
 }
 
 /* Each line of text, led by prefix, in one write(2) when it fits. */

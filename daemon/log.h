@@ -6,19 +6,27 @@
 #ifndef OUTBOXD_LOG_H
 #define OUTBOXD_LOG_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 
 enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 
-/* A NULL-terminated list of key, value pairs: LOG_KV("outbox", name).
- * A pair whose value is NULL is left out of the line. */
+/* A NULL-terminated list of key, value pairs: LOG_KV("broker", name).
+ * A pair whose value is NULL is left out of the line.  A line about an
+ * outbox, or one of its events, goes through outbox_log.h, which names
+ * them itself. */
 #define LOG_KV(...) ((const char *[]){__VA_ARGS__, NULL})
 
 void log_init(enum log_level level, enum log_format format);
 bool log_enabled(enum log_level level);
 void log_msg(enum log_level level, const char *const *kv, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* log_msg with lead's pairs before kv's: what the line is about comes
+ * first, written by a helper that takes the object (outbox_log.h). */
+void log_vmsg(enum log_level level, const char *const *lead,
+              const char *const *kv, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 /*
  * What is not a log line but goes to stderr all the same (configuration

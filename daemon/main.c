@@ -21,6 +21,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
+#include "outbox_log.h"
 #include "pool.h"
 #include "tenants.h"
 #include "util.h"
@@ -412,11 +413,11 @@ start_workers(struct daemon *d)
             worker_new(ob, d->cfg->relay.id, pool_assign(d->pool));
         d->workers[d->nworkers++] = w;
         if (worker_start(w) < 0) {
-            log_error(LOG_KV("outbox", ob->name), "cannot start its worker");
+            outbox_log(LOG_ERROR, ob, "cannot start its worker");
             return -1;
         }
-        log_info(LOG_KV("outbox", ob->name, "broker", ob->broker->name),
-                 "relaying to exchange \"%s\"", ob->exchange.source);
+        outbox_log_kv(LOG_INFO, ob, LOG_KV("broker", ob->broker->name),
+                      "relaying to exchange \"%s\"", ob->exchange.source);
     }
     return 0;
 }

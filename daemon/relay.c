@@ -16,6 +16,7 @@
 
 #include "helper.h"
 #include "log.h"
+#include "outbox_log.h"
 #include "relay_int.h"
 #include "util.h"
 
@@ -293,11 +294,11 @@ decide_outcomes(struct relay *r, struct outbox_batch *b)
 static void
 log_dead_row(struct relay *r, const struct outbox_row *row)
 {
-    log_warn(LOG_KV("outbox", r->outbox->name, "event_id", row->event_id,
-                    "aggregate_id", row->aggregate_id, "trace_id",
-                    row->trace_id ? row->trace_id : row->traceparent),
-             "event %llu is DEAD after %u attempts: %s",
-             (unsigned long long)row->id, row->retry_count + 1, row->error);
+    outbox_log_row(
+        LOG_WARN, r->outbox, row,
+        LOG_KV("trace_id", row->trace_id ? row->trace_id : row->traceparent),
+        "event %llu is DEAD after %u attempts: %s", (unsigned long long)row->id,
+        row->retry_count + 1, row->error);
 }
 
 /* Expired rows: one line per batch, as after an outage they come in
@@ -312,10 +313,9 @@ count_expired(struct relay *r, const struct outbox_batch *b)
             first = &b->rows[i];
     if (first == NULL)
         return;
-    log_warn(LOG_KV("outbox", r->outbox->name, "event_id", first->event_id,
-                    "aggregate_id", first->aggregate_id),
-             "%llu events DEAD unpublished, past their expires_at: %s",
-             (unsigned long long)expired, first->error);
+    outbox_log_row(LOG_WARN, r->outbox, first, NULL,
+                   "%llu events DEAD unpublished, past their expires_at: %s",
+                   (unsigned long long)expired, first->error);
     r->stats.expired += expired;
 }
 
@@ -342,11 +342,9 @@ count_and_log(struct relay *r, struct outbox_batch *b)
         }
     }
     if (first_retry != NULL)
-        log_warn(LOG_KV("outbox", r->outbox->name, "event_id",
-                        first_retry->event_id, "aggregate_id",
-                        first_retry->aggregate_id),
-                 "%llu events to RETRY: %s", (unsigned long long)retried,
-                 first_retry->error);
+        outbox_log_row(LOG_WARN, r->outbox, first_retry, NULL,
+                       "%llu events to RETRY: %s", (unsigned long long)retried,
+                       first_retry->error);
     r->stats.published += acked;
     r->stats.failed += failed;
     r->stats.retried += retried;
@@ -387,38 +385,38 @@ finalize_done(struct relay *r, struct outbox_batch *b, int rc, size_t lost,
 {
     const char *later = rc < 0 ? keep_unrecorded(r, b) : NULL;
     if (later != NULL) {
-        log_warn(LOG_KV("outbox", r->outbox->name),
-                 "the outcome of %zu events waits for %s; else they are "
-                 "retried after their lease: %s",
-                 b->n, later, err);
+        outbox_log(LOG_WARN, r->outbox,
+                   "the outcome of %zu events waits for %s; else they are "
+                   "retried after their lease: %s",
+                   b->n, later, err);
         str_copy(r->last_error, err, sizeof(r->last_error));
         return false;
     }
     if (rc < 0 && b->lean) {
         /* The rollback left them PENDING and unlocked: no loss. */
-        log_error(LOG_KV("outbox", r->outbox->name),
-                  "could not record the outcome of %zu events: their "
-                  "transaction was rolled back, they will be published "
-                  "again: %s",
-                  b->n, err);
+        outbox_log(LOG_ERROR, r->outbox,
+                   "could not record the outcome of %zu events: their "
+                   "transaction was rolled back, they will be published "
+                   "again: %s",
+                   b->n, err);
         str_copy(r->last_error, err, sizeof(r->last_error));
         return false;
     }
     if (rc < 0) {
         /* The rows keep their lease and come back after it: no loss. */
-        log_error(LOG_KV("outbox", r->outbox->name),
-                  "could not record the outcome of %zu events, they will be "
-                  "retried after their lease: %s",
-                  b->n, err);
+        outbox_log(LOG_ERROR, r->outbox,
+                   "could not record the outcome of %zu events, they will be "
+                   "retried after their lease: %s",
+                   b->n, err);
         str_copy(r->last_error, err, sizeof(r->last_error));
         return false;
     }
     if (lost > 0) {
         r->stats.lost += lost;
-        log_warn(LOG_KV("outbox", r->outbox->name),
-                 "lost the lease on %zu events: another relay reclaimed "
-                 "them after the lease expired, their outcome is theirs",
-                 lost);
+        outbox_log(LOG_WARN, r->outbox,
+                   "lost the lease on %zu events: another relay reclaimed "
+                   "them after the lease expired, their outcome is theirs",
+                   lost);
     }
     for (struct outbox_batch *x = b; x != NULL; x = x->lean_next)
         count_and_log(r, x);

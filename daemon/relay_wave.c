@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "outbox_log.h"
 #include "relay_int.h"
 #include "util.h"
 
@@ -194,11 +195,11 @@ stop_due(struct relay *r)
 {
     uint64_t stop = r->stop_deadline_ms, now = clock_ms();
     if (now >= lease_deadline(r)) {
-        log_warn(LOG_KV("outbox", r->outbox->name),
-                 "batch of %zu events ran out of its lease while publishing; "
-                 "the rest go back unattempted (raise lease or lower "
-                 "batch_size)",
-                 r->batch->n);
+        outbox_log(LOG_WARN, r->outbox,
+                   "batch of %zu events ran out of its lease while publishing; "
+                   "the rest go back unattempted (raise lease or lower "
+                   "batch_size)",
+                   r->batch->n);
         return true;
     }
     return stop != 0 && now >= stop;
@@ -245,20 +246,20 @@ record_wave(struct relay *r, struct outbox_row **rows, size_t n)
                                   &lost, err, sizeof(err));
     relay_wait_end(r);
     if (rc < 0) {
-        log_error(LOG_KV("outbox", r->outbox->name),
-                  "could not record %zu confirmed events, their aggregates' "
-                  "later events wait for the next claim: %s",
-                  k, err);
+        outbox_log(LOG_ERROR, r->outbox,
+                   "could not record %zu confirmed events, their aggregates' "
+                   "later events wait for the next claim: %s",
+                   k, err);
         str_copy(r->last_error, err, sizeof(r->last_error));
         return false;
     }
     if (lost == 0)
         return true;
     r->stats.lost += lost;
-    log_warn(LOG_KV("outbox", r->outbox->name),
-             "lost the lease on %zu events mid-batch: another relay "
-             "reclaimed them, this batch publishes no more",
-             lost);
+    outbox_log(LOG_WARN, r->outbox,
+               "lost the lease on %zu events mid-batch: another relay "
+               "reclaimed them, this batch publishes no more",
+               lost);
     return false;
 }
 
@@ -281,10 +282,10 @@ await_unblocked(struct relay *r, bool *broker_ok)
         if (r->stop_deadline_ms != 0)
             return false;
         if (now >= until) {
-            log_info(LOG_KV("outbox", r->outbox->name),
-                     "the broker still blocks publishing at the end of the "
-                     "lease: the batch's unpublished events go back "
-                     "unattempted");
+            outbox_log(LOG_INFO, r->outbox,
+                       "the broker still blocks publishing at the end of the "
+                       "lease: the batch's unpublished events go back "
+                       "unattempted");
             return false;
         }
         if (until - now > BLOCKED_CHECK_MS)

@@ -201,7 +201,7 @@ bool store_errno_is_connection(unsigned code);
  * server rolled back the victim and the other transaction goes on.  A
  * lock wait that ran out (1205) means somebody holds the table or rows
  * (an ALTER TABLE, LOCK TABLES): trying again would hold the thread's
- * other outboxes for another wait, so the outbox backs off (worker.c). */
+ * other outboxes for another wait, so the outbox backs off (worker_link.c). */
 bool store_errno_is_deadlock(unsigned code);
 void store_close(struct store *st);
 void sql_add_schema(struct store *st);

@@ -14,6 +14,7 @@
 #include "helper.h"
 #include "log.h"
 #include "logrepeat.h"
+#include "outbox_log.h"
 #include "util.h"
 
 /* While a removed tenant's workers finish, how often to look. */
@@ -135,7 +136,7 @@ tenant_start(struct entry *e, const char *schema)
             worker_new(ob, t->cfg->relay.id, pool_assign(t->pool));
         tn->workers[tn->nworkers++] = w;
         if (worker_start(w) < 0) {
-            log_error(LOG_KV("outbox", ob->name), "cannot start its worker");
+            outbox_log(LOG_ERROR, ob, "cannot start its worker");
             continue;
         }
         if (t->hooks.started != NULL)

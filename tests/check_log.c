@@ -1,7 +1,8 @@
 /*
  * check_log: lines as log.c writes them, from outside text that may be
  * long or not UTF-8 (the cases fuzz_log found): one line, valid JSON in
- * the JSON format, escaped control bytes in logfmt.
+ * the JSON format, escaped control bytes in logfmt; and outbox_log's,
+ * which name their outbox and event as the lines spelled them by hand.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -14,27 +15,47 @@
 
 #include "json.h"
 #include "log.h"
+#include "outbox_log.h"
 #include "util.h"
 
 Suite *log_suite(void);
+
+/* stderr, caught in a memory file while a test logs. */
+struct sink {
+    int fd, saved;
+};
+
+static struct sink
+sink_open(enum log_level level, enum log_format format)
+{
+    struct sink k = {memfd_create("check_log", 0), dup(STDERR_FILENO)};
+    ck_assert_int_ge(k.fd, 0);
+    log_init(level, format);
+    dup2(k.fd, STDERR_FILENO);
+    return k;
+}
+
+/* What was written since sink_open; stderr and the log as they were. */
+static char *
+sink_close(struct sink *k)
+{
+    dup2(k->saved, STDERR_FILENO);
+    close(k->saved);
+    off_t len = lseek(k->fd, 0, SEEK_END);
+    char *out = calloc(1, (size_t)len + 1);
+    ck_assert_int_eq(pread(k->fd, out, (size_t)len, 0), len);
+    close(k->fd);
+    log_init(LOG_INFO, LOG_FORMAT_TEXT);
+    return out;
+}
 
 /* What one log_warn wrote to stderr. */
 static char *
 capture(enum log_format format, const char *value, const char *msg)
 {
-    int sink = memfd_create("check_log", 0), saved = dup(STDERR_FILENO);
-    ck_assert_int_ge(sink, 0);
-    log_init(LOG_DEBUG, format);
-    dup2(sink, STDERR_FILENO);
+    struct sink k = sink_open(LOG_DEBUG, format);
     log_warn(LOG_KV("outbox", "db.t", "event_id", value), "%s", msg);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    off_t len = lseek(sink, 0, SEEK_END);
-    char *out = calloc(1, (size_t)len + 1);
-    ck_assert_int_eq(pread(sink, out, (size_t)len, 0), len);
-    close(sink);
-    log_init(LOG_INFO, LOG_FORMAT_TEXT);
-    return out;
+    return sink_close(&k);
 }
 
 static int
@@ -187,6 +208,91 @@ START_TEST(test_journal_plain)
 }
 END_TEST
 
+/* A line past its timestamp, which two lines never share. */
+static const char *
+after_ts(const char *line, enum log_format format)
+{
+    const char *rest =
+        strstr(line, format == LOG_FORMAT_JSON ? ",\"level\"" : " level=");
+    ck_assert_msg(rest != NULL, "%s", line);
+    return rest;
+}
+
+static const struct outbox_config test_ob = {.name = "db.t"};
+
+/* The line since sink_open is want, past its timestamp. */
+static void
+expect_text(struct sink *k, const char *want)
+{
+    char *line = sink_close(k);
+    ck_assert_str_eq(after_ts(line, LOG_FORMAT_TEXT), want);
+    free(line);
+}
+
+/* The helpers write the outbox's name first, as the lines spelled it. */
+START_TEST(test_outbox_log_text)
+{
+    struct sink k = sink_open(LOG_INFO, LOG_FORMAT_TEXT);
+    outbox_log(LOG_WARN, &test_ob, "lost %d", 7);
+    expect_text(&k, " level=warn msg=\"lost 7\" outbox=db.t\n");
+    k = sink_open(LOG_INFO, LOG_FORMAT_TEXT);
+    outbox_log_kv(LOG_INFO, &test_ob, LOG_KV("broker", "main", "x", NULL),
+                  "relaying");
+    expect_text(&k, " level=info msg=relaying outbox=db.t broker=main\n");
+}
+END_TEST
+
+/* One event: its ids after the outbox, an id that is NULL left out. */
+START_TEST(test_outbox_log_row)
+{
+    struct outbox_row row = {.event_id = "e 1", .aggregate_id = "a-1"};
+    struct sink k = sink_open(LOG_INFO, LOG_FORMAT_TEXT);
+    outbox_log_row(LOG_ERROR, &test_ob, &row, LOG_KV("trace_id", "t-1"),
+                   "DEAD");
+    expect_text(&k, " level=error msg=DEAD outbox=db.t event_id=\"e 1\" "
+                    "aggregate_id=a-1 trace_id=t-1\n");
+    row.event_id = NULL;
+    k = sink_open(LOG_INFO, LOG_FORMAT_TEXT);
+    outbox_log_row(LOG_WARN, &test_ob, &row, NULL, "RETRY");
+    expect_text(&k, " level=warn msg=RETRY outbox=db.t aggregate_id=a-1\n");
+}
+END_TEST
+
+/* In either format, byte for byte the line the caller used to spell. */
+START_TEST(test_outbox_log_same_as_by_hand)
+{
+    struct outbox_row row = {.event_id = "e\"1", .aggregate_id = "a=1"};
+    for (int f = LOG_FORMAT_TEXT; f <= LOG_FORMAT_JSON; f++) {
+        struct sink k = sink_open(LOG_INFO, (enum log_format)f);
+        outbox_log_row(LOG_WARN, &test_ob, &row, LOG_KV("trace_id", "t"), "%s",
+                       "m");
+        char *helper = sink_close(&k);
+        k = sink_open(LOG_INFO, (enum log_format)f);
+        log_warn(LOG_KV("outbox", "db.t", "event_id", "e\"1", "aggregate_id",
+                        "a=1", "trace_id", "t"),
+                 "%s", "m");
+        char *by_hand = sink_close(&k);
+        ck_assert_str_eq(after_ts(helper, (enum log_format)f),
+                         after_ts(by_hand, (enum log_format)f));
+        free(helper);
+        free(by_hand);
+    }
+}
+END_TEST
+
+/* Below the level, nothing: the helpers filter as log_msg does. */
+START_TEST(test_outbox_log_level)
+{
+    struct outbox_row row = {.event_id = "e", .aggregate_id = "a"};
+    struct sink k = sink_open(LOG_INFO, LOG_FORMAT_TEXT);
+    outbox_log(LOG_DEBUG, &test_ob, "quiet");
+    outbox_log_row(LOG_DEBUG, &test_ob, &row, NULL, "quiet");
+    char *out = sink_close(&k);
+    ck_assert_str_eq(out, "");
+    free(out);
+}
+END_TEST
+
 Suite *
 log_suite(void)
 {
@@ -198,6 +304,10 @@ log_suite(void)
     tcase_add_test(tc, test_text_long_value);
     tcase_add_test(tc, test_journal_priority);
     tcase_add_test(tc, test_journal_plain);
+    tcase_add_test(tc, test_outbox_log_text);
+    tcase_add_test(tc, test_outbox_log_row);
+    tcase_add_test(tc, test_outbox_log_same_as_by_hand);
+    tcase_add_test(tc, test_outbox_log_level);
     suite_add_tcase(s, tc);
     return s;
 }

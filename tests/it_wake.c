@@ -297,7 +297,7 @@ fx_wait_live(struct fx *f, int nth, int timeout_ms)
 
 /* The worker's empty claims have backed off to a long wait: from here on
  * only a wake claims soon.  A wait at the ceiling is spread by up to a
- * quarter (daemon/worker.c PERIOD_SPREAD): a 1 s ceiling waits 0.75 s
+ * quarter (daemon/worker_int.h PERIOD_SPREAD): a 1 s ceiling waits 0.75 s
  * at least. */
 static void
 fx_wait_idle(struct fx *f)

@@ -1,0 +1,67 @@
+/*
+ * worker_wake: what the binlog stream tells a worker, from the stream's
+ * thread (commits, the stream going up or down), and the commits told
+ * that a claim takes.
+ */
+#include "worker_int.h"
+
+#include "log.h"
+#include "outbox_log.h"
+
+/* Commits the binlog told since the last call: the claims of this cycle
+ * take them (run_cycle, and relay.c extend_lean). */
+uint64_t
+worker_take_told(struct worker *w)
+{
+    uint64_t wakes = w->wakes;
+    uint64_t told = wakes - w->wakes_claimed;
+    w->wakes_claimed = wakes;
+    w->told_in_cycle += told;
+    return told;
+}
+
+static void
+binlog_commit_cb(void *arg, bool inserted)
+{
+    struct worker *w = arg;
+    w->changes++;
+    if (!inserted)
+        return;
+    w->wakes++;
+    event_active(w->kick, 0, 0);
+}
+
+static void
+binlog_state_cb(void *arg, bool live)
+{
+    struct worker *w = arg;
+    w->wake_live = live;
+    w->kick_state = true;
+    outbox_log(LOG_DEBUG, w->ob, "woken by %s",
+               live ? "the binlog stream" : "the poll alone");
+    /* Up: claim what came while it was down.  Down: the poll's ceiling
+     * replaces the stream's, now rather than after a long wait. */
+    event_active(w->kick, 0, 0);
+}
+
+static uint64_t
+binlog_failovers_cb(void *arg)
+{
+    struct worker *w = arg;
+    return w->failovers;
+}
+
+struct binlog_client
+worker_binlog_client(struct worker *w)
+{
+    return (struct binlog_client){.commit = binlog_commit_cb,
+                                  .state = binlog_state_cb,
+                                  .failovers = binlog_failovers_cb,
+                                  .arg = w};
+}
+
+bool
+worker_wake_live(const struct worker *w)
+{
+    return w->wake_live;
+}
