@@ -43,6 +43,7 @@ struct tenants {
      * its quiet recount once. */
     long idle_s;
     long workers;    /* relay.workers; 0: left out (outboxd's default) */
+    bool lean;       /* the outboxes' lean key (outboxd's default: on) */
     bool drain_only; /* BENCH_TENANTS_DRAIN_ONLY: for an A/B of drains */
 };
 
@@ -221,8 +222,9 @@ config_entry(FILE *f, const struct tenants *t, const char *name,
             "  %s:\n    user: " TENANT_USER "\n    password: " TENANT_USER "\n"
             "    port: %d\n    %s: \"%s\"\n"
             "    outboxes:\n      - table: " TENANT_TABLE "\n"
-            "        exchange: " EXCHANGE "\n        ordering: aggregate\n",
-            name, t->sv->port, key, db);
+            "        exchange: " EXCHANGE "\n        ordering: aggregate\n"
+            "        lean: %s\n",
+            name, t->sv->port, key, db, t->lean ? "true" : "false");
 }
 
 /* Explicit: one database entry per tenant, as outboxd has always read
@@ -800,6 +802,7 @@ tenants_settings(const struct settings *s)
         .idle_s = env_long("BENCH_TENANTS_IDLE_SECONDS", 60),
         .workers = env_long("BENCH_TENANTS_WORKERS", 0),
         .drain_only = env_long("BENCH_TENANTS_DRAIN_ONLY", 0) != 0,
+        .lean = env_long("BENCH_TENANTS_LEAN", 1) != 0,
     };
     t.aggregates = env_long("BENCH_TENANTS_AGGREGATES", t.events);
     if (style != NULL && *style != '\0' && strcmp(style, "pattern") != 0 &&
@@ -846,9 +849,10 @@ measure_tenants(const struct settings *s)
     atexit(tenants_cleanup);
     double setup_s = tenants_create(&t);
     printf("tenants, %s config: %ld schemas with %s and their grants set up "
-           "in %.1f s; relay.workers %s\n",
+           "in %.1f s; relay.workers %s; lean %s\n",
            style_name(&t), t.n, TENANT_TABLE, setup_s,
-           t.workers > 0 ? getenv("BENCH_TENANTS_WORKERS") : "not set");
+           t.workers > 0 ? getenv("BENCH_TENANTS_WORKERS") : "not set",
+           t.lean ? "on" : "off");
     tenants_config(&t);
     long rss = t.drain_only ? 0 : measure_tenants_connected(&t);
     long drain_rss = measure_tenants_drain(&t);
