@@ -826,6 +826,8 @@ it_fx_open(struct it_fx *f, const char *prefix, const char *sql_file)
     snprintf(f->db, sizeof(f->db), "outboxd_test_%s", bare);
     snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
     snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
+    it_db_relay_account(f->db, f->user, sizeof(f->user), f->password,
+                        sizeof(f->password));
     it_db_create(f->db, it_src_path(sql_file));
     f->sql = it_db_connect(f->db);
 }
@@ -835,6 +837,21 @@ it_fx_write_config(struct it_fx *f, const char *extra_outbox_keys)
 {
     it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex,
                     extra_outbox_keys);
+}
+
+/* it_write_config keeps the endpoints off; a test of them turns them on. */
+unsigned
+it_fx_listen(struct it_fx *f)
+{
+    f->port = it_free_port();
+    char *conf = it_file_read(f->conf);
+    char *at = strstr(conf, "listen: \"\"");
+    ck_assert_ptr_nonnull(at);
+    *at = '\0';
+    it_write_file(f->conf, "%slisten: \"127.0.0.1:%u\"%s", conf, f->port,
+                  at + strlen("listen: \"\""));
+    free(conf);
+    return f->port;
 }
 
 void

@@ -195,6 +195,8 @@ void it_ctl_free(struct it_ctl_run *r);
  */
 struct it_fx {
     char name[64], db[96], ex[96], conf[256];
+    char user[64], password[64]; /* the relay's account (it_db_relay_account) */
+    unsigned port; /* relay.listen's, once it_fx_listen chose it */
     MYSQL *sql;
     struct it_consumer *consumer;
     struct it_daemon d;
@@ -204,6 +206,9 @@ struct it_fx {
 void it_fx_open(struct it_fx *f, const char *prefix, const char *sql_file);
 /* it_write_config for its outbox_event on its exchange. */
 void it_fx_write_config(struct it_fx *f, const char *extra_outbox_keys);
+/* Puts the HTTP endpoints of the config written on a free port, kept in
+ * f->port; returns it. */
+unsigned it_fx_listen(struct it_fx *f);
 /* Starts the daemon on its config, logging under its name. */
 void it_fx_start(struct it_fx *f);
 /* it_teardown of all of it. */
