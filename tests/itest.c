@@ -885,6 +885,14 @@ it_fx_close(struct it_fx *f)
 }
 
 void
+it_fx_relay_name(const struct it_fx *f, struct it_fx_relay *r,
+                 const char *suffix)
+{
+    snprintf(r->id, sizeof(r->id), "%s%s", f->name, suffix);
+    snprintf(r->conf, sizeof(r->conf), "/tmp/%s.yaml", r->id);
+}
+
+void
 it_daemon_dump_log(const struct it_daemon *d)
 {
     it_sh("echo '--- %s'; tail -n 60 '%s' >&2", d->log_path, d->log_path);

@@ -219,6 +219,16 @@ void it_fx_start(struct it_fx *f);
 /* it_teardown of all of it. */
 void it_fx_close(struct it_fx *f);
 
+/* One of several relays over a fixture's outbox (it_ordering's, it_faults'):
+ * its relay.id, its config and its daemon. */
+struct it_fx_relay {
+    char id[96], conf[256];
+    struct it_daemon d;
+};
+/* Names relay r "<fixture's name><suffix>", its config /tmp/<id>.yaml. */
+void it_fx_relay_name(const struct it_fx *f, struct it_fx_relay *r,
+                      const char *suffix);
+
 /* A loopback port nobody listens on right now, for relay.listen. */
 unsigned it_free_port(void);
 /* GET http://127.0.0.1:port/path: the status (-1 when nothing answered)
