@@ -1,6 +1,8 @@
 /*
- * publisher_int: what publisher.c (waves on a channel) and amqpconn.c (the
- * connection and its channel table) share; no other file includes it.
+ * publisher_int: what the publisher family (publisher_life.c, its life
+ * on a connection; publisher_wave.c, a wave published; publisher.c, the
+ * frames that settle it) and amqpconn.c (the connection and its channel
+ * table) share; no other file includes it.
  */
 #ifndef OUTBOXD_PUBLISHER_INT_H
 #define OUTBOXD_PUBLISHER_INT_H
@@ -132,6 +134,58 @@ ms_to_tv(uint64_t ms)
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     return tv;
 }
+
+/* One call of publisher_publish_wave (or publisher_poll, with n == 0). */
+struct wave {
+    struct publisher *p;
+    struct outbox_batch *b;
+    struct outbox_row **rows;
+    size_t n, next; /* rows[next..n) not published yet */
+    bool mandatory;
+    uint64_t deadline_ms;
+    uint64_t first_tag; /* tag of inflight[0] on the current channel */
+    size_t published;   /* inflight entries on the current channel */
+    size_t low;         /* inflight[0..low) are all settled */
+    size_t unsettled;
+    size_t return_cursor; /* returns come in publish order: search from here */
+    char *err;
+    size_t errlen;
+};
+
+/* What reading one frame did to the wave. */
+enum frame_result { FRAME_OK, FRAME_LOST };
+
+/* publisher_life.c: the relay's stop deadline, 0 if none. */
+uint64_t publisher_stop_deadline(const struct publisher *p);
+/* A parked publisher's channel again, for a wave; -1 and err when the
+ * broker refuses one (the connection may be gone with it). */
+int publisher_unpark(struct publisher *p, char *err, size_t errlen);
+
+/* publisher.c: the frames a wave reads, and what they settle. */
+/* Reads and handles one frame, waiting at most timeout_ms; *got tells
+ * whether one came. */
+enum frame_result wave_read_frame(struct wave *w, uint64_t timeout_ms,
+                                  bool *got);
+/* Handles whatever has already arrived, without waiting. */
+enum frame_result wave_read_available(struct wave *w);
+/* A method on this publisher's channel, or on another (then theirs). */
+enum frame_result wave_handle_method(struct wave *w, amqp_channel_t channel,
+                                     const amqp_method_t *m);
+/* The connection is gone: what is in flight fails, every publisher on it
+ * is told. */
+enum frame_result wave_lose_connection(struct wave *w, const char *reason);
+/* This channel must go: what is in flight fails; a shared connection
+ * stays. */
+enum frame_result wave_lose_channel(struct wave *w, const char *reason);
+/* Every published row not yet settled ends in state to with reason; with
+ * over_max, only those over the broker's limit, the others released with
+ * other. */
+void wave_end_unsettled(struct wave *w, enum row_state to, const char *reason,
+                        bool over_max, const char *other);
+/* Why the wave's time ran out (confirm_timeout or the stop), in buf. */
+const char *wave_timeout_reason(const struct wave *w, char *buf, size_t len);
+/* The row's body size, 0 without a payload. */
+size_t publisher_body_len(const struct outbox_row *row);
 
 /* An rpc reply in words: "ok", the library's error, "404 NOT_FOUND...". */
 void conn_reply_text(amqp_rpc_reply_t r, char *buf, size_t len);

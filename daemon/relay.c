@@ -23,38 +23,6 @@
 /* AMQP short strings (exchange, routing key) hold at most 255 bytes. */
 #define SHORTSTR_MAX 255
 
-/* The relay starts waiting on a server (see struct relay_waits). */
-void
-relay_wait_begin(struct relay *r, enum relay_wait on)
-{
-    struct relay_waits *w = &r->stats.waits;
-    pthread_mutex_lock(&w->lock);
-    w->since_us = metrics_clock_us();
-    w->on = on;
-    pthread_mutex_unlock(&w->lock);
-}
-
-void
-relay_wait_end(struct relay *r)
-{
-    struct relay_waits *w = &r->stats.waits;
-    pthread_mutex_lock(&w->lock);
-    w->done_us[w->on] += metrics_clock_us() - w->since_us;
-    w->since_us = 0;
-    pthread_mutex_unlock(&w->lock);
-}
-
-void
-relay_waits_read(struct relay *r, uint64_t us[WAIT_COUNT])
-{
-    struct relay_waits *w = &r->stats.waits;
-    pthread_mutex_lock(&w->lock);
-    memcpy(us, w->done_us, sizeof(w->done_us));
-    if (w->since_us != 0)
-        us[w->on] += metrics_clock_us() - w->since_us;
-    pthread_mutex_unlock(&w->lock);
-}
-
 void
 relay_init(struct relay *r, const struct outbox_config *ob,
            const char *relay_id, const struct relay_backend *backend)
@@ -472,18 +440,6 @@ job_start(struct relay *r, struct outbox_batch *prev, struct outbox_batch *next)
         return;
     /* false: no thread to be had, the job already ran here, in line */
     j->running = helper_submit(r->helper_in_use, job_run, r);
-}
-
-/* Waits for the job; the store is ours again. */
-void
-relay_job_wait(struct relay *r)
-{
-    if (r->job.running) {
-        relay_wait_begin(r, WAIT_DATABASE);
-        helper_wait(r->helper_in_use);
-        relay_wait_end(r);
-    }
-    r->job.running = false;
 }
 
 static struct outbox_batch *

@@ -1,7 +1,8 @@
 /*
  * relay_int: what relay.c shares with relay_wave.c, which publishes a
- * claimed batch in waves: the scratch arrays, the wait clocks, and the
- * database job that a wave's SENT marks must wait for.
+ * claimed batch in waves: the scratch arrays, and from relay_wait.c below
+ * both the wait clocks and the database job that a wave's SENT marks must
+ * wait for.
  */
 #ifndef OUTBOXD_RELAY_INT_H
 #define OUTBOXD_RELAY_INT_H
@@ -28,7 +29,8 @@ struct relay_scratch {
     size_t cap;
 };
 
-/* The relay starts, and stops, waiting on a server (struct relay_waits). */
+/* relay_wait.c: the relay starts, and stops, waiting on a server
+ * (struct relay_waits). */
 void relay_wait_begin(struct relay *r, enum relay_wait on);
 void relay_wait_end(struct relay *r);
 /* Waits for the database job; the store is the caller's again. */

@@ -23,49 +23,36 @@ Suite *it_cloudevents_suite(void);
     "cloudEvents_id,cloudEvents_source,cloudEvents_specversion,"               \
     "cloudEvents_subject,cloudEvents_time,cloudEvents_type"
 
-struct fx {
-    char name[64], db[96], ex[96], queue[128], conf[256], out[256];
-    MYSQL *sql;
-    struct it_daemon d;
+/* The shared fixture, with a durable queue the Node consumer reads and
+ * the file it writes what it received to. */
+struct ce_fx {
+    struct it_fx it;
+    char queue[128], out[256];
 };
 
 static void
-fx_open(struct fx *f, const char *schema, const char *extra_keys)
+fx_open(struct ce_fx *f, const char *schema, const char *extra_keys)
 {
-    memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_ce");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 6);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->queue, sizeof(f->queue), "q_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    snprintf(f->out, sizeof(f->out), "/tmp/%s.jsonl", f->name);
-    it_db_create(f->db, it_src_path(schema));
-    f->sql = it_db_connect(f->db);
+    it_fx_open(&f->it, "it_ce", schema);
+    snprintf(f->queue, sizeof(f->queue), "q_%s", f->it.name);
+    snprintf(f->out, sizeof(f->out), "/tmp/%s.jsonl", f->it.name);
     /* The oracle for the time attribute: created_at as UTC. */
-    it_db_exec(f->sql, "SET time_zone = '+00:00'");
-    it_exchange_declare(f->ex, "topic");
-    it_queue_declare(f->queue, f->ex, "#");
-    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex, extra_keys);
+    it_db_exec(f->it.sql, "SET time_zone = '+00:00'");
+    it_exchange_declare(f->it.ex, "topic");
+    it_queue_declare(f->queue, f->it.ex, "#");
+    it_fx_write_config(&f->it, extra_keys);
 }
 
 static void
-fx_close(struct fx *f)
+fx_close(struct ce_fx *f)
 {
-    it_teardown(&f->d, NULL, f->sql, f->db, f->conf);
-    it_exchange_delete(f->ex);
+    it_fx_close(&f->it);
+    it_exchange_delete(f->it.ex);
     unlink(f->out);
 }
 
-static long long
-count_status(struct fx *f, const char *status)
-{
-    return it_db_int(f->sql,
-                     "SELECT COUNT(*) FROM outbox_event WHERE status = '%s'",
-                     status);
-}
-
 static void
-insert(struct fx *f, const char *id, const char *agg_type, const char *agg,
+insert(struct ce_fx *f, const char *id, const char *agg_type, const char *agg,
        const char *type, const char *payload, const char *headers)
 {
     char cols[64] = "", vals[300] = "";
@@ -73,12 +60,12 @@ insert(struct fx *f, const char *id, const char *agg_type, const char *agg,
         snprintf(cols, sizeof(cols), ", headers");
         snprintf(vals, sizeof(vals), ", '%s'", headers);
     }
-    it_db_exec(f->sql,
+    it_db_exec(f->it.sql,
                "INSERT INTO outbox_event (event_id, aggregate_type, "
                "aggregate_id, event_type, payload, status%s) VALUES ('%s', "
                "'%s', '%s', '%s', '%s', 'PENDING'%s)",
                cols, id, agg_type, agg, type, payload, vals);
-    it_db_exec(f->sql, "COMMIT");
+    it_db_exec(f->it.sql, "COMMIT");
 }
 
 /* ---- the consumer's lines ---- */
@@ -143,7 +130,7 @@ line_free(struct ce_line *l)
 
 /* Runs the SDK consumer for want messages; its lines, the last "done". */
 static size_t
-consume(struct fx *f, int want, struct ce_line *lines, size_t max)
+consume(struct ce_fx *f, int want, struct ce_line *lines, size_t max)
 {
     ck_assert_msg(
         access(it_src_path(CE_DIR "/node_modules/cloudevents"), F_OK) == 0,
@@ -191,23 +178,23 @@ hex_decode(const char *hex, size_t *len)
 /* Everything docs/contract.md section 7 promises a CloudEvents consumer
  * about one event, against what the table holds. */
 static void
-check_event(struct fx *f, const struct ce_line *l, const char *event_id,
+check_event(struct ce_fx *f, const struct ce_line *l, const char *event_id,
             const char *source)
 {
-    char *want_type = it_db_str(f->sql,
+    char *want_type = it_db_str(f->it.sql,
                                 "SELECT event_type FROM outbox_event WHERE "
                                 "event_id = '%s'",
                                 event_id);
-    char *want_subject = it_db_str(f->sql,
+    char *want_subject = it_db_str(f->it.sql,
                                    "SELECT aggregate_id FROM outbox_event "
                                    "WHERE event_id = '%s'",
                                    event_id);
-    char *want_time = it_db_str(f->sql,
+    char *want_time = it_db_str(f->it.sql,
                                 "SELECT DATE_FORMAT(created_at, "
                                 "'%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ') FROM "
                                 "outbox_event WHERE event_id = '%s'",
                                 event_id);
-    char *payload = it_db_str(f->sql,
+    char *payload = it_db_str(f->it.sql,
                               "SELECT payload FROM outbox_event WHERE "
                               "event_id = '%s'",
                               event_id);
@@ -257,7 +244,7 @@ lines_free(struct ce_line *lines, size_t n)
  */
 START_TEST(test_sdk_accepts_events)
 {
-    struct fx f;
+    struct ce_fx f;
     fx_open(&f, "sql/outbox.sql",
             "        envelope: cloudevents\n"
             "        cloudevents_source: \"" SOURCE "\"\n"
@@ -270,17 +257,17 @@ START_TEST(test_sdk_accepts_events)
     insert(&f, "ce-2", "Order", "o-1", "OrderPaid",
            "{\"name\": \"caf\xc3\xa9 \xe2\x98\x95\", \"amount\": 12.50}", NULL);
     insert(&f, "ce-3", "Invoice", "i-9", "InvoiceIssued", "[1, 2, 3]", NULL);
-    it_daemon_start(&f.d, f.conf, f.name);
-    ck_assert(IT_WAIT(30000, count_status(&f, "SENT") == 3 &&
-                                 count_status(&f, "DEAD") == 2));
-    char *why = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
-                                 "event_id = 'ce-forged'");
+    it_fx_start(&f.it);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == 3 &&
+                                 it_db_count_status(f.it.sql, "DEAD") == 2));
+    char *why = it_db_str(f.it.sql, "SELECT last_error FROM outbox_event WHERE "
+                                    "event_id = 'ce-forged'");
     ck_assert_msg(strstr(why, "key \"cloudEvents_type\" would set a "
                               "CloudEvents attribute") != NULL,
                   "%s", why);
     free(why);
-    why = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
-                           "event_id = 'ce-notype'");
+    why = it_db_str(f.it.sql, "SELECT last_error FROM outbox_event WHERE "
+                              "event_id = 'ce-notype'");
     ck_assert_msg(strstr(why, "a CloudEvent needs a type") != NULL, "%s", why);
     free(why);
     struct ce_line lines[8];
@@ -300,18 +287,18 @@ END_TEST
  * the default source. */
 START_TEST(test_seed_ddl_default_source)
 {
-    struct fx f;
+    struct ce_fx f;
     fx_open(&f, "tests/data/seed_outbox.sql",
             "        envelope: cloudevents\n");
     insert(&f, "seed-1", "Order", "o-1", "OrderCreated", "{\"n\": 1}", NULL);
     insert(&f, "seed-2", "Order", "o-1", "OrderShipped", "{\"n\": 2}", NULL);
-    it_daemon_start(&f.d, f.conf, f.name);
-    ck_assert(IT_WAIT(30000, count_status(&f, "SENT") == 2));
+    it_fx_start(&f.it);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == 2));
     struct ce_line lines[4];
     size_t n = consume(&f, 2, lines, 4);
     ck_assert_uint_eq(n, 2);
     char source[160];
-    snprintf(source, sizeof(source), "outboxd://%s/outbox_event", f.db);
+    snprintf(source, sizeof(source), "outboxd://%s/outbox_event", f.it.db);
     check_event(&f, &lines[0], "seed-1", source);
     check_event(&f, &lines[1], "seed-2", source);
     ck_assert_ptr_nonnull(strstr(line_get(&lines[0], "attr_time"), ".000000Z"));
@@ -324,13 +311,13 @@ END_TEST
  * sees no event, and a row's cloudEvents_ header passes as before. */
 START_TEST(test_default_envelope_unchanged)
 {
-    struct fx f;
+    struct ce_fx f;
     fx_open(&f, "sql/outbox.sql", NULL);
     insert(&f, "plain-1", "Order", "o-1", "OrderCreated", "{\"n\": 1}", NULL);
     insert(&f, "plain-2", "Order", "o-2", "OrderCreated", "{}",
            "{\"cloudEvents_id\": \"mine\"}");
-    it_daemon_start(&f.d, f.conf, f.name);
-    ck_assert(IT_WAIT(30000, count_status(&f, "SENT") == 2));
+    it_fx_start(&f.it);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == 2));
     struct ce_line lines[4];
     size_t n = consume(&f, 2, lines, 4);
     ck_assert_uint_eq(n, 2);

@@ -473,18 +473,18 @@ connected_port(const struct it_daemon *d)
     return connected_port_at(d, -1, NULL);
 }
 
+/* The shared fixture, with a quorum queue and a consumer of its own on
+ * a node of the cluster. */
 struct cfx {
-    char name[64], db[96], ex[96], queue[96], conf[256];
-    MYSQL *sql;
-    struct it_daemon d;
-    char user[64], password[64];
+    struct it_fx it;
+    char queue[96];
     struct consumer c;
 };
 
 static void
 write_config(struct cfx *f)
 {
-    it_write_file(f->conf,
+    it_write_file(f->it.conf,
                   "relay:\n"
                   "  id: %s\n"
                   "  log_level: debug\n"
@@ -511,8 +511,8 @@ write_config(struct cfx *f)
                   "        lease: 10s\n"
                   "        max_retries: 100\n"
                   "        backoff: { initial: 200ms, max: 1s }\n",
-                  f->name, NODE_PORT(0), NODE_PORT(1), NODE_PORT(2), f->db,
-                  f->user, f->password, f->db, f->ex);
+                  f->it.name, NODE_PORT(0), NODE_PORT(1), NODE_PORT(2),
+                  f->it.db, f->it.user, f->it.password, f->it.db, f->it.ex);
 }
 
 /* Events "ev-<first..first+n-1>" over aggregates "agg-<i % aggregates>". */
@@ -546,21 +546,21 @@ insert_events(MYSQL *db, int first, int n, int aggregates)
 static int
 drain_through_node_death(struct cfx *f, struct tally *t, long want, int expect)
 {
-    ck_assert(IT_WAIT(30000, connected_port(&f->d) > 0));
-    ck_assert_int_eq(connected_port(&f->d), NODE_PORT(expect));
+    ck_assert(IT_WAIT(30000, connected_port(&f->it.d) > 0));
+    ck_assert_int_eq(connected_port(&f->it.d), NODE_PORT(expect));
     receive_until(&f->c, t, want - (want - t->distinct) * 9 / 10, 60000);
     int connects;
-    connected_port_at(&f->d, -1, &connects);
+    connected_port_at(&f->it.d, -1, &connects);
     kill_node(expect);
-    long long sent = it_db_count_status(f->sql, "SENT");
+    long long sent = it_db_count_status(f->it.sql, "SENT");
     fprintf(stderr, "cluster: killed node c%d with %lld of %ld events SENT\n",
             expect + 1, sent, want);
     ck_assert_msg(sent < want, "the drain ended before the node died");
     receive_until(&f->c, t, want, 120000);
     if (t->distinct != want)
-        report_failover(f->queue, f->d.log_path);
+        report_failover(f->queue, f->it.d.log_path);
     ck_assert_msg(t->distinct == want, "%ld of %ld events arrived (%lld SENT)",
-                  t->distinct, want, it_db_count_status(f->sql, "SENT"));
+                  t->distinct, want, it_db_count_status(f->it.sql, "SENT"));
     return connects;
 }
 
@@ -568,16 +568,11 @@ START_TEST(test_failover_to_next_node)
 {
     enum { N1 = 20000, N2 = 10000, AGGS = 100 };
     static struct cfx f;
-    it_unique_name(f.name, sizeof(f.name), "it_cluster");
-    snprintf(f.db, sizeof(f.db), "outboxd_test_%.60s", f.name + 3);
-    snprintf(f.ex, sizeof(f.ex), "ex_%s", f.name);
-    snprintf(f.queue, sizeof(f.queue), "q_%s", f.name);
-    snprintf(f.conf, sizeof(f.conf), "/tmp/%s.yaml", f.name);
-    it_db_create(f.db, it_src_path("sql/outbox.sql"));
-    f.sql = it_db_connect(f.db);
-    it_db_grant_relay(f.db, "outbox_event", f.user, sizeof(f.user), f.password,
-                      sizeof(f.password));
-    declare_quorum_queue(f.ex, f.queue);
+    it_fx_open(&f.it, "it_cluster", "sql/outbox.sql");
+    snprintf(f.queue, sizeof(f.queue), "q_%s", f.it.name);
+    it_db_grant_relay(f.it.db, "outbox_event", f.it.user, sizeof(f.it.user),
+                      f.it.password, sizeof(f.it.password));
+    declare_quorum_queue(f.it.ex, f.queue);
     /* the consumer on the node neither failover kills */
     f.c.queue = f.queue;
     f.c.node = 2;
@@ -587,9 +582,9 @@ START_TEST(test_failover_to_next_node)
     struct tally t = {.n = N1 + N2, .aggregates = AGGS};
     t.copies = calloc(N1 + N2, sizeof(*t.copies));
     t.last = calloc(AGGS, sizeof(*t.last));
-    insert_events(f.sql, 0, N1, AGGS);
+    insert_events(f.it.sql, 0, N1, AGGS);
     uint64_t t0 = it_now_ms();
-    it_daemon_start(&f.d, f.conf, f.name);
+    it_fx_start(&f.it);
     /* c1, the first url, dies: the relay moves on to c2 */
     (void)drain_through_node_death(&f, &t, N1, 0);
     uint64_t ms = it_now_ms() - t0;
@@ -606,8 +601,8 @@ START_TEST(test_failover_to_next_node)
      */
     ck_assert_int_eq(cluster_sh("start"), 0);
     await_queue_online(f.c.node, f.queue);
-    insert_events(f.sql, N1, N2, AGGS);
-    int on = connected_port(&f.d) - NODE_PORT(0);
+    insert_events(f.it.sql, N1, N2, AGGS);
+    int on = connected_port(&f.it.d) - NODE_PORT(0);
     ck_assert_msg(on == 1 || on == 2, "the relay is on node c%d", on + 1);
     int before = drain_through_node_death(&f, &t, N1 + N2, on);
     /* The first connect after that death is to the next url, or to the
@@ -615,28 +610,26 @@ START_TEST(test_failover_to_next_node)
      * drop the relay again as it took over c2's quorum leadership) is
      * the url walk going on. */
     int next = (on + 1) % NNODES, after = (on + 2) % NNODES;
-    int first = connected_port_at(&f.d, before, NULL);
+    int first = connected_port_at(&f.it.d, before, NULL);
     ck_assert_msg(first == NODE_PORT(next) ||
                       (first == NODE_PORT(after) &&
                        it_sh("grep -q '127.0.0.1:%d/: .*trying the next url' "
                              "'%s'",
-                             NODE_PORT(next), f.d.log_path) == 0),
+                             NODE_PORT(next), f.it.d.log_path) == 0),
                   "after c%d died the relay connected first to port %d", on + 1,
                   first);
-    if (!IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N1 + N2))
-        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"),
+    if (!IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == N1 + N2))
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.it.sql, "SENT"),
                      N1 + N2);
     fprintf(stderr,
             "cluster: all %d events arrived, %ld duplicates, consumer "
             "reconnected %d times\n",
             N1 + N2, t.duplicates, f.c.reconnects);
-    ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 15000));
+    ck_assert(it_daemon_signal_wait(&f.it.d, SIGTERM, 15000));
     ck_assert_int_eq(cluster_sh("start"), 0);
     node_close(f.c.conn);
-    delete_queue(f.ex, f.queue);
-    mysql_close(f.sql);
-    it_db_drop(f.db);
-    unlink(f.conf);
+    delete_queue(f.it.ex, f.queue);
+    it_fx_close(&f.it);
     free(t.copies);
     free(t.last);
 }

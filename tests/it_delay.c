@@ -198,21 +198,6 @@ START_TEST(test_delay_seed_unchanged)
 }
 END_TEST
 
-/* The fixture's config with the HTTP endpoint on a free port. */
-static unsigned
-listen_on_free_port(struct it_fx *f)
-{
-    unsigned port = it_free_port();
-    char *conf = it_file_read(f->conf);
-    char *at = strstr(conf, "listen: \"\"");
-    ck_assert_ptr_nonnull(at);
-    *at = '\0';
-    it_write_file(f->conf, "%slisten: \"127.0.0.1:%u\"%s", conf, port,
-                  at + strlen("listen: \"\""));
-    free(conf);
-    return port;
-}
-
 /* outboxd_oldest_pending_age_seconds of the fixture's outbox; -1: none. */
 static double
 oldest_age(struct it_fx *f, unsigned port)
@@ -276,7 +261,7 @@ START_TEST(test_delay_oldest_pending_age)
 {
     struct it_fx f;
     open_delay(&f, "aggregate");
-    unsigned port = listen_on_free_port(&f);
+    unsigned port = it_fx_listen(&f);
     it_db_exec(f.sql,
                "INSERT INTO outbox_event (event_id, aggregate_type, "
                "aggregate_id, event_type, payload, created_at, available_at) "
@@ -304,7 +289,7 @@ START_TEST(test_delay_oldest_pending_age_seed)
     struct it_fx f;
     it_fx_open(&f, "it_delay", "tests/data/seed_outbox.sql");
     it_fx_write_config(&f, NULL);
-    unsigned port = listen_on_free_port(&f);
+    unsigned port = it_fx_listen(&f);
     insert_held(&f, NULL);
     it_fx_start(&f);
     ck_assert(IT_WAIT(15000, oldest_age(&f, port) >= 3599));

@@ -29,12 +29,10 @@
 
 Suite *it_faults_suite(void);
 
-struct fx {
-    char name[64], db[96], ex[96];
-    char conf[2][256], relay_id[2][96];
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d[2];
+/* The shared fixture with two relays over its outbox, a and b. */
+struct faults_fx {
+    struct it_fx it;
+    struct it_fx_relay r[2];
 };
 
 /* ---- fixture ---- */
@@ -45,7 +43,7 @@ struct fx {
  * is indented here).
  */
 static void
-write_conf(struct fx *f, int i, const char *broker_keys,
+write_conf(struct faults_fx *f, int i, const char *broker_keys,
            const char *outbox_keys, const char *shutdown_timeout)
 {
     char broker[1024] = "", outbox[1024] = "";
@@ -63,7 +61,7 @@ write_conf(struct fx *f, int i, const char *broker_keys,
             s += n + (nl != NULL);
         }
     }
-    it_write_file(f->conf[i],
+    it_write_file(f->r[i].conf,
                   "relay:\n"
                   "  id: %s\n"
                   "  log_level: debug\n"
@@ -86,40 +84,34 @@ write_conf(struct fx *f, int i, const char *broker_keys,
                   "        broker: main\n"
                   "        exchange: \"%s\"\n"
                   "%s",
-                  f->relay_id[i], shutdown_timeout ? shutdown_timeout : "10s",
+                  f->r[i].id, shutdown_timeout ? shutdown_timeout : "10s",
                   strstr(broker, "urls:") ? "" : "    url: " IT_AMQP_URL "\n",
-                  broker, f->db, IT_DB_USER, IT_DB_PASSWORD, f->db, f->ex,
-                  outbox);
+                  broker, f->it.db, IT_DB_USER, IT_DB_PASSWORD, f->it.db,
+                  f->it.ex, outbox);
 }
 
 static void
-fx_open(struct fx *f, const char *binding, const char *broker_keys,
+fx_open(struct faults_fx *f, const char *binding, const char *broker_keys,
         const char *outbox_keys, const char *shutdown_timeout)
 {
     memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_faults");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 3);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    it_db_create(f->db, it_src_path("sql/outbox.sql"));
-    f->sql = it_db_connect(f->db);
-    f->consumer = it_consumer_new(f->ex, binding);
+    it_fx_open(&f->it, "it_faults", "sql/outbox.sql");
+    f->it.consumer = it_consumer_new(f->it.ex, binding);
     for (int i = 0; i < 2; i++) {
-        snprintf(f->conf[i], sizeof(f->conf[i]), "/tmp/%s_%d.yaml", f->name, i);
-        snprintf(f->relay_id[i], sizeof(f->relay_id[i]), "%s-%c", f->name,
-                 'a' + i);
+        it_fx_relay_name(&f->it, &f->r[i], i == 0 ? "-a" : "-b");
         write_conf(f, i, broker_keys, outbox_keys, shutdown_timeout);
     }
 }
 
 /* Like it_daemon_start, but the daemon dies with the test process. */
 static void
-daemon_start(struct fx *f, int i)
+daemon_start(struct faults_fx *f, int i)
 {
-    struct it_daemon *d = &f->d[i];
+    struct it_daemon *d = &f->r[i].d;
     const char *bin = getenv("OUTBOXD_BIN");
     ck_assert_msg(bin != NULL, "OUTBOXD_BIN is not set (run via make)");
     char path[sizeof(d->log_path)];
-    snprintf(path, sizeof(path), "/tmp/%s.log", f->relay_id[i]);
+    snprintf(path, sizeof(path), "/tmp/%s.log", f->r[i].id);
     memset(d, 0, sizeof(*d));
     memcpy(d->log_path, path, sizeof(path));
     pid_t parent = getpid();
@@ -135,72 +127,69 @@ daemon_start(struct fx *f, int i)
             dup2(fd, STDERR_FILENO);
             dup2(fd, STDOUT_FILENO);
         }
-        execl(bin, bin, "-c", f->conf[i], (char *)NULL);
+        execl(bin, bin, "-c", f->r[i].conf, (char *)NULL);
         _exit(127);
     }
 }
 
 static void
-daemon_kill9(struct fx *f, int i)
+daemon_kill9(struct faults_fx *f, int i)
 {
-    ck_assert_msg(it_daemon_signal_wait(&f->d[i], SIGKILL, 5000),
+    ck_assert_msg(it_daemon_signal_wait(&f->r[i].d, SIGKILL, 5000),
                   "outboxd did not die");
 }
 
 /* SIGTERM, and the exit must be 0 within limit_ms; returns the time. */
 static uint64_t
-daemon_term(struct fx *f, int i, int limit_ms)
+daemon_term(struct faults_fx *f, int i, int limit_ms)
 {
     uint64_t t0 = it_now_ms();
-    if (!it_daemon_signal_wait(&f->d[i], SIGTERM, limit_ms)) {
-        it_daemon_dump_log(&f->d[i]);
+    if (!it_daemon_signal_wait(&f->r[i].d, SIGTERM, limit_ms)) {
+        it_daemon_dump_log(&f->r[i].d);
         ck_abort_msg("outboxd did not exit within %d ms of SIGTERM", limit_ms);
     }
-    int st = f->d[i].status;
+    int st = f->r[i].d.status;
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
                   "outboxd exited with status 0x%x", st);
     return it_now_ms() - t0;
 }
 
 static void
-fx_close(struct fx *f)
+fx_close(struct faults_fx *f)
 {
     for (int i = 0; i < 2; i++) {
-        if (f->d[i].pid > 0 && !f->d[i].reaped) {
-            kill(f->d[i].pid, SIGCONT);
+        if (f->r[i].d.pid > 0 && !f->r[i].d.reaped) {
+            kill(f->r[i].d.pid, SIGCONT);
             daemon_kill9(f, i);
         }
-        if (f->d[i].pid > 0 && getenv("IT_KEEP_LOGS") == NULL)
-            unlink(f->d[i].log_path);
-        unlink(f->conf[i]);
+        if (f->r[i].d.pid > 0 && getenv("IT_KEEP_LOGS") == NULL)
+            unlink(f->r[i].d.log_path);
+        unlink(f->r[i].conf);
     }
-    if (f->consumer)
-        it_consumer_free(f->consumer);
-    it_exchange_delete(f->ex);
-    mysql_close(f->sql);
-    it_db_drop(f->db);
+    it_fx_close(&f->it);
+    it_exchange_delete(f->it.ex);
 }
 
 static void
-dump_logs(struct fx *f)
+dump_logs(struct faults_fx *f)
 {
     for (int i = 0; i < 2; i++)
-        if (f->d[i].pid > 0)
-            it_daemon_dump_log(&f->d[i]);
+        if (f->r[i].d.pid > 0)
+            it_daemon_dump_log(&f->r[i].d);
 }
 
 /* Occurrences of needle in daemon i's log. */
 static int
-log_count(struct fx *f, int i, const char *needle)
+log_count(struct faults_fx *f, int i, const char *needle)
 {
-    return it_sh("exit $(grep -c -F -- '%s' '%s')", needle, f->d[i].log_path);
+    return it_sh("exit $(grep -c -F -- '%s' '%s')", needle, f->r[i].d.log_path);
 }
 
 /* Sum of the N in every "<prefix> N" of daemon i's log. */
 static long
-log_sum(struct fx *f, int i, const char *prefix)
+log_sum(struct faults_fx *f, int i, const char *prefix)
 {
-    FILE *fp = fopen(f->d[i].log_path, "r");
+    FILE *fp = fopen(f->r[i].d.log_path, "r");
     ck_assert_ptr_nonnull(fp);
     char line[4096];
     long sum = 0;
@@ -348,9 +337,9 @@ queue_delete(const char *queue)
 /* ---- database ---- */
 
 static char *
-row_field(struct fx *f, const char *event_id, const char *column)
+row_field(struct faults_fx *f, const char *event_id, const char *column)
 {
-    return it_db_str(f->sql,
+    return it_db_str(f->it.sql,
                      "SELECT %s FROM outbox_event WHERE event_id = '%s'",
                      column, event_id);
 }
@@ -500,7 +489,7 @@ struct watched {
 
 /* Samples each watched row: a new retry_count records its backoff. */
 static void
-sample_rows(struct fx *f, struct watched *w, size_t n)
+sample_rows(struct faults_fx *f, struct watched *w, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         char *q;
@@ -508,9 +497,9 @@ sample_rows(struct fx *f, struct watched *w, size_t n)
                       "NOW(6), next_retry_at), last_error FROM outbox_event "
                       "WHERE event_id = '%s'",
                       w[i].event_id);
-        ck_assert_int_eq(mysql_query(f->sql, q), 0);
+        ck_assert_int_eq(mysql_query(f->it.sql, q), 0);
         free(q);
-        MYSQL_RES *res = mysql_store_result(f->sql);
+        MYSQL_RES *res = mysql_store_result(f->it.sql);
         MYSQL_ROW r = mysql_fetch_row(res);
         ck_assert_ptr_nonnull(r);
         unsigned count = (unsigned)strtoul(r[0], NULL, 10);
@@ -523,7 +512,7 @@ sample_rows(struct fx *f, struct watched *w, size_t n)
         }
         mysql_free_result(res);
     }
-    it_db_exec(f->sql, "COMMIT");
+    it_db_exec(f->it.sql, "COMMIT");
 }
 
 /*
@@ -551,7 +540,7 @@ check_backoff(const struct watched *w, unsigned dead_at, long long initial,
 
 START_TEST(test_refusals_backoff_dead)
 {
-    struct fx f;
+    struct faults_fx f;
     char missing[128], never[128], nackq[128];
     /* the first url refuses connections: the second one must be used */
     fx_open(&f, "Order.#",
@@ -561,13 +550,13 @@ START_TEST(test_refusals_backoff_dead)
             "poll_interval: 20ms\n"
             "backoff: { initial: 200ms, max: 800ms }",
             NULL);
-    snprintf(missing, sizeof(missing), "ex_missing_%s", f.name);
-    snprintf(never, sizeof(never), "ex_never_%s", f.name);
-    snprintf(nackq, sizeof(nackq), "q_nack_%s", f.name);
-    it_nacking_queue_declare(nackq, f.ex, "Nack.#");
-    it_db_exec(f.sql, "ALTER TABLE outbox_event ADD COLUMN target_exchange "
-                      "VARCHAR(255) NULL");
-    it_db_exec(f.sql,
+    snprintf(missing, sizeof(missing), "ex_missing_%s", f.it.name);
+    snprintf(never, sizeof(never), "ex_never_%s", f.it.name);
+    snprintf(nackq, sizeof(nackq), "q_nack_%s", f.it.name);
+    it_nacking_queue_declare(nackq, f.it.ex, "Nack.#");
+    it_db_exec(f.it.sql, "ALTER TABLE outbox_event ADD COLUMN target_exchange "
+                         "VARCHAR(255) NULL");
+    it_db_exec(f.it.sql,
                "INSERT INTO outbox_event (event_id, aggregate_type, "
                "aggregate_id, event_type, payload, target_exchange) VALUES "
                "('noroute-1', 'Ghost', 'g-1', 'Boo', '{}', NULL), "
@@ -576,7 +565,7 @@ START_TEST(test_refusals_backoff_dead)
                "('missing-2', 'Order', 'm-1', 'OrderLater', '{}', '%s'), "
                "('never-1', 'Order', 'v-1', 'OrderNever', '{}', '%s')",
                missing, missing, never);
-    insert_range(f.sql, "ok", 0, 50, 5);
+    insert_range(f.it.sql, "ok", 0, 50, 5);
     daemon_start(&f, 0);
 
     struct watched w[3] = {{.event_id = "noroute-1"},
@@ -589,25 +578,25 @@ START_TEST(test_refusals_backoff_dead)
         /* the exchange appears once missing-1 has failed twice */
         if (late == NULL && w[2].last_count >= 2)
             late = it_consumer_new(missing, "#");
-        if (late != NULL && it_db_count_status(f.sql, "DEAD") == 3 &&
-            it_db_count_status(f.sql, "SENT") == 52)
+        if (late != NULL && it_db_count_status(f.it.sql, "DEAD") == 3 &&
+            it_db_count_status(f.it.sql, "SENT") == 52)
             break;
         it_sleep_ms(3);
     }
-    if (it_db_count_status(f.sql, "SENT") != 52)
+    if (it_db_count_status(f.it.sql, "SENT") != 52)
         dump_logs(&f);
     ck_assert_ptr_nonnull(late);
-    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 3);
-    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), 52);
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "DEAD"), 3);
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "SENT"), 52);
 
     /* unroutable: NO_ROUTE with exchange and key, five attempts, DEAD */
     char *err = row_field(&f, "noroute-1", "last_error");
-    ck_assert_msg(err && strstr(err, "NO_ROUTE") && strstr(err, f.ex) &&
+    ck_assert_msg(err && strstr(err, "NO_ROUTE") && strstr(err, f.it.ex) &&
                       strstr(err, "Ghost.Boo"),
                   "noroute-1: %s", err ? err : "(null)");
     free(err);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
-                                      "WHERE event_id = 'noroute-1'"),
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT retry_count FROM outbox_event "
+                                         "WHERE event_id = 'noroute-1'"),
                      5);
     check_backoff(&w[0], 5, 200, 800);
     /* nacked by the queue's reject-publish overflow */
@@ -615,8 +604,8 @@ START_TEST(test_refusals_backoff_dead)
     ck_assert_msg(err && strstr(err, "nack"), "nack-1: %s",
                   err ? err : "(null)");
     free(err);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
-                                      "WHERE event_id = 'nack-1'"),
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT retry_count FROM outbox_event "
+                                         "WHERE event_id = 'nack-1'"),
                      5);
     check_backoff(&w[1], 5, 200, 800);
     /* exchange missing: 404 in last_error while it was RETRY, then SENT */
@@ -643,7 +632,7 @@ START_TEST(test_refusals_backoff_dead)
     /* the good events all arrived, and only they did */
     struct tally t;
     tally_init(&t, "ok", 50, 5);
-    receive_all(f.consumer, &t, 20000, 300);
+    receive_all(f.it.consumer, &t, 20000, 300);
     ck_assert_int_eq(t.distinct, 50);
     ck_assert_int_eq(t.total, 50);
     ck_assert_int_eq(log_count(&f, 0,
@@ -676,14 +665,14 @@ restart_rabbitmq(void)
 }
 
 static void
-restart_mariadb(struct fx *f)
+restart_mariadb(struct faults_fx *f)
 {
     uint64_t t0 = it_now_ms();
-    mysql_close(f->sql);
+    mysql_close(f->it.sql);
     ck_assert_int_eq(it_sh("bash '%s' restart-mariadb >/dev/null",
                            it_src_path("tests/servers.sh")),
                      0);
-    f->sql = it_db_connect(f->db);
+    f->it.sql = it_db_connect(f->it.db);
     fprintf(stderr, "chaos: MariaDB restarted in %llu ms\n",
             (unsigned long long)(it_now_ms() - t0));
 }
@@ -694,15 +683,15 @@ START_TEST(test_chaos_drain)
      * the relay, r = RabbitMQ restart, m = MariaDB restart, - = nothing */
     static const char plan[] = "kk-krkmk-k";
     enum { N = 20000, AGGS = 50, CHUNKS = sizeof(plan) - 1 };
-    struct fx f;
+    struct faults_fx f;
     struct guard g;
     fx_open(&f, "#", "confirm_timeout: 5s\nconnect_timeout: 2s",
             "batch_size: 200\nlease: 2s\npoll_interval: 50ms", NULL);
     char queue[128];
-    snprintf(queue, sizeof(queue), "%s", it_consumer_queue(f.consumer));
+    snprintf(queue, sizeof(queue), "%s", it_consumer_queue(f.it.consumer));
     /* nobody consumes during the chaos: the durable queue keeps it all */
-    it_consumer_close(f.consumer);
-    f.consumer = NULL;
+    it_consumer_close(f.it.consumer);
+    f.it.consumer = NULL;
     guard_start(&g, SERVERS_START, it_src_path("tests/servers.sh"));
     unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
     srandom(seed);
@@ -711,7 +700,7 @@ START_TEST(test_chaos_drain)
     daemon_start(&f, 0);
     int kills = 0;
     for (int c = 0; c < CHUNKS; c++) {
-        insert_range(f.sql, "chaos", c * (N / CHUNKS), N / CHUNKS, AGGS);
+        insert_range(f.it.sql, "chaos", c * (N / CHUNKS), N / CHUNKS, AGGS);
         /* the relay drains about 5,000 events a second: strike mid-way */
         it_sleep_ms(20 + (unsigned)(random() % 200));
         switch (plan[c]) {
@@ -728,18 +717,18 @@ START_TEST(test_chaos_drain)
             break;
         }
     }
-    if (!IT_WAIT(180000, it_db_count_status(f.sql, "SENT") == N)) {
+    if (!IT_WAIT(180000, it_db_count_status(f.it.sql, "SENT") == N)) {
         dump_logs(&f);
         ck_abort_msg("%lld of %d SENT, %lld DEAD",
-                     it_db_count_status(f.sql, "SENT"), N,
-                     it_db_count_status(f.sql, "DEAD"));
+                     it_db_count_status(f.it.sql, "SENT"), N,
+                     it_db_count_status(f.it.sql, "DEAD"));
     }
     uint64_t drained = it_now_ms() - t0;
     guard_end(&g);
-    f.consumer = it_consumer_attach(queue);
+    f.it.consumer = it_consumer_attach(queue);
     struct tally t;
     tally_init(&t, "chaos", N, AGGS);
-    receive_all(f.consumer, &t, 120000, 2000);
+    receive_all(f.it.consumer, &t, 120000, 2000);
     for (int i = 0; i < N && t.distinct < N; i++)
         ck_assert_msg(t.copies[i] > 0, "event chaos-%d never arrived", i);
     long dups = t.total - t.distinct;
@@ -748,10 +737,10 @@ START_TEST(test_chaos_drain)
             "RabbitMQ and a MariaDB restart: %ld duplicates (%.1f per "
             "kill)\n",
             N, (unsigned long long)drained, kills, dups, (double)dups / kills);
-    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 0);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
-                                      "WHERE locked_by IS NOT NULL OR "
-                                      "sent_at IS NULL"),
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "DEAD"), 0);
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT COUNT(*) FROM outbox_event "
+                                         "WHERE locked_by IS NOT NULL OR "
+                                         "sent_at IS NULL"),
                      0);
     tally_free(&t);
     daemon_term(&f, 0, 10000);
@@ -782,11 +771,11 @@ try_db_int(MYSQL *db, const char *sql)
  * run by the server: until that is done, what the relay holds can change.
  */
 static long long
-others_running(struct fx *f)
+others_running(struct faults_fx *f)
 {
     /* The relays log in as the test does; their sessions have no
      * default schema. */
-    return it_db_int(f->sql,
+    return it_db_int(f->it.sql,
                      "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
                      "WHERE USER = '%s' AND ID <> CONNECTION_ID() AND "
                      "COMMAND <> 'Sleep' AND COMMAND NOT LIKE 'Binlog Dump%%'",
@@ -800,26 +789,26 @@ others_running(struct fx *f)
  * (the caller waits for the one before them to end).
  */
 static long long
-held_unlocked(struct fx *f, int i)
+held_unlocked(struct faults_fx *f, int i)
 {
-    long long held = it_db_int(f->sql,
+    long long held = it_db_int(f->it.sql,
                                "SELECT COUNT(*) FROM outbox_event WHERE "
                                "status = 'PROCESSING' AND locked_by LIKE "
                                "'%s/%%'",
-                               f->relay_id[i]);
+                               f->r[i].id);
     long long free_rows = it_db_int(
-        f->sql,
+        f->it.sql,
         "SELECT COUNT(*) FROM (SELECT id FROM outbox_event WHERE status = "
         "'PROCESSING' AND locked_by LIKE '%s/%%' FOR UPDATE SKIP LOCKED) x",
-        f->relay_id[i]);
+        f->r[i].id);
     /* and no claim of it (the one it makes ahead, say) is open either */
     long long unfinished =
-        it_db_int(f->sql, "SELECT COUNT(*) FROM outbox_event WHERE "
-                          "status <> 'SENT'");
+        it_db_int(f->it.sql, "SELECT COUNT(*) FROM outbox_event WHERE "
+                             "status <> 'SENT'");
     long long lockable = try_db_int(
-        f->sql, "SELECT COUNT(*) FROM (SELECT id FROM outbox_event WHERE "
-                "status <> 'SENT' FOR UPDATE SKIP LOCKED) x");
-    it_db_exec(f->sql, "ROLLBACK");
+        f->it.sql, "SELECT COUNT(*) FROM (SELECT id FROM outbox_event WHERE "
+                   "status <> 'SENT' FOR UPDATE SKIP LOCKED) x");
+    it_db_exec(f->it.sql, "ROLLBACK");
     if (others_running(f) > 0)
         return -1;
     return held == free_rows && unfinished == lockable ? held : -1;
@@ -831,13 +820,13 @@ held_unlocked(struct fx *f, int i)
  * Each event is its own aggregate, like the first ones; *total counts.
  */
 static void
-keep_backlog(struct fx *f, int *total)
+keep_backlog(struct faults_fx *f, int *total)
 {
     enum { LOW = 1000, MORE = 2000 };
-    if (it_db_int(f->sql, "SELECT COUNT(*) FROM outbox_event WHERE "
-                          "status <> 'SENT'") >= LOW)
+    if (it_db_int(f->it.sql, "SELECT COUNT(*) FROM outbox_event WHERE "
+                             "status <> 'SENT'") >= LOW)
         return;
-    insert_range(f->sql, "fence", *total, MORE, *total + MORE);
+    insert_range(f->it.sql, "fence", *total, MORE, *total + MORE);
     *total += MORE;
 }
 
@@ -847,29 +836,30 @@ keep_backlog(struct fx *f, int *total)
  * Two looks that agree, with the table made between them.
  */
 static long long
-stop_holding(struct fx *f, int *total)
+stop_holding(struct faults_fx *f, int *total)
 {
     for (int attempt = 0; attempt < 100; attempt++) {
         keep_backlog(f, total);
-        ck_assert(IT_WAIT(20000, it_db_int(f->sql,
+        ck_assert(IT_WAIT(20000, it_db_int(f->it.sql,
                                            "SELECT COUNT(*) FROM outbox_event "
                                            "WHERE status = 'PROCESSING'") > 0));
-        kill(f->d[0].pid, SIGSTOP);
+        kill(f->r[0].d.pid, SIGSTOP);
         /* the statement it sent last still runs: let the server end it */
         ck_assert(IT_WAIT(5000, others_running(f) == 0));
         long long held = held_unlocked(f, 0);
         if (held > 0) {
-            it_db_exec(f->sql, "CREATE TEMPORARY TABLE held AS SELECT id FROM "
-                               "outbox_event WHERE status = 'PROCESSING'");
-            if (it_db_int(f->sql, "SELECT COUNT(*) FROM held") == held &&
+            it_db_exec(f->it.sql,
+                       "CREATE TEMPORARY TABLE held AS SELECT id FROM "
+                       "outbox_event WHERE status = 'PROCESSING'");
+            if (it_db_int(f->it.sql, "SELECT COUNT(*) FROM held") == held &&
                 held_unlocked(f, 0) == held) {
                 fprintf(stderr, "fencing: relay a stopped at attempt %d\n",
                         attempt + 1);
                 return held;
             }
-            it_db_exec(f->sql, "DROP TEMPORARY TABLE held");
+            it_db_exec(f->it.sql, "DROP TEMPORARY TABLE held");
         }
-        kill(f->d[0].pid, SIGCONT);
+        kill(f->r[0].d.pid, SIGCONT);
         it_sleep_ms((unsigned)(random() % 40));
     }
     ck_abort_msg("could not stop relay a holding a claim");
@@ -878,50 +868,51 @@ stop_holding(struct fx *f, int *total)
 
 START_TEST(test_fencing_stalled_relay)
 {
-    struct fx f;
+    struct faults_fx f;
     int n = 4000; /* more when relay a drains them before it is caught */
     fx_open(&f, "#", NULL, "lease: 2s\nbatch_size: 500\npoll_interval: 50ms",
             NULL);
-    it_db_insert_events(f.sql, "outbox_event", "fence", n, n, 256);
-    it_db_exec(f.sql, "COMMIT");
+    it_db_insert_events(f.it.sql, "outbox_event", "fence", n, n, 256);
+    it_db_exec(f.it.sql, "COMMIT");
     daemon_start(&f, 0);
     long long held = stop_holding(&f, &n);
     /* relay b takes over after the lease, a stays stopped */
     daemon_start(&f, 1);
-    if (!IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == n)) {
+    if (!IT_WAIT(60000, it_db_count_status(f.it.sql, "SENT") == n)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), n);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.it.sql, "SENT"),
+                     n);
     }
     const char *state =
         "SELECT CONCAT(COUNT(*), '/', SUM(status = 'SENT'), '/', "
         "SUM(locked_by IS NULL), '/', SUM(retry_count), '/', "
         "MAX(sent_at), '/', SUM(UNIX_TIMESTAMP(sent_at))) FROM outbox_event "
         "WHERE id IN (SELECT id FROM held)";
-    char *before = it_db_str(f.sql, "%s", state);
-    it_db_exec(f.sql, "COMMIT");
+    char *before = it_db_str(f.it.sql, "%s", state);
+    it_db_exec(f.it.sql, "COMMIT");
     /* a wakes up holding a batch whose lease b took: it records nothing */
-    kill(f.d[0].pid, SIGCONT);
+    kill(f.r[0].d.pid, SIGCONT);
     if (!IT_WAIT(20000, log_count(&f, 0, "lost the lease on") > 0)) {
         dump_logs(&f);
         ck_abort_msg("relay a never noticed it lost its lease");
     }
     it_sleep_ms(500);
-    char *after = it_db_str(f.sql, "%s", state);
+    char *after = it_db_str(f.it.sql, "%s", state);
     fprintf(stderr,
             "fencing: %lld events held by the stopped relay; "
             "count/sent/unlocked/attempts/last/sum: %s\n",
             held, after);
     ck_assert_str_eq(before, after);
     /* each held row was reclaimed once: one attempt counted */
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT SUM(retry_count) FROM "
-                                      "outbox_event WHERE id IN (SELECT id "
-                                      "FROM held)"),
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT SUM(retry_count) FROM "
+                                         "outbox_event WHERE id IN (SELECT id "
+                                         "FROM held)"),
                      held);
     ck_assert_int_eq(log_sum(&f, 0, "lost the lease on "), held);
-    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), n);
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "SENT"), n);
     struct tally t;
     tally_init(&t, "fence", n, n);
-    receive_all(f.consumer, &t, 30000, 300);
+    receive_all(f.it.consumer, &t, 30000, 300);
     ck_assert_int_eq(t.distinct, n);
     fprintf(stderr, "fencing: %ld duplicates\n", t.total - t.distinct);
     tally_free(&t);
@@ -938,17 +929,17 @@ END_TEST
 START_TEST(test_poison_row_kills_relay)
 {
     enum { N = 300, AGGS = 30 };
-    struct fx f;
+    struct faults_fx f;
     fx_open(&f, "#", NULL,
             "lease: 1s\nmax_retries: 3\nbatch_size: 100\npoll_interval: 20ms",
             NULL);
-    insert_range(f.sql, "good", 0, N / 2, AGGS);
+    insert_range(f.it.sql, "good", 0, N / 2, AGGS);
     /* a large body keeps the poison row in flight long enough to see it */
-    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
-                      "aggregate_id, event_type, payload) VALUES ('poison', "
-                      "'Poison', 'p-1', 'Crash', CONCAT('{\"pad\":\"', "
-                      "REPEAT('x', 4000000), '\"}'))");
-    insert_range(f.sql, "good", N / 2, N / 2, AGGS);
+    it_db_exec(f.it.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                         "aggregate_id, event_type, payload) VALUES ('poison', "
+                         "'Poison', 'p-1', 'Crash', CONCAT('{\"pad\":\"', "
+                         "REPEAT('x', 4000000), '\"}'))");
+    insert_range(f.it.sql, "good", N / 2, N / 2, AGGS);
     daemon_start(&f, 0);
     /*
      * The watcher: whenever the poison row is under a new claim, lock it
@@ -961,11 +952,11 @@ START_TEST(test_poison_row_kills_relay)
     uint64_t deadline = it_now_ms() + 60000;
     for (;;) {
         ck_assert_msg(it_now_ms() < deadline, "poison row not DEAD in time");
-        it_db_exec(f.sql, "START TRANSACTION");
-        char *status = it_db_str(f.sql, "SELECT CONCAT(status, ' ', "
-                                        "COALESCE(locked_by, '')) FROM "
-                                        "outbox_event WHERE event_id = "
-                                        "'poison' FOR UPDATE");
+        it_db_exec(f.it.sql, "START TRANSACTION");
+        char *status = it_db_str(f.it.sql, "SELECT CONCAT(status, ' ', "
+                                           "COALESCE(locked_by, '')) FROM "
+                                           "outbox_event WHERE event_id = "
+                                           "'poison' FOR UPDATE");
         bool claimed = strncmp(status, "PROCESSING ", 11) == 0 &&
                        (last_token == NULL || strcmp(status, last_token) != 0);
         if (claimed) {
@@ -974,7 +965,7 @@ START_TEST(test_poison_row_kills_relay)
             free(last_token);
             last_token = strdup(status);
         }
-        it_db_exec(f.sql, "ROLLBACK");
+        it_db_exec(f.it.sql, "ROLLBACK");
         bool dead = strncmp(status, "DEAD", 4) == 0;
         ck_assert_msg(strncmp(status, "SENT", 4) != 0,
                       "the poison row was SENT: the watcher missed a claim");
@@ -992,25 +983,25 @@ START_TEST(test_poison_row_kills_relay)
                   err ? err : "(null)");
     free(err);
     ck_assert_int_eq(kills, 4);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
-                                      "WHERE event_id = 'poison'"),
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT retry_count FROM outbox_event "
+                                         "WHERE event_id = 'poison'"),
                      4);
-    if (!IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N)) {
+    if (!IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == N)) {
         dump_logs(&f);
         ck_abort_msg("%lld of %d good events SENT, %lld DEAD",
-                     it_db_count_status(f.sql, "SENT"), N,
-                     it_db_count_status(f.sql, "DEAD"));
+                     it_db_count_status(f.it.sql, "SENT"), N,
+                     it_db_count_status(f.it.sql, "DEAD"));
     }
     /* the good rows claimed beside it paid at most the first crash */
-    ck_assert_int_le(it_db_int(f.sql, "SELECT MAX(retry_count) FROM "
-                                      "outbox_event WHERE status = 'SENT'"),
+    ck_assert_int_le(it_db_int(f.it.sql, "SELECT MAX(retry_count) FROM "
+                                         "outbox_event WHERE status = 'SENT'"),
                      1);
     struct it_message m;
     struct tally t;
     tally_init(&t, "good", N, AGGS);
     uint64_t until = it_now_ms() + 30000;
     while (t.distinct < N && it_now_ms() < until) {
-        if (it_consumer_next(f.consumer, &m, 500) == 0)
+        if (it_consumer_next(f.it.consumer, &m, 500) == 0)
             continue;
         if (strcmp(m.message_id, "poison") != 0)
             tally_add(&t, &m);
@@ -1029,32 +1020,32 @@ END_TEST
  * locked by a lean batch's open transaction (what a locking read that
  * skips locked rows does not see). */
 static long long
-rows_in_flight(struct fx *f)
+rows_in_flight(struct faults_fx *f)
 {
-    it_db_exec(f->sql, "START TRANSACTION");
-    long long free_pending =
-        it_db_int(f->sql, "SELECT COUNT(*) FROM (SELECT id FROM outbox_event "
-                          "WHERE status = 'PENDING' FOR UPDATE SKIP LOCKED) x");
-    it_db_exec(f->sql, "ROLLBACK");
-    return it_db_count_status(f->sql, "PROCESSING") +
-           it_db_count_status(f->sql, "PENDING") - free_pending;
+    it_db_exec(f->it.sql, "START TRANSACTION");
+    long long free_pending = it_db_int(
+        f->it.sql, "SELECT COUNT(*) FROM (SELECT id FROM outbox_event "
+                   "WHERE status = 'PENDING' FOR UPDATE SKIP LOCKED) x");
+    it_db_exec(f->it.sql, "ROLLBACK");
+    return it_db_count_status(f->it.sql, "PROCESSING") +
+           it_db_count_status(f->it.sql, "PENDING") - free_pending;
 }
 
 START_TEST(test_broker_blackholed)
 {
     enum { N = 1500 };
-    struct fx f;
+    struct faults_fx f;
     struct guard g;
     fx_open(&f, "#", "confirm_timeout: 20s\nconnect_timeout: 2s",
             "lease: 30s\npoll_interval: 50ms", "4s");
     pid_t beam = beam_pid();
     guard_start(&g, "kill -CONT %d; " SERVERS_START, (int)beam,
                 it_src_path("tests/servers.sh"));
-    insert_range(f.sql, "hole", 0, 500, 50);
+    insert_range(f.it.sql, "hole", 0, 500, 50);
     daemon_start(&f, 0);
-    ck_assert(IT_WAIT(20000, it_db_count_status(f.sql, "SENT") == 500));
+    ck_assert(IT_WAIT(20000, it_db_count_status(f.it.sql, "SENT") == 500));
     ck_assert_int_eq(kill(beam, SIGSTOP), 0);
-    insert_range(f.sql, "hole", 500, 500, 50);
+    insert_range(f.it.sql, "hole", 500, 500, 50);
     /* the relay publishes into the silence and waits for confirms */
     ck_assert(IT_WAIT(10000, rows_in_flight(&f) > 0));
     it_sleep_ms(1000);
@@ -1064,22 +1055,23 @@ START_TEST(test_broker_blackholed)
             "(shutdown_timeout 4s)\n",
             (unsigned long long)took);
     /* it recorded what it could not publish instead of leaving a lease */
-    ck_assert_int_eq(it_db_count_status(f.sql, "PROCESSING"), 0);
-    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), 500);
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "PROCESSING"), 0);
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "SENT"), 500);
     /* a relay started into the silence recovers by itself once it ends */
     daemon_start(&f, 0);
-    insert_range(f.sql, "hole", 1000, 500, 50);
+    insert_range(f.it.sql, "hole", 1000, 500, 50);
     it_sleep_ms(3000);
-    ck_assert(it_daemon_alive(&f.d[0]));
+    ck_assert(it_daemon_alive(&f.r[0].d));
     ck_assert_int_eq(kill(beam, SIGCONT), 0);
     guard_end(&g);
-    if (!IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == N)) {
+    if (!IT_WAIT(60000, it_db_count_status(f.it.sql, "SENT") == N)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), N);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.it.sql, "SENT"),
+                     N);
     }
     struct tally t;
     tally_init(&t, "hole", N, 50);
-    receive_all(f.consumer, &t, 30000, 300);
+    receive_all(f.it.consumer, &t, 30000, 300);
     ck_assert_int_eq(t.distinct, N);
     fprintf(stderr, "blackhole: %ld duplicates\n", t.total - t.distinct);
     tally_free(&t);
@@ -1093,7 +1085,7 @@ END_TEST
 START_TEST(test_broker_blocked)
 {
     enum { N = 400 };
-    struct fx f;
+    struct faults_fx f;
     struct guard g;
     char watermark[64];
     fx_open(&f, "#", "confirm_timeout: 2s",
@@ -1103,37 +1095,38 @@ START_TEST(test_broker_blocked)
     ck_assert_msg(strtod(watermark, NULL) > 0, "watermark %s", watermark);
     guard_start(&g, "rabbitmqctl -q set_vm_memory_high_watermark %s",
                 watermark);
-    insert_range(f.sql, "blk", 0, 100, 20);
+    insert_range(f.it.sql, "blk", 0, 100, 20);
     daemon_start(&f, 0);
-    ck_assert(IT_WAIT(20000, it_db_count_status(f.sql, "SENT") == 100));
+    ck_assert(IT_WAIT(20000, it_db_count_status(f.it.sql, "SENT") == 100));
     /* a watermark of 0 raises the memory alarm at once */
     ck_assert_int_eq(it_sh("rabbitmqctl -q set_vm_memory_high_watermark 0"), 0);
-    insert_range(f.sql, "blk", 100, N - 100, 20);
+    insert_range(f.it.sql, "blk", 100, N - 100, 20);
     ck_assert(
         IT_WAIT(10000, log_count(&f, 0, "broker blocked publishing") > 0));
     /* several confirm timeouts later: no attempt burnt, nothing claimed */
     it_sleep_ms(5000);
-    long long retries = it_db_int(f.sql, "SELECT COALESCE(SUM(retry_count), "
-                                         "0) FROM outbox_event");
-    long long processing = it_db_count_status(f.sql, "PROCESSING");
-    long long sent = it_db_count_status(f.sql, "SENT");
+    long long retries = it_db_int(f.it.sql, "SELECT COALESCE(SUM(retry_count), "
+                                            "0) FROM outbox_event");
+    long long processing = it_db_count_status(f.it.sql, "PROCESSING");
+    long long sent = it_db_count_status(f.it.sql, "SENT");
     guard_end(&g);
     if (retries != 0 || processing != 0)
         dump_logs(&f);
     ck_assert_int_eq(retries, 0);
     ck_assert_int_eq(processing, 0);
     ck_assert_int_eq(sent, 100);
-    ck_assert_int_eq(it_db_count_status(f.sql, "RETRY") +
-                         it_db_count_status(f.sql, "DEAD"),
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "RETRY") +
+                         it_db_count_status(f.it.sql, "DEAD"),
                      0);
     /* the alarm cleared: everything flows */
-    if (!IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N)) {
+    if (!IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == N)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), N);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.it.sql, "SENT"),
+                     N);
     }
     struct tally t;
     tally_init(&t, "blk", N, 20);
-    receive_all(f.consumer, &t, 30000, 300);
+    receive_all(f.it.consumer, &t, 30000, 300);
     ck_assert_int_eq(t.distinct, N);
     tally_free(&t);
     daemon_term(&f, 0, 10000);
@@ -1153,7 +1146,7 @@ END_TEST
  * relay's own transaction, which no other session can take from it.
  */
 static void
-fx_open_held(struct fx *f, struct it_proxy *px, const char *outbox_keys)
+fx_open_held(struct faults_fx *f, struct it_proxy *px, const char *outbox_keys)
 {
     char urls[128];
     it_proxy_start(px, 5672);
@@ -1173,16 +1166,16 @@ fx_open_held(struct fx *f, struct it_proxy *px, const char *outbox_keys)
  * finalize waits for the lock (NULL if it never did).
  */
 static char *
-lock_claimed_rows(struct fx *f, struct it_proxy *px, long long *locked)
+lock_claimed_rows(struct faults_fx *f, struct it_proxy *px, long long *locked)
 {
     uint64_t deadline = it_now_ms() + 20000;
-    while (it_db_count_status(f->sql, "PROCESSING") == 0 &&
+    while (it_db_count_status(f->it.sql, "PROCESSING") == 0 &&
            it_now_ms() < deadline)
         it_sleep_ms(1);
-    it_db_exec(f->sql, "START TRANSACTION");
-    *locked = it_db_int(f->sql, "SELECT COUNT(*) FROM (SELECT id FROM "
-                                "outbox_event WHERE status = 'PROCESSING' "
-                                "FOR UPDATE) x");
+    it_db_exec(f->it.sql, "START TRANSACTION");
+    *locked = it_db_int(f->it.sql, "SELECT COUNT(*) FROM (SELECT id FROM "
+                                   "outbox_event WHERE status = 'PROCESSING' "
+                                   "FOR UPDATE) x");
     px->stall_replies = false;
     ck_assert_msg(*locked > 0, "no claimed batch to lock");
     /* The relay's session has no default schema: its statement names
@@ -1190,11 +1183,11 @@ lock_claimed_rows(struct fx *f, struct it_proxy *px, long long *locked)
     char *session = NULL;
     bool waiting = IT_WAIT(
         20000, (free(session),
-                session = it_db_str(f->sql,
+                session = it_db_str(f->it.sql,
                                     "SELECT ID FROM information_schema."
                                     "PROCESSLIST WHERE ID <> CONNECTION_ID() "
                                     "AND INFO LIKE 'UPDATE `%s`%%SENT%%'",
-                                    f->db)) != NULL);
+                                    f->it.db)) != NULL);
     if (!waiting) {
         dump_logs(f);
         it_sh("mariadb -h127.0.0.1 -u%s -p%s -e 'SHOW FULL PROCESSLIST' >&2",
@@ -1209,25 +1202,26 @@ START_TEST(test_db_lost_at_finalize)
     /* One batch: a relay's first claim asks for 32 rows at most, until it
      * has seen how large they are (store_claim.c, claim_window). */
     enum { N = 32 };
-    struct fx f;
+    struct faults_fx f;
     struct it_proxy px;
     fx_open_held(&f, &px, "lease: 2s\nbatch_size: 40\npoll_interval: 20ms");
-    it_db_insert_events(f.sql, "outbox_event", "lost", N, N, 200000);
-    it_db_exec(f.sql, "COMMIT");
+    it_db_insert_events(f.it.sql, "outbox_event", "lost", N, N, 200000);
+    it_db_exec(f.it.sql, "COMMIT");
     long long locked;
     char *session = lock_claimed_rows(&f, &px, &locked);
     /* the database goes away for that session: error 2013 */
-    it_db_exec(f.sql, "KILL CONNECTION %s", session);
+    it_db_exec(f.it.sql, "KILL CONNECTION %s", session);
     free(session);
-    it_db_exec(f.sql, "ROLLBACK");
-    if (!IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N)) {
+    it_db_exec(f.it.sql, "ROLLBACK");
+    if (!IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == N)) {
         dump_logs(&f);
-        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.sql, "SENT"), N);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f.it.sql, "SENT"),
+                     N);
     }
     ck_assert_int_ge(log_count(&f, 0, "could not record the outcome"), 1);
     struct tally t;
     tally_init(&t, "lost", N, N);
-    receive_all(f.consumer, &t, 20000, 500);
+    receive_all(f.it.consumer, &t, 20000, 500);
     ck_assert_int_eq(t.distinct, N);
     /* the confirmed but unrecorded events went out again after the lease */
     fprintf(stderr, "db lost at finalize: %lld locked, %ld duplicates\n",
@@ -1245,18 +1239,19 @@ END_TEST
  * and consumed exactly once: nothing went out again after a lease.
  */
 static void
-assert_all_sent_once(struct fx *f, const char *prefix, int n)
+assert_all_sent_once(struct faults_fx *f, const char *prefix, int n)
 {
-    if (!IT_WAIT(30000, it_db_count_status(f->sql, "SENT") == n)) {
+    if (!IT_WAIT(30000, it_db_count_status(f->it.sql, "SENT") == n)) {
         dump_logs(f);
-        ck_abort_msg("%lld of %d SENT", it_db_count_status(f->sql, "SENT"), n);
+        ck_abort_msg("%lld of %d SENT", it_db_count_status(f->it.sql, "SENT"),
+                     n);
     }
-    ck_assert_int_eq(it_db_int(f->sql, "SELECT MAX(retry_count) FROM "
-                                       "outbox_event"),
+    ck_assert_int_eq(it_db_int(f->it.sql, "SELECT MAX(retry_count) FROM "
+                                          "outbox_event"),
                      0);
     struct tally t;
     tally_init(&t, prefix, n, n);
-    receive_all(f->consumer, &t, 20000, 500);
+    receive_all(f->it.consumer, &t, 20000, 500);
     ck_assert_int_eq(t.distinct, n);
     ck_assert_int_eq(t.total, n);
     tally_free(&t);
@@ -1266,17 +1261,17 @@ assert_all_sent_once(struct fx *f, const char *prefix, int n)
 START_TEST(test_lock_wait_at_finalize)
 {
     enum { N = 32 }; /* one batch, as above */
-    struct fx f;
+    struct faults_fx f;
     struct it_proxy px;
     fx_open_held(&f, &px, "batch_size: 40\npoll_interval: 20ms");
-    it_db_insert_events(f.sql, "outbox_event", "wait", N, N, 200000);
-    it_db_exec(f.sql, "COMMIT");
+    it_db_insert_events(f.it.sql, "outbox_event", "wait", N, N, 200000);
+    it_db_exec(f.it.sql, "COMMIT");
     long long locked;
     char *session = lock_claimed_rows(&f, &px, &locked);
     /* the relay's session waits 1 s for a row lock: hold it longer, so
      * that its record fails and a later cycle's is the one that lands */
     it_sleep_ms(3000);
-    it_db_exec(f.sql, "ROLLBACK");
+    it_db_exec(f.it.sql, "ROLLBACK");
     free(session);
     assert_all_sent_once(&f, "wait", N); /* recorded on the retry: no dup */
     ck_assert_int_eq(log_count(&f, 0, "could not record"), 0);
@@ -1300,26 +1295,27 @@ END_TEST
 START_TEST(test_claim_ahead_fails_on_dropped_column)
 {
     enum { N = 120 };
-    struct fx f;
+    struct faults_fx f;
     struct it_proxy px;
     fx_open_held(&f, &px, "lease: 5s\nbatch_size: 40\npoll_interval: 20ms");
-    it_db_insert_events(f.sql, "outbox_event", "drop", N, N, 100000);
-    it_db_exec(f.sql, "COMMIT");
+    it_db_insert_events(f.it.sql, "outbox_event", "drop", N, N, 100000);
+    it_db_exec(f.it.sql, "COMMIT");
     /* Rows alone, no gaps: the claim ahead must not wait for the test. */
-    it_db_exec(f.sql, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    it_db_exec(f.it.sql,
+               "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
     long long locked;
     free(lock_claimed_rows(&f, &px, &locked));
     it_sh("mariadb -h127.0.0.1 -u%s -p%s %s -e 'ALTER TABLE outbox_event "
           "DROP COLUMN trace_id' >/dev/null 2>&1 &",
-          IT_DB_USER, IT_DB_PASSWORD, f.db);
+          IT_DB_USER, IT_DB_PASSWORD, f.it.db);
     ck_assert(
-        IT_WAIT(10000, it_db_int(f.sql,
+        IT_WAIT(10000, it_db_int(f.it.sql,
                                  "SELECT COUNT(*) FROM information_schema."
                                  "PROCESSLIST WHERE DB = '%s' AND INFO LIKE "
                                  "'ALTER TABLE outbox_event%%' AND STATE "
                                  "LIKE '%%metadata lock%%'",
-                                 f.db) == 1));
-    it_db_exec(f.sql, "ROLLBACK");
+                                 f.it.db) == 1));
+    it_db_exec(f.it.sql, "ROLLBACK");
     assert_all_sent_once(&f, "drop", N);
     /* the claim ahead's error, reported as it was */
     ck_assert_int_ge(log_count(&f, 0, "Unknown column"), 1);
@@ -1338,12 +1334,12 @@ struct expect {
 };
 
 static void
-insert_bad_rows(struct fx *f)
+insert_bad_rows(struct faults_fx *f)
 {
     /* 'good' rows around each bad one, bad ones mid-wave */
-    insert_range(f->sql, "good", 0, 100, 100);
+    insert_range(f->it.sql, "good", 0, 100, 100);
     it_db_exec(
-        f->sql,
+        f->it.sql,
         "INSERT INTO outbox_event (event_id, aggregate_type, aggregate_id, "
         "event_type, payload) VALUES "
         "('null-payload', 'Bad', 'b-1', 'T', NULL), "
@@ -1356,13 +1352,13 @@ insert_bad_rows(struct fx *f)
         "('dup-1', 'Bad', 'b-7', 'T', '{\"first\":false}'), "
         "('too-large', 'Bad', 'b-8', 'T', REPEAT('x', 100000)), "
         "('after-too-large', 'Bad', 'b-8', 'T', '{}')");
-    insert_range(f->sql, "good", 100, 100, 100);
+    insert_range(f->it.sql, "good", 100, 100, 100);
 }
 
 START_TEST(test_bad_rows)
 {
     enum { N = 200 };
-    struct fx f;
+    struct faults_fx f;
     struct guard g;
     char limit[64];
     fx_open(&f, "#", NULL,
@@ -1370,9 +1366,10 @@ START_TEST(test_bad_rows)
             "backoff: { initial: 100ms, max: 200ms }",
             NULL);
     /* a plain index on event_id: duplicates across claims are found */
-    it_db_exec(f.sql, "ALTER TABLE outbox_event MODIFY payload LONGBLOB "
-                      "NULL, MODIFY event_id VARCHAR(64) NULL, DROP INDEX "
-                      "uk_outbox_event_id, ADD INDEX idx_event_id (event_id)");
+    it_db_exec(f.it.sql,
+               "ALTER TABLE outbox_event MODIFY payload LONGBLOB "
+               "NULL, MODIFY event_id VARCHAR(64) NULL, DROP INDEX "
+               "uk_outbox_event_id, ADD INDEX idx_event_id (event_id)");
     rabbit_eval("application:get_env(rabbit, max_message_size).", limit,
                 sizeof(limit));
     long orig = strtol(limit + strcspn(limit, "0123456789"), NULL, 10);
@@ -1392,19 +1389,19 @@ START_TEST(test_bad_rows)
         {"after-null-id", "SENT", NULL}, {"after-too-large", "SENT", NULL},
         {"too-large", "DEAD", "65536"},
     };
-    bool done = IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N + 7 &&
-                                   it_db_count_status(f.sql, "DEAD") == 3);
+    bool done = IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == N + 7 &&
+                                   it_db_count_status(f.it.sql, "DEAD") == 3);
     guard_end(&g);
     /* the first dup-1 is long SENT: a third one, in a later claim */
-    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
-                      "aggregate_id, event_type, payload) VALUES ('dup-1', "
-                      "'Bad', 'b-9', 'T', '{\"first\":false}')");
-    it_db_exec(f.sql, "COMMIT");
-    done = done && IT_WAIT(10000, it_db_count_status(f.sql, "DEAD") == 4);
+    it_db_exec(f.it.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                         "aggregate_id, event_type, payload) VALUES ('dup-1', "
+                         "'Bad', 'b-9', 'T', '{\"first\":false}')");
+    it_db_exec(f.it.sql, "COMMIT");
+    done = done && IT_WAIT(10000, it_db_count_status(f.it.sql, "DEAD") == 4);
     if (!done)
         dump_logs(&f);
-    ck_assert_int_eq(it_db_count_status(f.sql, "SENT"), N + 7);
-    ck_assert_int_eq(it_db_count_status(f.sql, "DEAD"), 4);
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "SENT"), N + 7);
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "DEAD"), 4);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         char *st = row_field(&f, want[i].event_id,
                              "CONCAT(status, ' ', COALESCE(last_error, ''))");
@@ -1414,13 +1411,13 @@ START_TEST(test_bad_rows)
             "%s: %s", want[i].event_id, st ? st : "(null)");
         free(st);
     }
-    char *e = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
-                               "event_id IS NULL AND status = 'DEAD'");
+    char *e = it_db_str(f.it.sql, "SELECT last_error FROM outbox_event WHERE "
+                                  "event_id IS NULL AND status = 'DEAD'");
     ck_assert_msg(e && strstr(e, "NULL"), "NULL event_id: %s",
                   e ? e : "(null)");
     free(e);
     for (int k = 7; k <= 9; k += 2) {
-        e = it_db_str(f.sql,
+        e = it_db_str(f.it.sql,
                       "SELECT CONCAT(status, ' ', last_error) FROM "
                       "outbox_event WHERE event_id = 'dup-1' AND "
                       "aggregate_id = 'b-%d'",
@@ -1433,15 +1430,15 @@ START_TEST(test_bad_rows)
     fprintf(stderr, "bad rows: too-large: %s\n", e);
     free(e);
     /* good rows lost no attempt to the one the broker refused */
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
-                                      "WHERE event_id LIKE 'good-%%' AND "
-                                      "retry_count > 0"),
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT COUNT(*) FROM outbox_event "
+                                         "WHERE event_id LIKE 'good-%%' AND "
+                                         "retry_count > 0"),
                      0);
     /* what the consumer got: every good one, the odd bodies as bytes */
     struct it_message m;
     int good = 0, got_dup = 0;
     char seen_good[N] = {0};
-    while (it_consumer_next(f.consumer, &m, 1000) == 1) {
+    while (it_consumer_next(f.it.consumer, &m, 1000) == 1) {
         const char *id = m.message_id;
         if (strncmp(id, "good-", 5) == 0) {
             long i = prefixed_number(id, "good");

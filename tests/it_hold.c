@@ -285,10 +285,7 @@ START_TEST(test_hold_gauges)
     struct it_fx f;
     char series[256];
     fx_open(&f, "sql/outbox.sql", FAST_DEAD "        on_dead: hold\n");
-    unsigned port = it_free_port();
-    ck_assert_int_eq(
-        it_sh("sed -i 's/listen: \"\"/listen: 127.0.0.1:%u/' %s", port, f.conf),
-        0);
+    unsigned port = it_fx_listen(&f);
     insert_poisoned(&f);
     it_fx_start(&f);
     expect_held(&f);

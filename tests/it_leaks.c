@@ -57,48 +57,38 @@ receive_all(struct it_consumer *c)
 
 START_TEST(test_drain_then_clean_exit)
 {
-    char name[64], db[96], ex[96], conf[256];
-    it_unique_name(name, sizeof(name), "it_leaks");
-    snprintf(db, sizeof(db), "outboxd_test_%s", name);
-    snprintf(ex, sizeof(ex), "ex_%s", name);
-    snprintf(conf, sizeof(conf), "/tmp/%s.yaml", name);
-    it_db_create(db, it_src_path("sql/outbox.sql"));
-    MYSQL *sql = it_db_connect(db);
-    struct it_consumer *c = it_consumer_new(ex, "#");
-    it_write_config(conf, name, db, "outbox_event", ex,
-                    "        batch_size: 200\n");
-    it_db_insert_events(sql, "outbox_event", "leak", N, AGGS, 256);
+    struct it_fx f;
+    it_fx_open(&f, "it_leaks", "sql/outbox.sql");
+    f.consumer = it_consumer_new(f.ex, "#");
+    it_fx_write_config(&f, "        batch_size: 200\n");
+    it_db_insert_events(f.sql, "outbox_event", "leak", N, AGGS, 256);
     /* A row the broker refuses to route and one with bad headers JSON
      * take the error paths too. */
-    it_db_exec(sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
-                    "aggregate_id, event_type, payload, headers) VALUES "
-                    "('bad-headers', 'Other', 'x', 'T', '{}', '[1]')");
-    struct it_daemon d;
-    it_daemon_start(&d, conf, name);
-    receive_all(c);
-    ck_assert(IT_WAIT(60000, it_db_count_status(sql, "SENT") == N));
-    ck_assert(IT_WAIT(60000, it_db_int(sql, "SELECT retry_count FROM "
-                                            "outbox_event WHERE event_id = "
-                                            "'bad-headers'") > 0));
+    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                      "aggregate_id, event_type, payload, headers) VALUES "
+                      "('bad-headers', 'Other', 'x', 'T', '{}', '[1]')");
+    it_fx_start(&f);
+    receive_all(f.consumer);
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == N));
+    ck_assert(IT_WAIT(60000, it_db_int(f.sql, "SELECT retry_count FROM "
+                                              "outbox_event WHERE event_id = "
+                                              "'bad-headers'") > 0));
     /* valgrind's leak check at exit takes a while. */
-    bool exited = it_daemon_signal_wait(&d, SIGTERM, 120000);
-    if (!exited || !WIFEXITED(d.status) || WEXITSTATUS(d.status) != 0)
-        it_daemon_dump_log(&d);
+    bool exited = it_daemon_signal_wait(&f.d, SIGTERM, 120000);
+    if (!exited || !WIFEXITED(f.d.status) || WEXITSTATUS(f.d.status) != 0)
+        it_daemon_dump_log(&f.d);
     ck_assert_msg(exited, "outboxd did not exit after SIGTERM");
-    ck_assert_msg(WIFEXITED(d.status), "outboxd died of signal %d",
-                  WIFSIGNALED(d.status) ? WTERMSIG(d.status) : 0);
-    ck_assert_msg(WEXITSTATUS(d.status) == 0,
+    ck_assert_msg(WIFEXITED(f.d.status), "outboxd died of signal %d",
+                  WIFSIGNALED(f.d.status) ? WTERMSIG(f.d.status) : 0);
+    ck_assert_msg(WEXITSTATUS(f.d.status) == 0,
                   "outboxd exited %d (99: valgrind found errors or leaks, "
                   "23: LeakSanitizer found leaks)",
-                  WEXITSTATUS(d.status));
+                  WEXITSTATUS(f.d.status));
     if (under_valgrind())
         ck_assert_msg(
-            it_sh("grep -q 'ERROR SUMMARY: 0 errors' '%s'", d.log_path) == 0,
-            "no clean valgrind summary in %s", d.log_path);
-    it_consumer_free(c);
-    mysql_close(sql);
-    it_db_drop(db);
-    unlink(conf);
+            it_sh("grep -q 'ERROR SUMMARY: 0 errors' '%s'", f.d.log_path) == 0,
+            "no clean valgrind summary in %s", f.d.log_path);
+    it_fx_close(&f);
 }
 END_TEST
 

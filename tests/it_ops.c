@@ -122,14 +122,13 @@ metric(const char *text, const char *series)
 
 /* ---- fixture ---- */
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256], series[160];
+/* The shared fixture, its HTTP endpoints on, with the outbox's labels
+ * and what a test may change of the broker. */
+struct ops_fx {
+    struct it_fx it;
+    char series[160];
     char broker_url[128];        /* IT_AMQP_URL unless a test moves it */
     const char *confirm_timeout; /* "10s" */
-    unsigned port;
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d;
 };
 
 /* Daemons of failed tests would outlive them: the runner kills them. */
@@ -140,9 +139,10 @@ registry_path(void)
 }
 
 static void
-fx_write_config(struct fx *f, const char *relay_extra, const char *outbox_extra)
+fx_write_config(struct ops_fx *f, const char *relay_extra,
+                const char *outbox_extra)
 {
-    it_write_file(f->conf,
+    it_write_file(f->it.conf,
                   "relay:\n"
                   "  id: %s\n"
                   "  log_level: info\n"
@@ -165,53 +165,42 @@ fx_write_config(struct fx *f, const char *relay_extra, const char *outbox_extra)
                   "        exchange: \"%s\"\n"
                   "        poll_interval: 50ms\n"
                   "%s",
-                  f->name, f->port, relay_extra ? relay_extra : "",
-                  f->broker_url, f->confirm_timeout, f->db, IT_DB_USER,
-                  IT_DB_PASSWORD, f->db, f->ex,
+                  f->it.name, f->it.port, relay_extra ? relay_extra : "",
+                  f->broker_url, f->confirm_timeout, f->it.db, IT_DB_USER,
+                  IT_DB_PASSWORD, f->it.db, f->it.ex,
                   outbox_extra ? outbox_extra : "");
 }
 
 static void
-fx_open(struct fx *f, const char *outbox_extra)
+fx_open(struct ops_fx *f, const char *outbox_extra)
 {
     memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_ops");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 7);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
+    it_fx_open(&f->it, "it_ops", "sql/outbox.sql");
     snprintf(f->series, sizeof(f->series), "{outbox=\"%s.outbox_event\"}",
-             f->db);
-    f->port = it_free_port();
+             f->it.db);
+    f->it.port = it_free_port();
     snprintf(f->broker_url, sizeof(f->broker_url), "%s", IT_AMQP_URL);
     f->confirm_timeout = "10s";
-    it_db_create(f->db, it_src_path("sql/outbox.sql"));
-    f->sql = it_db_connect(f->db);
-    f->consumer = it_consumer_new(f->ex, "#");
+    f->it.consumer = it_consumer_new(f->it.ex, "#");
     fx_write_config(f, NULL, outbox_extra);
 }
 
 static void
-fx_start(struct fx *f)
+fx_start(struct ops_fx *f)
 {
-    it_daemon_start(&f->d, f->conf, f->name);
+    it_fx_start(&f->it);
     FILE *reg = registry_path() ? fopen(registry_path(), "a") : NULL;
     if (reg != NULL) {
-        fprintf(reg, "%d\n", (int)f->d.pid);
+        fprintf(reg, "%d\n", (int)f->it.d.pid);
         fclose(reg);
     }
 }
 
-static void
-fx_close(struct fx *f)
-{
-    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
-}
-
 /* One series ("name{labels}") from a fresh scrape; -1 if absent. */
 static double
-fx_scrape(struct fx *f, const char *series)
+fx_scrape(struct ops_fx *f, const char *series)
 {
-    struct reply r = http_get(f->port, "/metrics", 2000);
+    struct reply r = http_get(f->it.port, "/metrics", 2000);
     double v = r.status == 200 ? metric(r.body, series) : -1;
     free(r.body);
     return v;
@@ -219,7 +208,7 @@ fx_scrape(struct fx *f, const char *series)
 
 /* One sample of this outbox's family name. */
 static double
-fx_metric(struct fx *f, const char *name)
+fx_metric(struct ops_fx *f, const char *name)
 {
     char series[256];
     snprintf(series, sizeof(series), "%s%s", name, f->series);
@@ -228,24 +217,25 @@ fx_metric(struct fx *f, const char *name)
 
 /* The sample of this outbox's family name whose label has value. */
 static double
-fx_labeled(struct fx *f, const char *name, const char *label, const char *value)
+fx_labeled(struct ops_fx *f, const char *name, const char *label,
+           const char *value)
 {
     char series[256];
     snprintf(series, sizeof(series), "%s{outbox=\"%s.outbox_event\",%s=\"%s\"}",
-             name, f->db, label, value);
+             name, f->it.db, label, value);
     return fx_scrape(f, series);
 }
 
 static double
-fx_rows(struct fx *f, const char *status)
+fx_rows(struct ops_fx *f, const char *status)
 {
     return fx_labeled(f, "outboxd_rows", "status", status);
 }
 
 static bool
-log_has(struct fx *f, const char *needle)
+log_has(struct ops_fx *f, const char *needle)
 {
-    FILE *fp = fopen(f->d.log_path, "r");
+    FILE *fp = fopen(f->it.d.log_path, "r");
     char line[4096];
     bool found = false;
     while (fp && !found && fgets(line, sizeof(line), fp))
@@ -256,10 +246,10 @@ log_has(struct fx *f, const char *needle)
 }
 
 static void
-fx_wait_ready(struct fx *f)
+fx_wait_ready(struct ops_fx *f)
 {
-    if (!IT_WAIT(30000, http_status(f->port, "/readyz") == 200)) {
-        it_daemon_dump_log(&f->d);
+    if (!IT_WAIT(30000, http_status(f->it.port, "/readyz") == 200)) {
+        it_daemon_dump_log(&f->it.d);
         ck_abort_msg("/readyz did not turn 200");
     }
 }
@@ -270,7 +260,7 @@ fx_wait_ready(struct fx *f)
  * all, duplicates counted.  Fails on a stray id or fewer than n.
  */
 static int
-receive_counted(struct fx *f, const char *prefix, int n, int timeout_ms,
+receive_counted(struct ops_fx *f, const char *prefix, int n, int timeout_ms,
                 int linger_ms)
 {
     char *seen = calloc((size_t)n, 1);
@@ -280,7 +270,7 @@ receive_counted(struct fx *f, const char *prefix, int n, int timeout_ms,
     size_t plen = strlen(prefix);
     while (distinct < n || linger_ms > 0) {
         int wait = distinct < n ? 500 : linger_ms;
-        if (it_consumer_next(f->consumer, &m, wait) == 0) {
+        if (it_consumer_next(f->it.consumer, &m, wait) == 0) {
             if (distinct == n || it_now_ms() > deadline)
                 break;
             continue;
@@ -302,7 +292,7 @@ receive_counted(struct fx *f, const char *prefix, int n, int timeout_ms,
 
 /* Receives until n distinct events arrived; fails on a duplicate. */
 static void
-receive_exactly(struct fx *f, const char *prefix, int n, int timeout_ms)
+receive_exactly(struct ops_fx *f, const char *prefix, int n, int timeout_ms)
 {
     int total = receive_counted(f, prefix, n, timeout_ms, 0);
     ck_assert_msg(total == n, "%d messages for %d events %s-*: duplicates",
@@ -312,12 +302,12 @@ receive_exactly(struct fx *f, const char *prefix, int n, int timeout_ms)
 /* ---- /metrics ---- */
 
 static void
-check_promtool(struct fx *f)
+check_promtool(struct ops_fx *f)
 {
     char path[300];
-    struct reply r = http_get(f->port, "/metrics", 2000);
+    struct reply r = http_get(f->it.port, "/metrics", 2000);
     ck_assert_int_eq(r.status, 200);
-    snprintf(path, sizeof(path), "/tmp/%s.metrics", f->name);
+    snprintf(path, sizeof(path), "/tmp/%s.metrics", f->it.name);
     it_write_file(path, "%s", r.body);
     int rc = it_sh("promtool check metrics < '%s'", path);
     if (rc != 0)
@@ -330,11 +320,11 @@ check_promtool(struct fx *f)
 /* The metric names conf/outboxd-alerts.yml uses, each in the scrape:
  * an alert on a name outboxd does not export would never fire. */
 static void
-check_alert_names(struct fx *f)
+check_alert_names(struct ops_fx *f)
 {
     FILE *fp = fopen(it_src_path("conf/outboxd-alerts.yml"), "r");
     ck_assert_ptr_nonnull(fp);
-    struct reply r = http_get(f->port, "/metrics", 2000);
+    struct reply r = http_get(f->it.port, "/metrics", 2000);
     ck_assert_int_eq(r.status, 200);
     char line[1024], name[128], labeled[160], bare[160];
     int names = 0;
@@ -360,12 +350,12 @@ check_alert_names(struct fx *f)
  * value its panels select is one outboxd serves (a panel on a name it
  * does not export would stay empty). */
 static void
-check_dashboard(struct fx *f)
+check_dashboard(struct ops_fx *f)
 {
     char path[300];
-    struct reply r = http_get(f->port, "/metrics", 2000);
+    struct reply r = http_get(f->it.port, "/metrics", 2000);
     ck_assert_int_eq(r.status, 200);
-    snprintf(path, sizeof(path), "/tmp/%s.dashboard.metrics", f->name);
+    snprintf(path, sizeof(path), "/tmp/%s.dashboard.metrics", f->it.name);
     it_write_file(path, "%s", r.body);
     /* The script finds conf/outboxd-dashboard.json beside itself. */
     int rc = it_sh("python3 '%s' --metrics '%s'",
@@ -378,18 +368,18 @@ check_dashboard(struct fx *f)
 
 START_TEST(test_metrics_follow_drain)
 {
-    struct fx f;
+    struct ops_fx f;
     fx_open(&f, NULL);
     fx_start(&f);
     fx_wait_ready(&f);
-    ck_assert_int_eq(http_status(f.port, "/healthz"), 200);
-    ck_assert_int_eq(http_status(f.port, "/nope"), 404);
+    ck_assert_int_eq(http_status(f.it.port, "/healthz"), 200);
+    ck_assert_int_eq(http_status(f.it.port, "/nope"), 404);
     ck_assert(fx_metric(&f, "outboxd_events_published_total") == 0);
 
-    it_db_insert_events(f.sql, "outbox_event", "a", 1000, 50, 128);
+    it_db_insert_events(f.it.sql, "outbox_event", "a", 1000, 50, 128);
     ck_assert(IT_WAIT(60000,
                       fx_metric(&f, "outboxd_events_published_total") == 1000));
-    it_db_insert_events(f.sql, "outbox_event", "b", 2000, 50, 128);
+    it_db_insert_events(f.it.sql, "outbox_event", "b", 2000, 50, 128);
     ck_assert(IT_WAIT(60000,
                       fx_metric(&f, "outboxd_events_published_total") == 3000));
     receive_exactly(&f, "a", 1000, 30000);
@@ -403,15 +393,16 @@ START_TEST(test_metrics_follow_drain)
 
     /* The gauges count the table every 5 s.  A PENDING event held back
      * by a RETRY one of its aggregate due in an hour stays pending. */
-    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
-                      "aggregate_id, event_type, payload, status, "
-                      "retry_count, next_retry_at, created_at) VALUES "
-                      "('held-0', 'Order', 'held', 'T', '{}', 'RETRY', 1, "
-                      "NOW(6) + INTERVAL 1 HOUR, NOW(6) - INTERVAL 3 MINUTE),"
-                      "('held-1', 'Order', 'held', 'T', '{}', 'PENDING', 0, "
-                      "NULL, NOW(6) - INTERVAL 2 MINUTE),"
-                      "('dead-0', 'Order', 'dead', 'T', '{}', 'DEAD', 11, "
-                      "NULL, NOW(6))");
+    it_db_exec(f.it.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status, "
+               "retry_count, next_retry_at, created_at) VALUES "
+               "('held-0', 'Order', 'held', 'T', '{}', 'RETRY', 1, "
+               "NOW(6) + INTERVAL 1 HOUR, NOW(6) - INTERVAL 3 MINUTE),"
+               "('held-1', 'Order', 'held', 'T', '{}', 'PENDING', 0, "
+               "NULL, NOW(6) - INTERVAL 2 MINUTE),"
+               "('dead-0', 'Order', 'dead', 'T', '{}', 'DEAD', 11, "
+               "NULL, NOW(6))");
     ck_assert(IT_WAIT(15000, fx_rows(&f, "DEAD") == 1 &&
                                  fx_rows(&f, "RETRY") == 1 &&
                                  fx_rows(&f, "PENDING") == 1));
@@ -422,9 +413,9 @@ START_TEST(test_metrics_follow_drain)
     check_promtool(&f);
     check_alert_names(&f);
     check_dashboard(&f);
-    ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
-    ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
-    fx_close(&f);
+    ck_assert(it_daemon_signal_wait(&f.it.d, SIGTERM, 10000));
+    ck_assert(WIFEXITED(f.it.d.status) && WEXITSTATUS(f.it.d.status) == 0);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -438,10 +429,10 @@ END_TEST
 START_TEST(test_late_confirms_counted)
 {
     enum { N = 20 };
-    struct fx f;
+    struct ops_fx f;
     struct it_proxy px;
     fx_open(&f, NULL);
-    it_db_exec(f.sql, "CREATE TABLE outbox_idle LIKE outbox_event");
+    it_db_exec(f.it.sql, "CREATE TABLE outbox_idle LIKE outbox_event");
     it_proxy_start(&px, 5672);
     snprintf(f.broker_url, sizeof(f.broker_url),
              "amqp://guest:guest@127.0.0.1:%u/", px.port);
@@ -453,26 +444,26 @@ START_TEST(test_late_confirms_counted)
     fx_wait_ready(&f);
     /* One event first: the exchange checked and a channel open, so the
      * next wave publishes before it waits for anything. */
-    it_db_insert_events(f.sql, "outbox_event", "first", 1, 1, 64);
-    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == 1));
+    it_db_insert_events(f.it.sql, "outbox_event", "first", 1, 1, 64);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == 1));
     px.stall_replies = true;
-    it_db_insert_events(f.sql, "outbox_event", "late", N, N, 64);
+    it_db_insert_events(f.it.sql, "outbox_event", "late", N, N, 64);
     /* The wave gives up: its channel closes, the connection stays for
      * the other outbox, and the confirms come once replies flow again. */
     if (!IT_WAIT(30000, log_has(&f, "no confirm within 1s"))) {
-        it_daemon_dump_log(&f.d);
+        it_daemon_dump_log(&f.it.d);
         ck_abort_msg("the wave never gave up");
     }
     ck_assert(fx_metric(&f, "outboxd_confirms_late_total") == 0);
     px.stall_replies = false;
     ck_assert(
         IT_WAIT(30000, fx_metric(&f, "outboxd_confirms_late_total") >= 1));
-    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == N + 1));
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == N + 1));
     /* Its rows went to RETRY, and out again: each twice. */
     ck_assert(fx_metric(&f, "outboxd_events_retried_total") >= N);
     ck_assert_int_ge(receive_counted(&f, "late", N, 30000, 1000), 2 * N);
-    ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
-    fx_close(&f);
+    ck_assert(it_daemon_signal_wait(&f.it.d, SIGTERM, 10000));
+    it_fx_close(&f.it);
     it_proxy_stop(&px);
 }
 END_TEST
@@ -480,21 +471,22 @@ END_TEST
 /* A listen address somebody holds: logged, exit 1, nothing claimed. */
 START_TEST(test_listen_in_use_is_fatal)
 {
-    struct fx f;
+    struct ops_fx f;
     fx_open(&f, NULL);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(f.port)};
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(f.it.port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     ck_assert_int_eq(listen(fd, 1), 0);
-    it_db_insert_events(f.sql, "outbox_event", "busy", 10, 10, 64);
+    it_db_insert_events(f.it.sql, "outbox_event", "busy", 10, 10, 64);
     fx_start(&f);
-    ck_assert(IT_WAIT(10000, !it_daemon_alive(&f.d)));
-    ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 1);
+    ck_assert(IT_WAIT(10000, !it_daemon_alive(&f.it.d)));
+    ck_assert(WIFEXITED(f.it.d.status) && WEXITSTATUS(f.it.d.status) == 1);
     ck_assert(log_has(&f, "Address already in use"));
-    ck_assert_int_eq(it_db_count_status(f.sql, "PENDING"), 10);
+    ck_assert_int_eq(it_db_count_status(f.it.sql, "PENDING"), 10);
     close(fd);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -551,24 +543,24 @@ beam_pid(void)
 
 START_TEST(test_readyz_follows_broker)
 {
-    struct fx f;
+    struct ops_fx f;
     fx_open(&f, NULL);
     fx_start(&f);
     fx_wait_ready(&f);
     ck_assert_int_eq(it_sh("rabbitmqctl -q stop_app"), 0);
-    char *body = wait_for_status(f.port, "/readyz", 503, 30000);
+    char *body = wait_for_status(f.it.port, "/readyz", 503, 30000);
     ck_assert_msg(body != NULL, "/readyz stayed 200 with the broker stopped");
-    ck_assert_msg(strstr(body, "broker not connected") && strstr(body, f.db),
+    ck_assert_msg(strstr(body, "broker not connected") && strstr(body, f.it.db),
                   "body: %s", body);
     free(body);
     ck_assert(fx_metric(&f, "outboxd_broker_connected") == 0);
     ck_assert(fx_metric(&f, "outboxd_database_connected") == 1);
-    ck_assert_int_eq(http_status(f.port, "/healthz"), 200);
+    ck_assert_int_eq(http_status(f.it.port, "/healthz"), 200);
     ck_assert_int_eq(it_sh("rabbitmqctl -q start_app"), 0);
     ck_assert(IT_WAIT(60000, rabbit_up()));
     fx_wait_ready(&f);
     ck_assert(fx_metric(&f, "outboxd_broker_connected") == 1);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -577,25 +569,25 @@ END_TEST
 START_TEST(test_healthz_while_broker_frozen)
 {
     enum { N = 20000 };
-    struct fx f;
+    struct ops_fx f;
     fx_open(&f, "        batch_size: 1000\n");
-    it_db_insert_events(f.sql, "outbox_event", "frz", N, 200, 256);
+    it_db_insert_events(f.it.sql, "outbox_event", "frz", N, 200, 256);
     fx_start(&f);
-    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") >= 1000));
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.it.sql, "SENT") >= 1000));
     pid_t beam = beam_pid();
     ck_assert_int_gt(beam, 0);
     ck_assert_int_eq(kill(beam, SIGSTOP), 0);
     uint64_t worst = 0, until = it_now_ms() + 3000;
     const char *paths[] = {"/healthz", "/metrics", "/readyz"};
     for (int i = 0; it_now_ms() < until; i++) {
-        struct reply r = http_get(f.port, paths[i % 3], 2000);
+        struct reply r = http_get(f.it.port, paths[i % 3], 2000);
         bool ok = r.status == 200 || (i % 3 == 2 && r.status == 503);
         free(r.body);
         if (!ok || r.ms > worst)
             worst = ok ? r.ms : 9999;
         it_sleep_ms(100);
     }
-    long long sent = it_db_count_status(f.sql, "SENT");
+    long long sent = it_db_count_status(f.it.sql, "SENT");
     kill(beam, SIGCONT);
     fprintf(stderr, "broker frozen: slowest HTTP answer %llu ms\n",
             (unsigned long long)worst);
@@ -604,14 +596,14 @@ START_TEST(test_healthz_while_broker_frozen)
     ck_assert_msg(worst < 100, "slowest answer while frozen: %llu ms",
                   (unsigned long long)worst);
     /* and the drain finishes once the broker thaws */
-    ck_assert(IT_WAIT(120000, it_db_count_status(f.sql, "SENT") == N));
-    fx_close(&f);
+    ck_assert(IT_WAIT(120000, it_db_count_status(f.it.sql, "SENT") == N));
+    it_fx_close(&f.it);
 }
 END_TEST
 
 /* Seconds the relay waited on one server, from a fresh scrape. */
 static double
-fx_wait(struct fx *f, const char *on)
+fx_wait(struct ops_fx *f, const char *on)
 {
     return fx_labeled(f, "outboxd_wait_seconds_total", "on", on);
 }
@@ -625,22 +617,22 @@ fx_wait(struct fx *f, const char *on)
 START_TEST(test_wait_names_the_pace)
 {
     enum { N = 20000 };
-    struct fx f;
+    struct ops_fx f;
     fx_open(&f, "        batch_size: 1000\n");
     fx_start(&f);
     fx_wait_ready(&f);
     double db0 = fx_wait(&f, "database"), br0 = fx_wait(&f, "broker");
     ck_assert(db0 >= 0 && br0 >= 0);
-    it_db_exec(f.sql, "LOCK TABLES outbox_event WRITE");
+    it_db_exec(f.it.sql, "LOCK TABLES outbox_event WRITE");
     bool held = IT_WAIT(10000, fx_wait(&f, "database") - db0 >= 1.5);
     double br1 = fx_wait(&f, "broker");
-    it_db_exec(f.sql, "UNLOCK TABLES");
+    it_db_exec(f.it.sql, "UNLOCK TABLES");
     ck_assert_msg(held, "database wait %.3f s with the table locked",
                   fx_wait(&f, "database") - db0);
     ck_assert_msg(br1 - br0 < 0.1, "broker wait %.3f s", br1 - br0);
 
-    it_db_insert_events(f.sql, "outbox_event", "pace", N, 200, 256);
-    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") >= 1000));
+    it_db_insert_events(f.it.sql, "outbox_event", "pace", N, 200, 256);
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.it.sql, "SENT") >= 1000));
     pid_t beam = beam_pid();
     ck_assert_int_gt(beam, 0);
     double db1 = fx_wait(&f, "database");
@@ -652,90 +644,90 @@ START_TEST(test_wait_names_the_pace)
     ck_assert_msg(held, "broker wait %.3f s with the broker frozen",
                   fx_wait(&f, "broker") - br1);
     ck_assert_msg(db2 - db1 < 0.5, "database wait %.3f s", db2 - db1);
-    ck_assert(IT_WAIT(120000, it_db_count_status(f.sql, "SENT") == N));
+    ck_assert(IT_WAIT(120000, it_db_count_status(f.it.sql, "SENT") == N));
     receive_exactly(&f, "pace", N, 60000);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
 /* ---- SIGHUP ---- */
 
 static double
-batches(struct fx *f)
+batches(struct ops_fx *f)
 {
     return fx_metric(f, "outboxd_batches_total");
 }
 
 START_TEST(test_sighup_applies_batch_size)
 {
-    struct fx f;
+    struct ops_fx f;
     fx_open(&f, "        batch_size: 1000\n");
     fx_start(&f);
     fx_wait_ready(&f);
     /* 200 rows in one INSERT: one claim takes them all */
-    it_db_insert_events(f.sql, "outbox_event", "big", 200, 200, 64);
+    it_db_insert_events(f.it.sql, "outbox_event", "big", 200, 200, 64);
     ck_assert(
         IT_WAIT(30000, fx_metric(&f, "outboxd_events_published_total") == 200));
     double b0 = batches(&f);
     ck_assert_msg(b0 >= 1 && b0 <= 3, "%f batches for 200 rows", b0);
 
     fx_write_config(&f, NULL, "        batch_size: 10\n");
-    kill(f.d.pid, SIGHUP);
+    kill(f.it.d.pid, SIGHUP);
     ck_assert(IT_WAIT(10000, log_has(&f, "batch_size: 1000 -> 10")));
-    it_db_insert_events(f.sql, "outbox_event", "small", 200, 200, 64);
+    it_db_insert_events(f.it.sql, "outbox_event", "small", 200, 200, 64);
     ck_assert(
         IT_WAIT(30000, fx_metric(&f, "outboxd_events_published_total") == 400));
     double b1 = batches(&f) - b0;
     ck_assert_msg(b1 >= 20, "%f batches for 200 rows at batch_size 10", b1);
 
     /* a reload in the middle of a drain loses and repeats nothing */
-    it_db_insert_events(f.sql, "outbox_event", "mid", 3000, 300, 64);
-    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") >= 600));
+    it_db_insert_events(f.it.sql, "outbox_event", "mid", 3000, 300, 64);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") >= 600));
     fx_write_config(&f, NULL, "        batch_size: 500\n");
-    kill(f.d.pid, SIGHUP);
-    ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == 3400));
+    kill(f.it.d.pid, SIGHUP);
+    ck_assert(IT_WAIT(60000, it_db_count_status(f.it.sql, "SENT") == 3400));
     ck_assert(log_has(&f, "batch_size: 10 -> 500"));
     receive_exactly(&f, "big", 200, 30000);
     receive_exactly(&f, "small", 200, 30000);
     receive_exactly(&f, "mid", 3000, 30000);
     ck_assert(fx_metric(&f, "outboxd_events_published_total") == 3400);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
 START_TEST(test_sighup_refused_and_broken)
 {
-    struct fx f;
+    struct ops_fx f;
     fx_open(&f, NULL);
     fx_start(&f);
     fx_wait_ready(&f);
-    unsigned old_port = f.port;
-    f.port = it_free_port();
+    unsigned old_port = f.it.port;
+    f.it.port = it_free_port();
     fx_write_config(&f, "  log_format: json\n", "        max_retries: 4\n");
-    f.port = old_port;
-    kill(f.d.pid, SIGHUP);
+    f.it.port = old_port;
+    kill(f.it.d.pid, SIGHUP);
     ck_assert(IT_WAIT(10000, log_has(&f, "configuration reloaded")));
     ck_assert(log_has(&f, "relay.listen: cannot change without a restart"));
     ck_assert(log_has(&f, "max_retries: 10 -> 4"));
     /* log_format applied: the lines after the reload are JSON */
     ck_assert(log_has(&f, "{\"ts\":"));
-    ck_assert_int_eq(http_status(f.port, "/healthz"), 200);
+    ck_assert_int_eq(http_status(f.it.port, "/healthz"), 200);
 
-    it_write_file(f.conf, "relay:\n  listen: [unclosed\n");
-    kill(f.d.pid, SIGHUP);
+    it_write_file(f.it.conf, "relay:\n  listen: [unclosed\n");
+    kill(f.it.d.pid, SIGHUP);
     ck_assert(IT_WAIT(10000, log_has(&f, "still running the previous "
                                          "configuration")));
-    ck_assert(log_has(&f, f.conf));
+    ck_assert(log_has(&f, f.it.conf));
     ck_assert(fx_scrape(&f, "outboxd_config_last_reload_successful") == 0);
     ck_assert(
         fx_scrape(&f, "outboxd_config_reloads_total{result=\"failure\"}") == 1);
-    ck_assert(it_daemon_alive(&f.d));
-    it_db_insert_events(f.sql, "outbox_event", "after", 100, 10, 64);
+    ck_assert(it_daemon_alive(&f.it.d));
+    it_db_insert_events(f.it.sql, "outbox_event", "after", 100, 10, 64);
     receive_exactly(&f, "after", 100, 30000);
-    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == 100));
-    ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 10000));
-    ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
-    fx_close(&f);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == 100));
+    ck_assert(it_daemon_signal_wait(&f.it.d, SIGTERM, 10000));
+    ck_assert(WIFEXITED(f.it.d.status) && WEXITSTATUS(f.it.d.status) == 0);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -763,11 +755,11 @@ notify_expect(int fd, const char *want, int timeout_ms)
 
 START_TEST(test_notify_socket)
 {
-    struct fx f;
+    struct ops_fx f;
     char name[108];
     fx_open(&f, NULL);
     /* systemd's own choice of address: an abstract socket */
-    snprintf(name, sizeof(name), "@%s.notify", f.name);
+    snprintf(name, sizeof(name), "@%s.notify", f.it.name);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path + 1, name + 1, strlen(name) - 1);
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -784,15 +776,15 @@ START_TEST(test_notify_socket)
     for (int i = 0; i < 3; i++)
         ck_assert(notify_expect(fd, "WATCHDOG=1", 1000));
     ck_assert(notify_expect(fd, "STATUS=relaying 1 outbox", 15000));
-    kill(f.d.pid, SIGHUP);
+    kill(f.it.d.pid, SIGHUP);
     ck_assert(notify_expect(fd, "RELOADING=1", 5000));
     ck_assert(notify_expect(fd, "READY=1", 5000));
-    kill(f.d.pid, SIGTERM);
+    kill(f.it.d.pid, SIGTERM);
     ck_assert(notify_expect(fd, "STOPPING=1", 5000));
-    ck_assert(IT_WAIT(10000, !it_daemon_alive(&f.d)));
-    ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
+    ck_assert(IT_WAIT(10000, !it_daemon_alive(&f.it.d)));
+    ck_assert(WIFEXITED(f.it.d.status) && WEXITSTATUS(f.it.d.status) == 0);
     close(fd);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 

@@ -30,62 +30,53 @@ Suite *it_ordering_suite(void);
 
 /* Relays are children of the test process: if an assertion ends it, Check
  * kills its process group, relays included. */
-struct fx {
-    char name[64], db[96], ex[96];
-    char conf[NRELAYS][256], relay_id[NRELAYS][80];
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d[NRELAYS];
+struct ord_fx {
+    struct it_fx it;
+    struct it_fx_relay r[NRELAYS];
     int nrelays;
 };
 
-static void bind_all(struct fx *f, const char *bindings);
+static void bind_all(struct ord_fx *f, const char *bindings);
 
 /*
  * A scratch database, an exchange and a consumer queue bound with each
  * of the space-separated binding keys, and one config per relay.
  */
 static void
-fx_open(struct fx *f, int nrelays, const char *bindings, const char *extra)
+fx_open(struct ord_fx *f, int nrelays, const char *bindings, const char *extra)
 {
     memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_ord");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 3);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    it_db_create(f->db, it_src_path("sql/outbox.sql"));
-    f->sql = it_db_connect(f->db);
+    it_fx_open(&f->it, "it_ord", "sql/outbox.sql");
     char first[64];
     sscanf(bindings, "%63s", first);
-    f->consumer = it_consumer_new(f->ex, first);
+    f->it.consumer = it_consumer_new(f->it.ex, first);
     bind_all(f, bindings);
     f->nrelays = nrelays;
     for (int i = 0; i < nrelays; i++) {
-        snprintf(f->relay_id[i], sizeof(f->relay_id[i]), "%s-r%d", f->name,
-                 i + 1);
-        snprintf(f->conf[i], sizeof(f->conf[i]), "/tmp/%s.yaml",
-                 f->relay_id[i]);
-        it_write_config(f->conf[i], f->relay_id[i], f->db, "outbox_event",
-                        f->ex, extra);
+        char suffix[8];
+        snprintf(suffix, sizeof(suffix), "-r%d", i + 1);
+        it_fx_relay_name(&f->it, &f->r[i], suffix);
+        it_write_config(f->r[i].conf, f->r[i].id, f->it.db, "outbox_event",
+                        f->it.ex, extra);
     }
 }
 
 static void
-fx_start(struct fx *f, int i)
+fx_start(struct ord_fx *f, int i)
 {
-    it_daemon_start(&f->d[i], f->conf[i], f->relay_id[i]);
+    it_daemon_start(&f->r[i].d, f->r[i].conf, f->r[i].id);
 }
 
 static void
-fx_close(struct fx *f)
+fx_close(struct ord_fx *f)
 {
     for (int i = 0; i < f->nrelays; i++) {
-        if (f->d[i].pid > 0 && !it_daemon_signal_wait(&f->d[i], SIGKILL, 5000))
+        struct it_daemon *d = &f->r[i].d;
+        if (d->pid > 0 && !it_daemon_signal_wait(d, SIGKILL, 5000))
             ck_abort_msg("relay %d did not die", i + 1);
-        unlink(f->conf[i]);
+        unlink(f->r[i].conf);
     }
-    it_consumer_free(f->consumer);
-    mysql_close(f->sql);
-    it_db_drop(f->db);
+    it_fx_close(&f->it);
 }
 
 /* ---- AMQP: one binding added while the test runs ---- */
@@ -120,12 +111,12 @@ bind_queue(const char *queue, const char *exchange, const char *key)
 }
 
 static void
-bind_all(struct fx *f, const char *bindings)
+bind_all(struct ord_fx *f, const char *bindings)
 {
     char *copy = strdup(bindings), *save = NULL;
     for (char *k = strtok_r(copy, " ", &save); k;
          k = strtok_r(NULL, " ", &save))
-        bind_queue(it_consumer_queue(f->consumer), f->ex, k);
+        bind_queue(it_consumer_queue(f->it.consumer), f->it.ex, k);
     free(copy);
 }
 
@@ -236,12 +227,12 @@ tally_message(struct tally *t, const struct it_message *m)
 
 /* Receives for up to timeout_ms or until every event arrived. */
 static void
-receive_all(struct fx *f, struct tally *t, int timeout_ms)
+receive_all(struct ord_fx *f, struct tally *t, int timeout_ms)
 {
     uint64_t deadline = it_now_ms() + (uint64_t)timeout_ms;
     struct it_message m;
     while (t->distinct < t->n && it_now_ms() < deadline)
-        if (it_consumer_next(f->consumer, &m, 200) == 1) {
+        if (it_consumer_next(f->it.consumer, &m, 200) == 1) {
             tally_message(t, &m);
             it_message_free(&m);
         }
@@ -255,12 +246,12 @@ rate(long n, uint64_t ms)
 
 /* Every event SENT, none left in any other state. */
 static void
-assert_all_sent(struct fx *f, int n)
+assert_all_sent(struct ord_fx *f, int n)
 {
-    if (!IT_WAIT(30000, it_db_count_status(f->sql, "SENT") == n))
+    if (!IT_WAIT(30000, it_db_count_status(f->it.sql, "SENT") == n))
         ck_abort_msg("%lld of %d SENT, %lld DEAD",
-                     it_db_count_status(f->sql, "SENT"), n,
-                     it_db_count_status(f->sql, "DEAD"));
+                     it_db_count_status(f->it.sql, "SENT"), n,
+                     it_db_count_status(f->it.sql, "DEAD"));
 }
 
 /* ---- tests ---- */
@@ -275,14 +266,14 @@ enum { N = 20000, AGGS = 200 };
 START_TEST(test_three_relays_kills_and_late_route)
 {
     enum { KILLS = 8, ROUTE_AFTER_MS = 6000 };
-    struct fx f;
+    struct ord_fx f;
     /* A short lease brings a killed relay's rows back soon; retries are
      * quick and many, so that the unroutable events end SENT. */
     fx_open(&f, NRELAYS, "Order.Created Order.Paid",
             "        lease: 4s\n"
             "        max_retries: 1000\n"
             "        backoff: { initial: 100ms, max: 1s }\n");
-    insert_workload(f.sql, "ev", N, AGGS, 50, 42);
+    insert_workload(f.it.sql, "ev", N, AGGS, 50, 42);
     struct tally t;
     tally_init(&t, N, AGGS);
     unsigned seed = (unsigned)getpid();
@@ -301,12 +292,12 @@ START_TEST(test_three_relays_kills_and_late_route)
         }
         if (kills < KILLS && now >= next_kill) {
             int r = rand_r(&seed) % NRELAYS;
-            ck_assert(it_daemon_signal_wait(&f.d[r], SIGKILL, 5000));
+            ck_assert(it_daemon_signal_wait(&f.r[r].d, SIGKILL, 5000));
             fx_start(&f, r);
             kills++;
             next_kill = now + 700 + (uint64_t)(rand_r(&seed) % 1500);
         }
-        if (it_consumer_next(f.consumer, &m, 100) == 1) {
+        if (it_consumer_next(f.it.consumer, &m, 100) == 1) {
             tally_message(&t, &m);
             it_message_free(&m);
         }
@@ -321,8 +312,9 @@ START_TEST(test_three_relays_kills_and_late_route)
             t.duplicates);
     assert_all_sent(&f, N);
     ck_assert_msg(
-        it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event WHERE event_type "
-                         "= '" LATE_TYPE "' AND retry_count > 0") > 0,
+        it_db_int(f.it.sql,
+                  "SELECT COUNT(*) FROM outbox_event WHERE event_type "
+                  "= '" LATE_TYPE "' AND retry_count > 0") > 0,
         "no event of type " LATE_TYPE " was ever unroutable");
     tally_free(&t);
     fx_close(&f);
@@ -359,12 +351,12 @@ watch_main(void *arg)
 static uint64_t
 drain_without_faults(int nrelays)
 {
-    struct fx f;
+    struct ord_fx f;
     fx_open(&f, nrelays, "Order.*", NULL);
-    insert_workload(f.sql, "ev", N, AGGS, 0, 42);
+    insert_workload(f.it.sql, "ev", N, AGGS, 0, 42);
     struct tally t;
     tally_init(&t, N, AGGS);
-    struct drain_watch w = {.db = f.db, .t0 = it_now_ms()};
+    struct drain_watch w = {.db = f.it.db, .t0 = it_now_ms()};
     ck_assert_int_eq(pthread_create(&w.thread, NULL, watch_main, &w), 0);
     for (int i = 0; i < nrelays; i++)
         fx_start(&f, i);
@@ -380,7 +372,7 @@ drain_without_faults(int nrelays)
     assert_all_sent(&f, N);
     /* nothing more may arrive: every event exactly once */
     struct it_message extra;
-    if (it_consumer_next(f.consumer, &extra, 1000) == 1)
+    if (it_consumer_next(f.it.consumer, &extra, 1000) == 1)
         ck_abort_msg("duplicate or stray message %s", extra.message_id);
     ck_assert_int_eq(t.duplicates, 0);
     for (int i = 0; i < N; i++)
@@ -388,9 +380,9 @@ drain_without_faults(int nrelays)
                       t.copies[i]);
     /* no relay saw its lease taken, mid-batch or at finalize */
     for (int i = 0; i < nrelays; i++)
-        ck_assert_msg(it_sh("grep -q 'lost the lease' '%s'", f.d[i].log_path) !=
-                          0,
-                      "relay %d lost a lease without faults", i + 1);
+        ck_assert_msg(
+            it_sh("grep -q 'lost the lease' '%s'", f.r[i].d.log_path) != 0,
+            "relay %d lost a lease without faults", i + 1);
     tally_free(&t);
     fx_close(&f);
     return w.sent_ms;
@@ -421,9 +413,9 @@ drain_hot_aggregate(const char *ordering)
              "        poll_interval: %dms\n"
              "        ordering: %s\n",
              POLL_MS, ordering);
-    struct fx f;
+    struct ord_fx f;
     fx_open(&f, 1, "Order.*", extra);
-    insert_workload(f.sql, "hot", HOT, 1, 0, 7);
+    insert_workload(f.it.sql, "hot", HOT, 1, 0, 7);
     struct tally t;
     tally_init(&t, HOT, 1);
     uint64_t t0 = it_now_ms();
@@ -468,30 +460,30 @@ END_TEST
 START_TEST(test_held_aggregate_does_not_stall_table)
 {
     enum { HELD = 700, OTHERS = 50 };
-    struct fx f;
+    struct ord_fx f;
     fx_open(&f, 1, "Order.*", "        batch_size: 100\n");
-    it_db_exec(f.sql,
+    it_db_exec(f.it.sql,
                "INSERT INTO outbox_event (event_id, aggregate_type, "
                "aggregate_id, event_type, payload, status, retry_count, "
                "next_retry_at, last_error) VALUES ('held-0', 'Order', "
                "'held', 'OrderCreated', '{}', 'RETRY', 1, NOW(6) + INTERVAL "
                "1 HOUR, 'NO_ROUTE: test')");
-    it_db_insert_events(f.sql, "outbox_event", "queued", HELD, 1, 32);
-    it_db_exec(f.sql, "UPDATE outbox_event SET aggregate_id = 'held' WHERE "
-                      "event_id LIKE 'queued-%%'");
-    it_db_insert_events(f.sql, "outbox_event", "free", OTHERS, OTHERS, 32);
-    it_db_exec(f.sql, "COMMIT");
+    it_db_insert_events(f.it.sql, "outbox_event", "queued", HELD, 1, 32);
+    it_db_exec(f.it.sql, "UPDATE outbox_event SET aggregate_id = 'held' WHERE "
+                         "event_id LIKE 'queued-%%'");
+    it_db_insert_events(f.it.sql, "outbox_event", "free", OTHERS, OTHERS, 32);
+    it_db_exec(f.it.sql, "COMMIT");
     fx_start(&f, 0);
     /* every other aggregate gets through while "held" waits */
     ck_assert_msg(
-        IT_WAIT(20000, it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
-                                        "WHERE event_id LIKE 'free-%%' AND "
-                                        "status = 'SENT'") == OTHERS),
+        IT_WAIT(20000, it_db_int(f.it.sql, "SELECT COUNT(*) FROM outbox_event "
+                                           "WHERE event_id LIKE 'free-%%' AND "
+                                           "status = 'SENT'") == OTHERS),
         "the table stalled behind one held aggregate");
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
-                                      "WHERE aggregate_id = 'held' AND "
-                                      "status <> 'PENDING' AND event_id <> "
-                                      "'held-0'"),
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT COUNT(*) FROM outbox_event "
+                                         "WHERE aggregate_id = 'held' AND "
+                                         "status <> 'PENDING' AND event_id <> "
+                                         "'held-0'"),
                      0);
     fx_close(&f);
 }
@@ -631,15 +623,15 @@ run_producers(struct producers *p)
 
 /* The relays claim before the producers start: one event, consumed. */
 static void
-wait_relay_running(struct fx *f)
+wait_relay_running(struct ord_fx *f)
 {
-    it_db_exec(f->sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
-                       "aggregate_id, event_type, payload) VALUES ('warm', "
-                       "'Order', 'warm', 'Changed', '{}')");
+    it_db_exec(f->it.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                          "aggregate_id, event_type, payload) VALUES ('warm', "
+                          "'Order', 'warm', 'Changed', '{}')");
     for (int i = 0; i < f->nrelays; i++)
         fx_start(f, i);
     struct it_message m;
-    ck_assert_msg(it_consumer_next(f->consumer, &m, 20000) == 1,
+    ck_assert_msg(it_consumer_next(f->it.consumer, &m, 20000) == 1,
                   "the relays published nothing within 20 s");
     ck_assert_str_eq(m.message_id, "warm");
     it_message_free(&m);
@@ -650,13 +642,13 @@ wait_relay_running(struct fx *f)
  * arrived, then makes sure nothing more comes: every event exactly once.
  */
 static void
-receive_positions(struct fx *f, struct producers *p)
+receive_positions(struct ord_fx *f, struct producers *p)
 {
     long seen = 0, pos = 0;
     uint64_t deadline = it_now_ms() + 30000;
     struct it_message m;
     while (seen < PEVENTS && it_now_ms() < deadline)
-        if (it_consumer_next(f->consumer, &m, 200) == 1) {
+        if (it_consumer_next(f->it.consumer, &m, 200) == 1) {
             long k = suffix_index(m.message_id);
             ck_assert_msg(k >= 0 && k < PEVENTS, "stray message %s",
                           m.message_id);
@@ -669,7 +661,7 @@ receive_positions(struct fx *f, struct producers *p)
     ck_assert_msg(seen == PEVENTS, "%ld of %d events arrived (seed %u)", seen,
                   PEVENTS, p->seed);
     assert_all_sent(f, PEVENTS + 1);
-    if (it_consumer_next(f->consumer, &m, 1000) == 1)
+    if (it_consumer_next(f->it.consumer, &m, 1000) == 1)
         ck_abort_msg("event %s arrived twice (seed %u)", m.message_id, p->seed);
     for (int k = 0; k < PEVENTS; k++)
         ck_assert_msg(p->ev[k].copies == 1, "event pc-%d arrived %ld times", k,
@@ -684,14 +676,14 @@ receive_positions(struct fx *f, struct producers *p)
 static void
 producers_round(struct producers *p)
 {
-    struct fx f;
+    struct ord_fx f;
     fx_open(&f, 2, "Order.*", "        poll_interval: 5ms\n");
-    it_db_exec(f.sql, "CREATE TABLE aggregates (id INT PRIMARY KEY, version "
-                      "INT NOT NULL DEFAULT 0) ENGINE=InnoDB");
+    it_db_exec(f.it.sql, "CREATE TABLE aggregates (id INT PRIMARY KEY, version "
+                         "INT NOT NULL DEFAULT 0) ENGINE=InnoDB");
     for (int a = 0; a < PAGGS; a++)
-        it_db_exec(f.sql, "INSERT INTO aggregates (id) VALUES (%d)", a);
+        it_db_exec(f.it.sql, "INSERT INTO aggregates (id) VALUES (%d)", a);
     wait_relay_running(&f);
-    p->db = f.db;
+    p->db = f.it.db;
     p->error[0] = '\0';
     memset(p->ev, 0, sizeof(p->ev));
     run_producers(p);

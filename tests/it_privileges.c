@@ -17,60 +17,19 @@
 
 Suite *it_privileges_suite(void);
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256];
-    char user[64], password[64];
-    unsigned port;
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d;
-};
-
+/* The shared fixture, its HTTP endpoints on and a consumer of all. */
 static void
-fx_open(struct fx *f, const char *outbox_keys)
+fx_open(struct it_fx *f, const char *outbox_keys)
 {
-    memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_priv");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    it_db_create(f->db, it_src_path("sql/outbox.sql"));
-    f->sql = it_db_connect(f->db);
-    it_db_grant_relay(f->db, "outbox_event", f->user, sizeof(f->user),
-                      f->password, sizeof(f->password));
+    it_fx_open(f, "it_priv", "sql/outbox.sql");
+    it_fx_write_config(f, outbox_keys);
+    it_fx_listen(f);
     f->consumer = it_consumer_new(f->ex, "#");
-    f->port = it_free_port();
-    it_write_file(f->conf,
-                  "relay:\n"
-                  "  id: %s\n"
-                  "  log_level: debug\n"
-                  "  listen: \"127.0.0.1:%u\"\n"
-                  "brokers:\n"
-                  "  main:\n"
-                  "    url: %s\n"
-                  "databases:\n"
-                  "  %s:\n"
-                  "    host: 127.0.0.1\n"
-                  "    user: %s\n"
-                  "    password: %s\n"
-                  "    database: %s\n"
-                  "    outboxes:\n"
-                  "      - table: outbox_event\n"
-                  "        exchange: \"%s\"\n"
-                  "%s",
-                  f->name, f->port, IT_AMQP_URL, f->db, f->user, f->password,
-                  f->db, f->ex, outbox_keys ? outbox_keys : "");
-}
-
-static void
-fx_close(struct fx *f)
-{
-    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
 }
 
 /* Runs a statement on both of the account's hosts. */
 static void
-fx_grant(struct fx *f, const char *verb, const char *privs)
+fx_grant(struct it_fx *f, const char *verb, const char *privs)
 {
     static const char *const hosts[] = {"127.0.0.1", "localhost"};
     for (int i = 0; i < 2; i++)
@@ -80,7 +39,7 @@ fx_grant(struct fx *f, const char *verb, const char *privs)
 }
 
 static void
-wait_log(struct fx *f, const char *what)
+wait_log(struct it_fx *f, const char *what)
 {
     if (!IT_WAIT(30000, it_file_has(f->d.log_path, what))) {
         it_daemon_dump_log(&f->d);
@@ -90,7 +49,7 @@ wait_log(struct fx *f, const char *what)
 
 /* Not ready for a while, and nothing published or claimed meanwhile. */
 static void
-assert_stays_not_ready(struct fx *f, int n)
+assert_stays_not_ready(struct it_fx *f, int n)
 {
     for (int i = 0; i < 6; i++) {
         char *body;
@@ -119,7 +78,7 @@ lines_with(const char *path, const char *needle)
 
 START_TEST(test_grants_exactly)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "        on_sent: delete\n");
     char *grants = it_db_str(f.sql,
                              "SELECT GROUP_CONCAT(PRIVILEGE_TYPE ORDER BY "
@@ -144,7 +103,7 @@ START_TEST(test_grants_exactly)
     free(grants);
     /* ... and with it the relay drains and deletes (on_sent: delete). */
     it_db_insert_events(f.sql, "outbox_event", "gr", 300, 10, 64);
-    it_daemon_start(&f.d, f.conf, f.name);
+    it_fx_start(&f);
     struct it_message *msgs;
     size_t got = it_consumer_drain(f.consumer, &msgs, 300, 5000, 60000);
     for (size_t i = 0; i < got; i++)
@@ -158,17 +117,17 @@ START_TEST(test_grants_exactly)
      * the relay polls. */
     ck_assert(!it_file_has(f.d.log_path, "denied"));
     ck_assert_int_eq(lines_with(f.d.log_path, "no binlog wake"), 1);
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
 START_TEST(test_missing_update)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, NULL);
     fx_grant(&f, "REVOKE", "UPDATE");
     it_db_insert_events(f.sql, "outbox_event", "nu", 5, 5, 64);
-    it_daemon_start(&f.d, f.conf, f.name);
+    it_fx_start(&f);
     wait_log(&f, "lacks the UPDATE privilege");
     ck_assert(it_file_has(f.d.log_path, "sql/grants.sql"));
     assert_stays_not_ready(&f, 5);
@@ -186,17 +145,17 @@ START_TEST(test_missing_update)
     fx_grant(&f, "GRANT", "UPDATE");
     ck_assert(IT_WAIT(60000, it_db_count_status(f.sql, "SENT") == 5));
     ck_assert(IT_WAIT(10000, it_http_get(f.port, "/readyz", NULL) == 200));
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 
 START_TEST(test_missing_delete_for_on_sent_delete)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f, "        on_sent: delete\n");
     fx_grant(&f, "REVOKE", "DELETE");
     it_db_insert_events(f.sql, "outbox_event", "nd", 3, 3, 64);
-    it_daemon_start(&f.d, f.conf, f.name);
+    it_fx_start(&f);
     wait_log(&f, "lacks the DELETE privilege");
     ck_assert(it_file_has(f.d.log_path, "on_sent: delete"));
     assert_stays_not_ready(&f, 3);
@@ -204,7 +163,7 @@ START_TEST(test_missing_delete_for_on_sent_delete)
      * EXPLAIN UPDATE passed before the DELETE one failed). */
     it_db_exec(f.sql, "SET SESSION lock_wait_timeout = 5");
     it_db_exec(f.sql, "ALTER TABLE outbox_event COMMENT 'altered'");
-    fx_close(&f);
+    it_fx_close(&f);
 }
 END_TEST
 

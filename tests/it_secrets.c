@@ -20,45 +20,40 @@
 
 Suite *it_secrets_suite(void);
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256], pwfile[256], out[256];
-    char db_user[64], db_pw[64]; /* the right ones */
+/* The shared fixture, with the relay's passwords of the test's own, a
+ * broker user, and the strings that must never show. */
+struct secrets_fx {
+    struct it_fx it;
+    char pwfile[256], out[256];
+    char db_pw[64];              /* the right one */
     char mq_user[64], mq_pw[64]; /* mq_pw has characters URLs escape */
     char mq_pw_url[96];          /* ... %-escaped, as the URL holds it */
     const char *secrets[8];      /* every string that must not appear */
     size_t nsecrets;
-    unsigned port;
-    MYSQL *sql;
-    struct it_daemon d;
 };
 
 static void
-add_secret(struct fx *f, const char *s)
+add_secret(struct secrets_fx *f, const char *s)
 {
     f->secrets[f->nsecrets++] = s;
 }
 
 static void
-fx_open(struct fx *f)
+fx_open(struct secrets_fx *f)
 {
     memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_secrets");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 3);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    snprintf(f->pwfile, sizeof(f->pwfile), "/tmp/%s.dbpw", f->name);
-    snprintf(f->out, sizeof(f->out), "/tmp/%s.out", f->name);
-    it_db_create(f->db, it_src_path("sql/outbox.sql"));
-    f->sql = it_db_connect(f->db);
+    it_fx_open(&f->it, "it_secrets", "sql/outbox.sql");
+    snprintf(f->pwfile, sizeof(f->pwfile), "/tmp/%s.dbpw", f->it.name);
+    snprintf(f->out, sizeof(f->out), "/tmp/%s.out", f->it.name);
     /* The relay's least-privilege account, with a password of its own. */
     char ignored[64];
-    it_db_grant_relay(f->db, "outbox_event", f->db_user, sizeof(f->db_user),
+    it_db_grant_relay(f->it.db, "outbox_event", f->it.user, sizeof(f->it.user),
                       ignored, sizeof(ignored));
     snprintf(f->db_pw, sizeof(f->db_pw), "Db-S3cret-%d", (int)getpid());
-    it_db_exec(f->sql, "ALTER USER '%s'@'127.0.0.1' IDENTIFIED BY '%s'",
-               f->db_user, f->db_pw);
-    it_db_exec(f->sql, "ALTER USER '%s'@'localhost' IDENTIFIED BY '%s'",
-               f->db_user, f->db_pw);
+    it_db_exec(f->it.sql, "ALTER USER '%s'@'127.0.0.1' IDENTIFIED BY '%s'",
+               f->it.user, f->db_pw);
+    it_db_exec(f->it.sql, "ALTER USER '%s'@'localhost' IDENTIFIED BY '%s'",
+               f->it.user, f->db_pw);
     /* A broker user of the test's own on the shared node. */
     snprintf(f->mq_user, sizeof(f->mq_user), "outboxd_sec_%d", (int)getpid());
     snprintf(f->mq_pw, sizeof(f->mq_pw), "Mq+S3cret/%d", (int)getpid());
@@ -72,18 +67,14 @@ fx_open(struct fx *f)
     add_secret(f, f->db_pw);
     add_secret(f, f->mq_pw);
     add_secret(f, f->mq_pw_url);
-    f->port = it_free_port();
+    f->it.port = it_free_port();
 }
 
 static void
-fx_close(struct fx *f)
+fx_close(struct secrets_fx *f)
 {
-    if (f->d.pid > 0 && !it_daemon_signal_wait(&f->d, SIGKILL, 5000))
-        ck_abort_msg("outboxd did not die");
+    it_fx_close(&f->it);
     it_sh("rabbitmqctl -q delete_user '%s' >/dev/null 2>&1", f->mq_user);
-    mysql_close(f->sql);
-    it_db_drop(f->db);
-    unlink(f->conf);
     unlink(f->pwfile);
     unlink(f->out);
 }
@@ -93,14 +84,14 @@ fx_close(struct fx *f)
  * environment (with mq_pw or a wrong one), at debug level.
  */
 static void
-fx_config(struct fx *f, const char *db_pw, const char *mq_pw_url)
+fx_config(struct secrets_fx *f, const char *db_pw, const char *mq_pw_url)
 {
     it_write_file(f->pwfile, "%s\n", db_pw);
     char url[256];
     snprintf(url, sizeof(url), "amqp://%s:%s@127.0.0.1:5672/", f->mq_user,
              mq_pw_url);
     setenv("OUTBOXD_TEST_BROKER_URL", url, 1);
-    it_write_file(f->conf,
+    it_write_file(f->it.conf,
                   "relay:\n"
                   "  id: %s\n"
                   "  log_level: debug\n"
@@ -118,12 +109,13 @@ fx_config(struct fx *f, const char *db_pw, const char *mq_pw_url)
                   "    outboxes:\n"
                   "      - table: outbox_event\n"
                   "        exchange: \"%s\"\n",
-                  f->name, f->port, f->db, f->db_user, f->pwfile, f->db, f->ex);
+                  f->it.name, f->it.port, f->it.db, f->it.user, f->pwfile,
+                  f->it.db, f->it.ex);
 }
 
 /* Fails naming the place when text holds any of the secrets. */
 static void
-assert_clean(const struct fx *f, const char *where, const char *text)
+assert_clean(const struct secrets_fx *f, const char *where, const char *text)
 {
     for (size_t i = 0; i < f->nsecrets; i++)
         ck_assert_msg(strstr(text, f->secrets[i]) == NULL,
@@ -131,7 +123,7 @@ assert_clean(const struct fx *f, const char *where, const char *text)
 }
 
 static void
-assert_file_clean(const struct fx *f, const char *path)
+assert_file_clean(const struct secrets_fx *f, const char *path)
 {
     char *text = it_file_read(path);
     assert_clean(f, path, text);
@@ -140,13 +132,13 @@ assert_file_clean(const struct fx *f, const char *path)
 
 /* /metrics, /healthz, /readyz: whatever they answer, no secret. */
 static void
-assert_http_clean(const struct fx *f)
+assert_http_clean(const struct secrets_fx *f)
 {
     static const char *const paths[] = {"/metrics", "/healthz", "/readyz",
                                         "/nope"};
     for (size_t i = 0; i < sizeof(paths) / sizeof(*paths); i++) {
         char *body;
-        int status = it_http_get(f->port, paths[i], &body);
+        int status = it_http_get(f->it.port, paths[i], &body);
         ck_assert_msg(status > 0, "GET %s: no answer", paths[i]);
         assert_clean(f, paths[i], body);
         free(body);
@@ -155,31 +147,33 @@ assert_http_clean(const struct fx *f)
 
 /* outboxctl and `outboxd -t` on the same config, output kept in f->out. */
 static void
-assert_tools_clean(const struct fx *f)
+assert_tools_clean(const struct secrets_fx *f)
 {
     const char *ctl = getenv("OUTBOXCTL_BIN");
     const char *const cmds[] = {"status", "dead list", "status --json"};
     for (size_t i = 0; ctl != NULL && i < sizeof(cmds) / sizeof(*cmds); i++) {
-        it_sh("'%s' -c '%s' %s >'%s' 2>&1", ctl, f->conf, cmds[i], f->out);
+        it_sh("'%s' -c '%s' %s >'%s' 2>&1", ctl, f->it.conf, cmds[i], f->out);
         assert_file_clean(f, f->out);
     }
-    it_sh("'%s' -t -c '%s' >'%s' 2>&1", getenv("OUTBOXD_BIN"), f->conf, f->out);
+    it_sh("'%s' -t -c '%s' >'%s' 2>&1", getenv("OUTBOXD_BIN"), f->it.conf,
+          f->out);
     assert_file_clean(f, f->out);
-    it_sh("'%s' -T -c '%s' >'%s' 2>&1", getenv("OUTBOXD_BIN"), f->conf, f->out);
+    it_sh("'%s' -T -c '%s' >'%s' 2>&1", getenv("OUTBOXD_BIN"), f->it.conf,
+          f->out);
     assert_file_clean(f, f->out);
 }
 
 START_TEST(test_secrets_right)
 {
-    struct fx f;
+    struct secrets_fx f;
     fx_open(&f);
     fx_config(&f, f.db_pw, f.mq_pw_url);
-    struct it_consumer *c = it_consumer_new(f.ex, "#");
-    it_db_insert_events(f.sql, "outbox_event", "sec", 20, 4, 64);
-    it_daemon_start(&f.d, f.conf, f.name);
-    ck_assert(IT_WAIT(30000, it_db_count_status(f.sql, "SENT") == 20));
-    ck_assert(it_file_has(f.d.log_path, "broker connected: amqp://"));
-    ck_assert(it_file_has(f.d.log_path, ":***@127.0.0.1"));
+    struct it_consumer *c = it_consumer_new(f.it.ex, "#");
+    it_db_insert_events(f.it.sql, "outbox_event", "sec", 20, 4, 64);
+    it_fx_start(&f.it);
+    ck_assert(IT_WAIT(30000, it_db_count_status(f.it.sql, "SENT") == 20));
+    ck_assert(it_file_has(f.it.d.log_path, "broker connected: amqp://"));
+    ck_assert(it_file_has(f.it.d.log_path, ":***@127.0.0.1"));
     assert_http_clean(&f);
     assert_tools_clean(&f);
     /* A SIGHUP that changes both secrets: refused, neither shown. */
@@ -188,11 +182,11 @@ START_TEST(test_secrets_right)
     add_secret(&f, new_db);
     fx_config(&f, new_db, "N3w-Mq-Secret");
     add_secret(&f, "N3w-Mq-Secret");
-    kill(f.d.pid, SIGHUP);
-    ck_assert(IT_WAIT(10000, it_file_has(f.d.log_path, "password")));
-    ck_assert(it_daemon_signal_wait(&f.d, SIGTERM, 15000));
-    ck_assert(WIFEXITED(f.d.status) && WEXITSTATUS(f.d.status) == 0);
-    assert_file_clean(&f, f.d.log_path);
+    kill(f.it.d.pid, SIGHUP);
+    ck_assert(IT_WAIT(10000, it_file_has(f.it.d.log_path, "password")));
+    ck_assert(it_daemon_signal_wait(&f.it.d, SIGTERM, 15000));
+    ck_assert(WIFEXITED(f.it.d.status) && WEXITSTATUS(f.it.d.status) == 0);
+    assert_file_clean(&f, f.it.d.log_path);
     it_consumer_free(c);
     fx_close(&f);
 }
@@ -200,24 +194,25 @@ END_TEST
 
 /* Wrong passwords: the errors say who was refused, never with what. */
 static void
-check_wrong(struct fx *f, const char *refused)
+check_wrong(struct secrets_fx *f, const char *refused)
 {
-    it_daemon_start(&f->d, f->conf, f->name);
-    if (!IT_WAIT(30000, it_file_has(f->d.log_path, refused))) {
-        it_daemon_dump_log(&f->d);
+    it_fx_start(&f->it);
+    if (!IT_WAIT(30000, it_file_has(f->it.d.log_path, refused))) {
+        it_daemon_dump_log(&f->it.d);
         ck_abort_msg("the log never said \"%s\"", refused);
     }
-    ck_assert(IT_WAIT(30000, it_file_has(f->d.log_path, "still unavailable")));
-    ck_assert(it_daemon_alive(&f->d));
+    ck_assert(
+        IT_WAIT(30000, it_file_has(f->it.d.log_path, "still unavailable")));
+    ck_assert(it_daemon_alive(&f->it.d));
     assert_http_clean(f);
     assert_tools_clean(f);
-    ck_assert(it_daemon_signal_wait(&f->d, SIGTERM, 15000));
-    assert_file_clean(f, f->d.log_path);
+    ck_assert(it_daemon_signal_wait(&f->it.d, SIGTERM, 15000));
+    assert_file_clean(f, f->it.d.log_path);
 }
 
 START_TEST(test_secrets_wrong_broker_password)
 {
-    struct fx f;
+    struct secrets_fx f;
     fx_open(&f);
     static const char wrong[] = "Wr0ng%2BMq-Secret";
     add_secret(&f, wrong);
@@ -230,7 +225,7 @@ END_TEST
 
 START_TEST(test_secrets_wrong_db_password)
 {
-    struct fx f;
+    struct secrets_fx f;
     fx_open(&f);
     static const char wrong[] = "Wr0ng-Db-Secret";
     add_secret(&f, wrong);

@@ -76,17 +76,12 @@ tls_db_sh(const char *database, const char *sql)
                  tls_file("run/mysqld.sock"), database ? database : "", sql);
 }
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256];
-    char user[64], password[64];
-    struct it_daemon d;
-    unsigned port;
-};
-
-/* A database with the outbox table and a relay account that must use
- * TLS, granted exactly sql/grants.sql. */
+/* The shared fixture's names on the TLS servers: a database with the
+ * outbox table there and a relay account that must use TLS, granted
+ * exactly sql/grants.sql (it_fx_open and it_fx_close serve the plain
+ * servers only). */
 static void
-fx_open(struct fx *f)
+fx_open(struct it_fx *f)
 {
     ck_assert_msg(tls_up, "the TLS servers did not start (see above)");
     memset(f, 0, sizeof(*f));
@@ -118,7 +113,7 @@ fx_open(struct fx *f)
 }
 
 static void
-fx_close(struct fx *f)
+fx_close(struct it_fx *f)
 {
     if (f->d.pid > 0 && !it_daemon_signal_wait(&f->d, SIGKILL, 5000))
         ck_abort_msg("outboxd did not die");
@@ -130,7 +125,7 @@ fx_close(struct fx *f)
 }
 
 static void
-fx_insert(struct fx *f, int n)
+fx_insert(struct it_fx *f, int n)
 {
     char sql[256];
     for (int i = 0; i < n; i++) {
@@ -144,7 +139,7 @@ fx_insert(struct fx *f, int n)
 }
 
 static long long
-fx_count_sent(struct fx *f)
+fx_count_sent(struct it_fx *f)
 {
     char cmd[512];
     snprintf(cmd, sizeof(cmd),
@@ -167,7 +162,7 @@ fx_count_sent(struct fx *f)
  * block (flow style, without the braces).
  */
 static void
-fx_config(struct fx *f, const char *url_host, const char *broker_tls,
+fx_config(struct it_fx *f, const char *url_host, const char *broker_tls,
           const char *db_tls)
 {
     it_write_file(f->conf,
@@ -206,15 +201,9 @@ tls_keys(const char *ca, bool client_cert)
                      client_cert ? tls_file("client.key") : "");
 }
 
-static void
-fx_start(struct fx *f)
-{
-    it_daemon_start(&f->d, f->conf, f->name);
-}
-
 /* The log says what: dumped when it never does. */
 static void
-wait_log(struct fx *f, const char *what, int timeout_ms)
+wait_log(struct it_fx *f, const char *what, int timeout_ms)
 {
     if (!IT_WAIT(timeout_ms, it_file_has(f->d.log_path, what))) {
         it_daemon_dump_log(&f->d);
@@ -300,7 +289,7 @@ tls_consumer_close(amqp_connection_state_t c)
 
 /* The daemon runs, says not ready, and keeps trying what failed. */
 static void
-check_retrying(struct fx *f, const char *still)
+check_retrying(struct it_fx *f, const char *still)
 {
     wait_log(f, still, 30000);
     ck_assert_msg(it_daemon_alive(&f->d), "outboxd exited");
@@ -326,13 +315,13 @@ check_retrying(struct fx *f, const char *still)
 
 START_TEST(test_tls_end_to_end)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f);
     char *btls = tls_keys("ca.pem", true), *dtls = tls_keys("ca.pem", false);
     fx_config(&f, "localhost", btls, dtls);
     amqp_connection_state_t c = tls_consumer(f.ex);
     fx_insert(&f, 12);
-    fx_start(&f);
+    it_fx_start(&f);
     ck_assert_int_eq(tls_receive(c, 12, 60000), 12);
     ck_assert(IT_WAIT(20000, fx_count_sent(&f) == 12));
     ck_assert(
@@ -349,13 +338,13 @@ END_TEST
 
 START_TEST(test_tls_broker_wrong_ca)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f);
     char *btls = tls_keys("other-ca.pem", true),
          *dtls = tls_keys("ca.pem", false);
     fx_config(&f, "localhost", btls, dtls);
     fx_insert(&f, 3);
-    fx_start(&f);
+    it_fx_start(&f);
     wait_log(&f, "certificate verification failed", 30000);
     check_retrying(&f, "broker still unavailable");
     free(btls);
@@ -366,13 +355,13 @@ END_TEST
 
 START_TEST(test_tls_database_wrong_ca)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f);
     char *btls = tls_keys("ca.pem", true),
          *dtls = tls_keys("other-ca.pem", false);
     fx_config(&f, "localhost", btls, dtls);
     fx_insert(&f, 3);
-    fx_start(&f);
+    it_fx_start(&f);
     /* The binlog stream may say so first: wait for the relay's line. */
     wait_log(&f, "database unavailable", 30000);
     ck_assert(it_file_has(f.d.log_path, "certificate verification failed"));
@@ -386,18 +375,18 @@ END_TEST
 /* The broker's certificate names localhost, not 127.0.0.1. */
 START_TEST(test_tls_broker_hostname)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f);
     char *dtls = tls_keys("ca.pem", false);
     char *btls = tls_keys("ca.pem", true), *lax;
     fx_config(&f, "127.0.0.1", btls, dtls);
-    fx_start(&f);
+    it_fx_start(&f);
     wait_log(&f, "hostname verification failed", 30000);
     check_retrying(&f, "broker still unavailable");
     /* verify_hostname: false accepts it, the CA still checked. */
     lax = xasprintf("%s, verify_hostname: false", btls);
     fx_config(&f, "127.0.0.1", lax, dtls);
-    fx_start(&f);
+    it_fx_start(&f);
     wait_log(&f, "broker connected", 30000);
     free(lax);
     free(btls);
@@ -409,11 +398,11 @@ END_TEST
 /* The node requires a client certificate: without one, no handshake. */
 START_TEST(test_tls_broker_needs_client_cert)
 {
-    struct fx f;
+    struct it_fx f;
     fx_open(&f);
     char *btls = tls_keys("ca.pem", false), *dtls = tls_keys("ca.pem", false);
     fx_config(&f, "localhost", btls, dtls);
-    fx_start(&f);
+    it_fx_start(&f);
     wait_log(&f, "broker unavailable", 30000);
     ck_assert_msg(it_sh("grep 'broker unavailable' '%s' | grep -q TLS",
                         f.d.log_path) == 0,

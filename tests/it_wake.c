@@ -34,22 +34,20 @@ Suite *it_wake_suite(void);
     "        poll_interval: 10s\n"                                             \
     "        wake_poll_interval: 10s\n"
 
-struct fx {
-    char name[64], db[96], ex[96], conf[256], outbox[160];
-    char user[64], password[64];
-    unsigned db_port, http_port;
-    unsigned config_port; /* the daemon's, if not db_port (a proxy) */
+/* The shared fixture on either server, with its HTTP port, and where the
+ * daemon finds the database and the broker when a test moves them. */
+struct wake_fx {
+    struct it_fx it;
+    char outbox[160];
+    unsigned config_port; /* the daemon's, if not it.db_port (a proxy) */
     char amqp_url[128];   /* the daemon's broker, if not IT_AMQP_URL */
-    MYSQL *sql;
-    struct it_consumer *consumer;
-    struct it_daemon d;
 };
 
 /* Fails the test with the daemon's log when expr does not come true. */
 #define FX_WAIT(f, ms, expr, ...)                                              \
     do {                                                                       \
         if (!IT_WAIT(ms, expr)) {                                              \
-            it_daemon_dump_log(&(f)->d);                                       \
+            it_daemon_dump_log(&(f)->it.d);                                    \
             ck_abort_msg(__VA_ARGS__);                                         \
         }                                                                      \
     } while (0)
@@ -58,12 +56,12 @@ struct fx {
  * keeps its default heartbeat (30 s): the worker comes back every half
  * heartbeat, and a shorter one would claim within the 10 s ceilings. */
 static void
-fx_write_config(struct fx *f, const char *wake, const char *outbox_keys)
+fx_write_config(struct wake_fx *f, const char *wake, const char *outbox_keys)
 {
     char wake_line[64] = "";
     if (wake != NULL)
         snprintf(wake_line, sizeof(wake_line), "    wake: %s\n", wake);
-    it_write_file(f->conf,
+    it_write_file(f->it.conf,
                   "relay:\n"
                   "  id: %s\n"
                   "  log_level: debug\n"
@@ -86,46 +84,29 @@ fx_write_config(struct fx *f, const char *wake, const char *outbox_keys)
                   "        broker: main\n"
                   "        exchange: \"%s\"\n"
                   "%s",
-                  f->name, f->http_port,
-                  f->amqp_url[0] != '\0' ? f->amqp_url : IT_AMQP_URL, f->db,
-                  f->config_port ? f->config_port : f->db_port, f->user,
-                  f->password, f->db, wake_line, f->ex,
+                  f->it.name, f->it.port,
+                  f->amqp_url[0] != '\0' ? f->amqp_url : IT_AMQP_URL, f->it.db,
+                  f->config_port ? f->config_port : f->it.db_port, f->it.user,
+                  f->it.password, f->it.db, wake_line, f->it.ex,
                   outbox_keys ? outbox_keys : "");
 }
 
 /* replication: the relay account also holds what a binlog stream needs. */
 static void
-fx_open(struct fx *f, unsigned db_port, bool replication, const char *wake,
+fx_open(struct wake_fx *f, unsigned db_port, bool replication, const char *wake,
         const char *outbox_keys)
 {
     memset(f, 0, sizeof(*f));
-    it_unique_name(f->name, sizeof(f->name), "it_wake");
-    snprintf(f->db, sizeof(f->db), "outboxd_test_%s", f->name + 8);
-    snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
-    snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    snprintf(f->outbox, sizeof(f->outbox), "%s.outbox_event", f->db);
-    f->db_port = db_port;
-    f->http_port = it_free_port();
-    it_db_create_port(db_port, f->db, it_src_path("sql/outbox.sql"));
-    it_db_grant_relay_port(db_port, f->db, "outbox_event", f->user,
-                           sizeof(f->user), f->password, sizeof(f->password));
+    it_fx_open_port(&f->it, db_port, "it_wake", "sql/outbox.sql");
+    snprintf(f->outbox, sizeof(f->outbox), "%s.outbox_event", f->it.db);
+    f->it.port = it_free_port();
+    it_db_grant_relay_port(db_port, f->it.db, "outbox_event", f->it.user,
+                           sizeof(f->it.user), f->it.password,
+                           sizeof(f->it.password));
     if (replication)
-        it_db_grant_replication(db_port, f->db);
-    f->sql = it_db_connect_port(db_port, f->db);
-    f->consumer = it_consumer_new(f->ex, "#");
+        it_db_grant_replication(db_port, f->it.db);
+    f->it.consumer = it_consumer_new(f->it.ex, "#");
     fx_write_config(f, wake, outbox_keys);
-}
-
-static void
-fx_start(struct fx *f)
-{
-    it_daemon_start(&f->d, f->conf, f->name);
-}
-
-static void
-fx_close(struct fx *f)
-{
-    it_teardown_port(f->db_port, &f->d, f->consumer, f->sql, f->db, f->conf);
 }
 
 /* ---- what the daemon shows ---- */
@@ -146,10 +127,10 @@ sample(const char *text, const char *series)
 
 /* One series from a fresh scrape of /metrics; -1 if absent or no answer. */
 static double
-fx_series(struct fx *f, const char *series)
+fx_series(struct wake_fx *f, const char *series)
 {
     char *body;
-    int status = it_http_get(f->http_port, "/metrics", &body);
+    int status = it_http_get(f->it.port, "/metrics", &body);
     double v = status == 200 ? sample(body, series) : -1;
     free(body);
     return v;
@@ -157,7 +138,7 @@ fx_series(struct fx *f, const char *series)
 
 /* The outbox's sample of family; -1 if absent. */
 static double
-fx_metric(struct fx *f, const char *family)
+fx_metric(struct wake_fx *f, const char *family)
 {
     char series[256];
     snprintf(series, sizeof(series), "%s{outbox=\"%s\"}", family, f->outbox);
@@ -166,7 +147,7 @@ fx_metric(struct fx *f, const char *family)
 
 /* outboxd_wake_source of source ("binlog" or "poll"). */
 static double
-fx_source(struct fx *f, const char *source)
+fx_source(struct wake_fx *f, const char *source)
 {
     char series[256];
     snprintf(series, sizeof(series),
@@ -177,9 +158,9 @@ fx_source(struct fx *f, const char *source)
 
 /* Lines of the daemon's log holding a, and b unless it is NULL. */
 static int
-log_lines(struct fx *f, const char *a, const char *b)
+log_lines(struct wake_fx *f, const char *a, const char *b)
 {
-    char *text = it_file_read(f->d.log_path);
+    char *text = it_file_read(f->it.d.log_path);
     int n = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
         n += strstr(line, a) != NULL && (b == NULL || strstr(line, b));
@@ -188,10 +169,10 @@ log_lines(struct fx *f, const char *a, const char *b)
 }
 
 static bool
-fx_readyz(struct fx *f, int status, const char *needle)
+fx_readyz(struct wake_fx *f, int status, const char *needle)
 {
     char *body;
-    int got = it_http_get(f->http_port, "/readyz", &body);
+    int got = it_http_get(f->it.port, "/readyz", &body);
     bool ok = got == status && (needle == NULL || strstr(body, needle));
     free(body);
     return ok;
@@ -199,21 +180,21 @@ fx_readyz(struct fx *f, int status, const char *needle)
 
 /* Binlog Dump connections of the relay's account on its server. */
 static long long
-fx_dumps(struct fx *f)
+fx_dumps(struct wake_fx *f)
 {
-    return it_db_int(f->sql,
+    return it_db_int(f->it.sql,
                      "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
                      "WHERE COMMAND LIKE 'Binlog Dump%%' AND USER = '%s'",
-                     f->user);
+                     f->it.user);
 }
 
 /* "file:position" where the server's binary log ends, malloc'd. */
 static char *
-binlog_end(struct fx *f)
+binlog_end(struct wake_fx *f)
 {
-    ck_assert_msg(mysql_query(f->sql, "SHOW MASTER STATUS") == 0, "%s",
-                  mysql_error(f->sql));
-    MYSQL_RES *res = mysql_store_result(f->sql);
+    ck_assert_msg(mysql_query(f->it.sql, "SHOW MASTER STATUS") == 0, "%s",
+                  mysql_error(f->it.sql));
+    MYSQL_RES *res = mysql_store_result(f->it.sql);
     MYSQL_ROW row = res ? mysql_fetch_row(res) : NULL;
     char *at = NULL;
     ck_assert_msg(row && row[0] && row[1], "SHOW MASTER STATUS: no binlog");
@@ -227,26 +208,26 @@ binlog_end(struct fx *f)
 /* Inserts event id in a transaction of its own; returns the time just
  * before its COMMIT, where a wake's latency starts. */
 static uint64_t
-fx_insert(struct fx *f, const char *id)
+fx_insert(struct wake_fx *f, const char *id)
 {
-    it_db_exec(f->sql, "START TRANSACTION");
-    it_db_exec(f->sql,
+    it_db_exec(f->it.sql, "START TRANSACTION");
+    it_db_exec(f->it.sql,
                "INSERT INTO outbox_event (event_id, aggregate_type, "
                "aggregate_id, event_type, payload) VALUES ('%s', 'Order', "
                "'%s', 'OrderCreated', '{}')",
                id, id);
     uint64_t t0 = it_now_ms();
-    it_db_exec(f->sql, "COMMIT");
+    it_db_exec(f->it.sql, "COMMIT");
     return t0;
 }
 
 /* Receives event id, the next message; returns when it came. */
 static uint64_t
-fx_receive(struct fx *f, const char *id, int timeout_ms)
+fx_receive(struct wake_fx *f, const char *id, int timeout_ms)
 {
     struct it_message m;
-    if (it_consumer_next(f->consumer, &m, timeout_ms) != 1) {
-        it_daemon_dump_log(&f->d);
+    if (it_consumer_next(f->it.consumer, &m, timeout_ms) != 1) {
+        it_daemon_dump_log(&f->it.d);
         ck_abort_msg("%s not delivered within %d ms", id, timeout_ms);
     }
     uint64_t at = it_now_ms();
@@ -258,7 +239,7 @@ fx_receive(struct fx *f, const char *id, int timeout_ms)
 
 /* Inserts id and receives it within timeout_ms; returns the latency. */
 static uint64_t
-fx_deliver(struct fx *f, const char *id, int timeout_ms)
+fx_deliver(struct wake_fx *f, const char *id, int timeout_ms)
 {
     uint64_t t0 = fx_insert(f, id);
     uint64_t ms = fx_receive(f, id, timeout_ms) - t0;
@@ -270,7 +251,7 @@ fx_deliver(struct fx *f, const char *id, int timeout_ms)
 /* An event committed now arrives within WAKE_LATENCY_MS, and the binlog
  * stream counted its wake. */
 static void
-fx_assert_woken(struct fx *f, const char *id)
+fx_assert_woken(struct wake_fx *f, const char *id)
 {
     double wakes = fx_metric(f, "outboxd_wakes_total");
     ck_assert_msg(wakes >= 0, "no outboxd_wakes_total for %s", f->outbox);
@@ -286,7 +267,7 @@ fx_assert_woken(struct fx *f, const char *id)
 
 /* The nth "live" line is logged and /metrics says the binlog wakes. */
 static void
-fx_wait_live(struct fx *f, int nth, int timeout_ms)
+fx_wait_live(struct wake_fx *f, int nth, int timeout_ms)
 {
     FX_WAIT(f, timeout_ms, log_lines(f, LIVE_LINE, NULL) >= nth,
             "no \"%s\" line number %d in the log", LIVE_LINE, nth);
@@ -300,7 +281,7 @@ fx_wait_live(struct fx *f, int nth, int timeout_ms)
  * quarter (daemon/worker_int.h PERIOD_SPREAD): a 1 s ceiling waits 0.75 s
  * at least. */
 static void
-fx_wait_idle(struct fx *f)
+fx_wait_idle(struct wake_fx *f)
 {
     FX_WAIT(f, SLOW_MS, fx_metric(f, "outboxd_poll_interval_seconds") >= 0.7,
             "the outbox never backed off to a wait of 0.7 s or more");
@@ -308,7 +289,7 @@ fx_wait_idle(struct fx *f)
 
 /* The stream gave up for why, said so once, and the outbox polls. */
 static void
-fx_assert_polls_because(struct fx *f, const char *why)
+fx_assert_polls_because(struct wake_fx *f, const char *why)
 {
     FX_WAIT(f, SLOW_MS, log_lines(f, NO_WAKE_LINE, why) >= 1,
             "no \"%s\" line saying %s", NO_WAKE_LINE, why);
@@ -324,14 +305,14 @@ fx_assert_polls_because(struct fx *f, const char *why)
 /* SIGTERM ends it with status 0 (under valgrind: no leak), whatever its
  * stream was doing: a blocking read, or a wait to retry. */
 static void
-fx_assert_clean_exit(struct fx *f)
+fx_assert_clean_exit(struct wake_fx *f)
 {
-    if (!it_daemon_signal_wait(&f->d, SIGTERM, SLOW_MS)) {
-        it_daemon_dump_log(&f->d);
+    if (!it_daemon_signal_wait(&f->it.d, SIGTERM, SLOW_MS)) {
+        it_daemon_dump_log(&f->it.d);
         ck_abort_msg("outboxd did not exit on SIGTERM");
     }
-    ck_assert_msg(WIFEXITED(f->d.status) && WEXITSTATUS(f->d.status) == 0,
-                  "outboxd ended with wait status 0x%x", f->d.status);
+    ck_assert_msg(WIFEXITED(f->it.d.status) && WEXITSTATUS(f->it.d.status) == 0,
+                  "outboxd ended with wait status 0x%x", f->it.d.status);
 }
 
 /* ---- tests ---- */
@@ -339,9 +320,9 @@ fx_assert_clean_exit(struct fx *f)
 /* A commit wakes the idle outbox: delivered in well under its ceiling. */
 START_TEST(test_binlog_wake)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     fx_wait_idle(&f);
     fx_assert_woken(&f, "woken-1");
@@ -350,7 +331,7 @@ START_TEST(test_binlog_wake)
     ck_assert_int_eq(fx_dumps(&f), 1);
     ck_assert_int_eq(log_lines(&f, NO_WAKE_LINE, NULL), 0);
     fx_assert_clean_exit(&f);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -358,20 +339,20 @@ END_TEST
  * comes back and wakes again. */
 START_TEST(test_stream_killed)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL,
             "        poll_interval: 2s\n"
             "        wake_poll_interval: 10s\n");
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     fx_wait_idle(&f);
-    long long id = it_db_int(f.sql,
+    long long id = it_db_int(f.it.sql,
                              "SELECT ID FROM information_schema.PROCESSLIST "
                              "WHERE COMMAND LIKE 'Binlog Dump%%' AND "
                              "USER = '%s'",
-                             f.user);
+                             f.it.user);
     ck_assert_int_gt(id, 0);
-    it_db_exec(f.sql, "KILL %lld", id);
+    it_db_exec(f.it.sql, "KILL %lld", id);
     /* Inserted once the relay saw the break, before it reconnects (half
      * a second at the soonest): only the poll or a claim at reconnect can
      * find it, within the 2 s ceiling plus margin for a loaded machine. */
@@ -386,39 +367,39 @@ START_TEST(test_stream_killed)
     fx_wait_live(&f, 2, SLOW_MS);
     fx_wait_idle(&f);
     fx_assert_woken(&f, "back-1");
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
 /* The binlog server restarted: delivery resumes and the stream too. */
 START_TEST(test_server_restarted)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     fx_deliver(&f, "before-1", SLOW_MS);
     ck_assert_int_eq(it_sh("bash '%s' restart-mariadb-binlog >/dev/null",
                            it_src_path("tests/servers.sh")),
                      0);
-    mysql_close(f.sql);
-    f.sql = it_db_connect_port(f.db_port, f.db);
+    mysql_close(f.it.sql);
+    f.it.sql = it_db_connect_port(f.it.db_port, f.it.db);
     fx_deliver(&f, "after-1", RESTART_MS);
     fx_wait_live(&f, 2, RESTART_MS);
     fx_wait_idle(&f);
     fx_assert_woken(&f, "after-2");
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
 /* No binlog on the server: one warning why, and the outbox polls. */
 START_TEST(test_no_binlog_polls)
 {
-    struct fx f;
+    struct wake_fx f;
     /* The least-privilege account: the missing binlog is what it is told,
      * not the grants that would not help. */
     fx_open(&f, IT_DB_PORT, false, NULL, NULL);
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_assert_polls_because(&f, "log_bin is OFF");
     /* The default 1 s ceiling, and margin for a loaded machine. */
     fx_deliver(&f, "polled-1", 5000);
@@ -426,26 +407,26 @@ START_TEST(test_no_binlog_polls)
     FX_WAIT(&f, SLOW_MS, fx_readyz(&f, 200, NULL), "/readyz did not turn 200");
     ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 0);
     fx_assert_clean_exit(&f);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
 /* A relay account without the replication privileges: told which. */
 START_TEST(test_no_privilege_polls)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, false, NULL, NULL);
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_assert_polls_because(&f, "REPLICATION SLAVE");
     fx_deliver(&f, "polled-1", 5000);
     ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 0);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
 /* Whether either counter moved from what was read. */
 static bool
-counters_moved(struct fx *f, double wakes, double empty)
+counters_moved(struct wake_fx *f, double wakes, double empty)
 {
     double w = fx_metric(f, "outboxd_wakes_total");
     double e = fx_metric(f, "outboxd_claims_empty_total");
@@ -457,11 +438,11 @@ counters_moved(struct fx *f, double wakes, double empty)
 /* Commits to another table of the same database wake nothing. */
 START_TEST(test_other_table_no_wake)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
-    it_db_exec(f.sql, "CREATE TABLE other_table (id INT AUTO_INCREMENT "
-                      "PRIMARY KEY, note VARCHAR(32))");
-    fx_start(&f);
+    it_db_exec(f.it.sql, "CREATE TABLE other_table (id INT AUTO_INCREMENT "
+                         "PRIMARY KEY, note VARCHAR(32))");
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     /* Just after a delivery the next empty claim is the 10 s ceiling away,
      * 7.5 s at the soonest once spread: the counters can only move by a
@@ -473,7 +454,8 @@ START_TEST(test_other_table_no_wake)
     double empty = fx_metric(&f, "outboxd_claims_empty_total");
     char *before = binlog_end(&f);
     for (int i = 0; i < 20; i++)
-        it_db_exec(f.sql, "INSERT INTO other_table (note) VALUES ('n%d')", i);
+        it_db_exec(f.it.sql, "INSERT INTO other_table (note) VALUES ('n%d')",
+                   i);
     char *after = binlog_end(&f);
     ck_assert_msg(strcmp(before, after) != 0, "the inserts were not logged");
     free(before);
@@ -492,16 +474,16 @@ START_TEST(test_other_table_no_wake)
              "outboxd_binlog_unreadable_total{server=\"127.0.0.1:%d\"}",
              IT_DB_BINLOG_PORT);
     ck_assert_msg(fx_series(&f, series) == 0, "%s is not 0", series);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
 /* wake: poll opens no replication connection, even where it could. */
 START_TEST(test_wake_poll)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, "poll", NULL);
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_deliver(&f, "polled-1", 5000);
     FX_WAIT(&f, SLOW_MS, fx_source(&f, "poll") == 1,
             "wake_source poll did not turn 1");
@@ -510,7 +492,7 @@ START_TEST(test_wake_poll)
     ck_assert(!IT_WAIT(1000, fx_dumps(&f) > 0));
     ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 0);
     ck_assert_int_eq(log_lines(&f, NO_WAKE_LINE, NULL), 0);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -518,13 +500,13 @@ END_TEST
  * same stream wakes the outbox from it, with no reconnect. */
 START_TEST(test_binlog_rotation)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     for (int i = 0; i < 2; i++) {
         char *before = binlog_end(&f);
-        it_db_exec(f.sql, "FLUSH BINARY LOGS");
+        it_db_exec(f.it.sql, "FLUSH BINARY LOGS");
         char *after = binlog_end(&f);
         ck_assert_msg(strcmp(before, after) != 0,
                       "FLUSH BINARY LOGS did not start a new file");
@@ -537,7 +519,7 @@ START_TEST(test_binlog_rotation)
     }
     ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 1);
     ck_assert_int_eq(fx_dumps(&f), 1);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -550,7 +532,7 @@ END_TEST
  */
 START_TEST(test_stream_stalled)
 {
-    struct fx f;
+    struct wake_fx f;
     struct it_proxy px;
     it_proxy_start(&px, IT_DB_BINLOG_PORT);
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
@@ -558,7 +540,7 @@ START_TEST(test_stream_stalled)
     fx_write_config(&f, NULL,
                     "        poll_interval: 1s\n"
                     "        wake_poll_interval: 30s\n");
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     fx_assert_woken(&f, "before-stall");
     px.stall_dump = true;
@@ -572,7 +554,7 @@ START_TEST(test_stream_stalled)
     px.stall_dump = false;
     fx_wait_live(&f, 2, RESTART_MS);
     fx_assert_woken(&f, "after-stall");
-    fx_close(&f);
+    it_fx_close(&f.it);
     it_proxy_stop(&px);
 }
 END_TEST
@@ -580,15 +562,15 @@ END_TEST
 /* wake: binlog where there is none: not ready, and still delivering. */
 START_TEST(test_wake_binlog_required)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_PORT, true, "binlog", NULL);
-    fx_start(&f);
+    it_fx_start(&f.it);
     FX_WAIT(&f, SLOW_MS, fx_readyz(&f, 503, NOT_LIVE_REASON),
             "/readyz did not say \"%s\"", NOT_LIVE_REASON);
     fx_deliver(&f, "polled-1", 5000);
     ck_assert(fx_readyz(&f, 503, NOT_LIVE_REASON));
     ck_assert(fx_source(&f, "poll") == 1);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -625,9 +607,9 @@ watch(struct binlog_stream *s, const char *db, const char *table,
 }
 
 static void
-insert_into(struct fx *f, const char *table, const char *id)
+insert_into(struct wake_fx *f, const char *table, const char *id)
 {
-    it_db_exec(f->sql,
+    it_db_exec(f->it.sql,
                "INSERT INTO %s (event_id, aggregate_type, aggregate_id, "
                "event_type, payload) VALUES ('%s', 'Order', '%s', "
                "'OrderCreated', '{}')",
@@ -638,11 +620,11 @@ insert_into(struct fx *f, const char *table, const char *id)
  * freed at once (ASan sees any callback after its removal), while
  * commits into the table they watch flow: none is told after. */
 static void
-churn_clients(struct fx *f, struct binlog_stream *s, const char *table)
+churn_clients(struct wake_fx *f, struct binlog_stream *s, const char *table)
 {
     for (int i = 0; i < 200; i++) {
         struct told *t = xcalloc(1, sizeof(*t));
-        watch(s, f->db, table, t);
+        watch(s, f->it.db, table, t);
         ck_assert(t->live);
         if (i % 20 == 0) {
             char id[32];
@@ -656,13 +638,13 @@ churn_clients(struct fx *f, struct binlog_stream *s, const char *table)
 
 /* The relay account of f as a database entry of the binlog server. */
 static struct database_config
-fx_binlog_db(struct fx *f)
+fx_binlog_db(struct wake_fx *f)
 {
     return (struct database_config){.host = "127.0.0.1",
                                     .port = IT_DB_BINLOG_PORT,
-                                    .user = f->user,
-                                    .password = f->password,
-                                    .database = f->db,
+                                    .user = f->it.user,
+                                    .password = f->it.password,
+                                    .database = f->it.db,
                                     .connect_timeout_ms = 5000};
 }
 
@@ -670,7 +652,7 @@ fx_binlog_db(struct fx *f)
  * told live, and woken by its table's commits. */
 START_TEST(test_watch_list_from_empty)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
     struct database_config db = fx_binlog_db(&f);
     struct told t = {0};
@@ -678,13 +660,13 @@ START_TEST(test_watch_list_from_empty)
     ck_assert_int_eq(binlog_stream_start(s), 0);
     /* Its dump under way, it reads with no one to tell. */
     ck_assert_msg(IT_WAIT(SLOW_MS, fx_dumps(&f) == 1), "no binlog dump");
-    watch(s, f.db, "outbox_event", &t);
+    watch(s, f.it.db, "outbox_event", &t);
     ck_assert_msg(IT_WAIT(SLOW_MS, t.live), "the stream never went live");
     insert_into(&f, "outbox_event", "late-1");
     ck_assert_msg(IT_WAIT(SLOW_MS, t.inserts == 1), "told %d inserts of 1",
                   (int)t.inserts);
     binlog_stream_free(s);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -695,17 +677,17 @@ END_TEST
  */
 START_TEST(test_watch_list_live)
 {
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
-    it_db_exec(f.sql, "CREATE TABLE second_event LIKE outbox_event");
+    it_db_exec(f.it.sql, "CREATE TABLE second_event LIKE outbox_event");
     struct database_config db = fx_binlog_db(&f);
     struct told first = {0}, second = {0};
     struct binlog_stream *s = binlog_stream_new(&db);
-    watch(s, f.db, "outbox_event", &first);
+    watch(s, f.it.db, "outbox_event", &first);
     ck_assert_int_eq(binlog_stream_start(s), 0);
     ck_assert_msg(IT_WAIT(SLOW_MS, first.live), "the stream never went live");
 
-    watch(s, f.db, "second_event", &second);
+    watch(s, f.it.db, "second_event", &second);
     ck_assert_msg(second.live, "a client added to a live stream: not told");
     insert_into(&f, "second_event", "second-1");
     insert_into(&f, "outbox_event", "first-1");
@@ -733,7 +715,7 @@ START_TEST(test_watch_list_live)
     ck_assert_int_eq(first.commits, before);
     ck_assert_uint_eq(binlog_stream_watches(s), 1);
     binlog_stream_free(s);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 END_TEST
 
@@ -742,13 +724,13 @@ END_TEST
 /* The rows of event id recorded as done: SENT, or gone (on_sent:
  * delete). */
 static bool
-fx_done(struct fx *f, const char *id, bool deleted)
+fx_done(struct wake_fx *f, const char *id, bool deleted)
 {
-    return it_db_int(f->sql,
+    return it_db_int(f->it.sql,
                      "SELECT COUNT(*) FROM outbox_event WHERE event_id = '%s' "
                      "AND status = 'SENT'",
                      id) == (deleted ? 0 : 1) &&
-           it_db_int(f->sql,
+           it_db_int(f->it.sql,
                      "SELECT COUNT(*) FROM outbox_event WHERE event_id = '%s'",
                      id) == (deleted ? 0 : 1);
 }
@@ -759,9 +741,9 @@ static void
 lean_steady(const char *outbox_keys, bool deleted)
 {
     enum { N = 20 };
-    struct fx f;
+    struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, outbox_keys);
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     FX_WAIT(&f, SLOW_MS, fx_metric(&f, "outboxd_claims_empty_total") >= 1,
             "the relay never made its first claim");
@@ -775,17 +757,18 @@ lean_steady(const char *outbox_keys, bool deleted)
     /* One batch per event, each lean; no row took a lease or an attempt. */
     ck_assert_double_eq(fx_metric(&f, "outboxd_batches_total") - batches, N);
     ck_assert_double_eq(fx_metric(&f, "outboxd_batches_lean_total"), N);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event "
-                                      "WHERE status = 'SENT' AND retry_count "
-                                      "= 0 AND locked_by IS NULL AND "
-                                      "locked_until IS NULL"),
+    ck_assert_int_eq(it_db_int(f.it.sql,
+                               "SELECT COUNT(*) FROM outbox_event "
+                               "WHERE status = 'SENT' AND retry_count "
+                               "= 0 AND locked_by IS NULL AND "
+                               "locked_until IS NULL"),
                      deleted ? 0 : N);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT COUNT(*) FROM outbox_event"),
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT COUNT(*) FROM outbox_event"),
                      deleted ? 0 : N);
     struct it_message m;
-    ck_assert_int_eq(it_consumer_next(f.consumer, &m, 500), 0);
+    ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
     fx_assert_clean_exit(&f);
-    fx_close(&f);
+    it_fx_close(&f.it);
 }
 
 START_TEST(test_lean_steady_state)
@@ -803,24 +786,24 @@ END_TEST
 /* Whether another session holds event id's row locked: a locking read
  * that may not wait fails. */
 static bool
-row_locked(struct fx *f, const char *id)
+row_locked(struct wake_fx *f, const char *id)
 {
     char sql[256];
     snprintf(sql, sizeof(sql),
              "SELECT id FROM outbox_event WHERE event_id = '%s' FOR UPDATE "
              "NOWAIT",
              id);
-    if (mysql_query(f->sql, sql) != 0)
-        return mysql_errno(f->sql) == 1205;
-    mysql_free_result(mysql_store_result(f->sql));
+    if (mysql_query(f->it.sql, sql) != 0)
+        return mysql_errno(f->it.sql) == 1205;
+    mysql_free_result(mysql_store_result(f->it.sql));
     return false;
 }
 
 /* The row's status, outcome time, attempts and lock, to compare. */
 static char *
-row_state(struct fx *f, const char *id)
+row_state(struct wake_fx *f, const char *id)
 {
-    return it_db_str(f->sql,
+    return it_db_str(f->it.sql,
                      "SELECT CONCAT_WS('/', status, COALESCE(sent_at, '-'), "
                      "retry_count, COALESCE(locked_by, '-')) FROM "
                      "outbox_event WHERE event_id = '%s'",
@@ -835,18 +818,18 @@ row_state(struct fx *f, const char *id)
  */
 START_TEST(test_lean_frozen_relay_taken_over)
 {
-    struct fx f;
+    struct wake_fx f;
     struct it_proxy px;
     it_proxy_start(&px, 5672);
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, "        lease: 2s\n");
     snprintf(f.amqp_url, sizeof(f.amqp_url), "amqp://guest:guest@127.0.0.1:%u/",
              px.port);
     fx_write_config(&f, NULL, "        lease: 2s\n");
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     fx_deliver(&f, "warm-1", SLOW_MS);
     /* its confirm in and recorded, before the broker's replies stop */
-    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.sql, "SENT") == 1,
+    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 1,
             "warm-1 not SENT");
     px.stall_replies = true; /* its confirm held back: a stays publishing */
     fx_insert(&f, "frozen-1");
@@ -857,19 +840,19 @@ START_TEST(test_lean_frozen_relay_taken_over)
     ck_assert_str_eq(held, "PENDING/-/0/-");
     free(held);
     ck_assert(row_locked(&f, "frozen-1"));
-    ck_assert_int_eq(kill(f.d.pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(f.it.d.pid, SIGSTOP), 0);
     uint64_t frozen_at = it_now_ms();
     /* Relay b, straight to the broker. */
-    struct fx g = f;
-    it_unique_name(g.name, sizeof(g.name), "it_wake_b");
-    snprintf(g.conf, sizeof(g.conf), "/tmp/%s.yaml", g.name);
-    g.http_port = it_free_port();
+    struct wake_fx g = f;
+    it_unique_name(g.it.name, sizeof(g.it.name), "it_wake_b");
+    snprintf(g.it.conf, sizeof(g.it.conf), "/tmp/%s.yaml", g.it.name);
+    g.it.port = it_free_port();
     g.amqp_url[0] = '\0';
-    memset(&g.d, 0, sizeof(g.d));
+    memset(&g.it.d, 0, sizeof(g.it.d));
     fx_write_config(&g, NULL, "        lease: 2s\n");
-    fx_start(&g);
-    if (!IT_WAIT(SLOW_MS, it_db_count_status(f.sql, "SENT") == 2)) {
-        it_daemon_dump_log(&g.d);
+    it_fx_start(&g.it);
+    if (!IT_WAIT(SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 2)) {
+        it_daemon_dump_log(&g.it.d);
         ck_abort_msg("relay b did not take frozen-1 over");
     }
     fprintf(stderr,
@@ -880,22 +863,22 @@ START_TEST(test_lean_frozen_relay_taken_over)
     char *sent = row_state(&f, "frozen-1");
     /* Relay a, let go, gets its confirm and can record nothing. */
     px.stall_replies = false;
-    ck_assert_int_eq(kill(f.d.pid, SIGCONT), 0);
+    ck_assert_int_eq(kill(f.it.d.pid, SIGCONT), 0);
     FX_WAIT(&f, SLOW_MS,
             log_lines(&f, "could not record the outcome of 1 events", NULL) ==
                 1,
             "relay a did not find its transaction ended");
     fx_deliver(&f, "after-1", SLOW_MS); /* a reconnected and relays again */
-    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.sql, "SENT") == 3,
+    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 3,
             "after-1 not SENT");
     char *after = row_state(&f, "frozen-1");
     ck_assert_str_eq(sent, after);
     free(sent);
     free(after);
-    ck_assert(it_daemon_signal_wait(&g.d, SIGTERM, SLOW_MS));
-    unlink(g.conf);
+    ck_assert(it_daemon_signal_wait(&g.it.d, SIGTERM, SLOW_MS));
+    unlink(g.it.conf);
     fx_assert_clean_exit(&f);
-    fx_close(&f);
+    it_fx_close(&f.it);
     it_proxy_stop(&px);
 }
 END_TEST
@@ -903,23 +886,23 @@ END_TEST
 /* The relay's idle transaction that holds row locks and has written
  * nothing, as a lean batch's while it is published: its id, or 0. */
 static long long
-idle_locking_trx(struct fx *f)
+idle_locking_trx(struct wake_fx *f)
 {
-    return it_db_int(f->sql,
+    return it_db_int(f->it.sql,
                      "SELECT COALESCE(MAX(t.trx_id), 0) FROM "
                      "information_schema.INNODB_TRX t JOIN "
                      "information_schema.PROCESSLIST p ON p.ID = "
                      "t.trx_mysql_thread_id WHERE p.USER = '%s' AND "
                      "t.trx_query IS NULL AND t.trx_rows_locked > 0 AND "
                      "t.trx_rows_modified = 0",
-                     f->user);
+                     f->it.user);
 }
 
 /* Whether a lean batch holds the poison row: locked, PENDING, by the
  * relay's transaction idle in its publish (a leased claim's goes from
  * its locking read to its mark at once). */
 static bool
-poison_held_lean(struct fx *f)
+poison_held_lean(struct wake_fx *f)
 {
     char *st = row_state(f, "poison");
     bool pending = strncmp(st, "PENDING/", 8) == 0;
@@ -938,23 +921,24 @@ poison_held_lean(struct fx *f)
  * record it.  A new token: the relay is killed.  Returns the status.
  */
 static char *
-poison_look_leased(struct fx *f, char **last_token, int *kills)
+poison_look_leased(struct wake_fx *f, char **last_token, int *kills)
 {
-    it_db_exec(f->sql, "START TRANSACTION");
-    char *st = it_db_str(f->sql, "SELECT CONCAT(status, ' ', "
-                                 "COALESCE(locked_by, '')) FROM outbox_event "
-                                 "WHERE event_id = 'poison' FOR UPDATE");
+    it_db_exec(f->it.sql, "START TRANSACTION");
+    char *st =
+        it_db_str(f->it.sql, "SELECT CONCAT(status, ' ', "
+                             "COALESCE(locked_by, '')) FROM outbox_event "
+                             "WHERE event_id = 'poison' FOR UPDATE");
     if (strncmp(st, "PROCESSING ", 11) == 0 &&
         (*last_token == NULL || strcmp(st, *last_token) != 0)) {
-        ck_assert(it_daemon_signal_wait(&f->d, SIGKILL, 5000));
+        ck_assert(it_daemon_signal_wait(&f->it.d, SIGKILL, 5000));
         (*kills)++;
         free(*last_token);
         *last_token = strdup(st);
-        it_db_exec(f->sql, "ROLLBACK");
-        fx_start(f);
+        it_db_exec(f->it.sql, "ROLLBACK");
+        it_fx_start(&f->it);
         return st;
     }
-    it_db_exec(f->sql, "ROLLBACK");
+    it_db_exec(f->it.sql, "ROLLBACK");
     return st;
 }
 
@@ -966,7 +950,7 @@ poison_look_leased(struct fx *f, char **last_token, int *kills)
  */
 START_TEST(test_lean_poison_row)
 {
-    struct fx f;
+    struct wake_fx f;
     struct it_proxy px;
     const char *keys = "        lease: 1s\n        max_retries: 3\n";
     it_proxy_start(&px, 5672);
@@ -974,25 +958,25 @@ START_TEST(test_lean_poison_row)
     snprintf(f.amqp_url, sizeof(f.amqp_url), "amqp://guest:guest@127.0.0.1:%u/",
              px.port);
     fx_write_config(&f, NULL, keys);
-    fx_start(&f);
+    it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     fx_deliver(&f, "warm-1", SLOW_MS);
-    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.sql, "SENT") == 1,
+    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 1,
             "warm-1 not SENT");
     /* The lean attempt: held in flight (no confirm comes back) until the
      * watcher has seen it, and killed there. */
     px.stall_replies = true;
-    it_db_exec(f.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
-                      "aggregate_id, event_type, payload) VALUES ('poison', "
-                      "'Poison', 'p-1', 'Crash', '{}')");
+    it_db_exec(f.it.sql, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                         "aggregate_id, event_type, payload) VALUES ('poison', "
+                         "'Poison', 'p-1', 'Crash', '{}')");
     FX_WAIT(&f, SLOW_MS, poison_held_lean(&f),
             "the poison row was never held by a lean batch");
-    ck_assert(it_daemon_signal_wait(&f.d, SIGKILL, 5000));
+    ck_assert(it_daemon_signal_wait(&f.it.d, SIGKILL, 5000));
     px.stall_replies = false;
     char *st = row_state(&f, "poison");
     ck_assert_str_eq(st, "PENDING/-/0/-"); /* no trace of the attempt */
     free(st);
-    fx_start(&f);
+    it_fx_start(&f.it);
     /* The leased attempts, each killed, until the row is DEAD. */
     int kills = 0;
     char *last_token = NULL;
@@ -1012,11 +996,11 @@ START_TEST(test_lean_poison_row)
     fprintf(stderr, "it_wake: poison DEAD after 1 lean and %d leased kills\n",
             kills);
     ck_assert_int_eq(kills, 4);
-    ck_assert_int_eq(it_db_int(f.sql, "SELECT retry_count FROM outbox_event "
-                                      "WHERE event_id = 'poison'"),
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT retry_count FROM outbox_event "
+                                         "WHERE event_id = 'poison'"),
                      4);
-    char *err = it_db_str(f.sql, "SELECT last_error FROM outbox_event WHERE "
-                                 "event_id = 'poison'");
+    char *err = it_db_str(f.it.sql, "SELECT last_error FROM outbox_event WHERE "
+                                    "event_id = 'poison'");
     ck_assert_msg(strstr(err, "lease expired") != NULL, "%s", err);
     free(err);
     /* The relay goes on: the next event arrives, past the poison's
@@ -1024,7 +1008,7 @@ START_TEST(test_lean_poison_row)
     fx_insert(&f, "after-1");
     struct it_message m;
     bool after = false;
-    while (!after && it_consumer_next(f.consumer, &m, SLOW_MS) == 1) {
+    while (!after && it_consumer_next(f.it.consumer, &m, SLOW_MS) == 1) {
         ck_assert_msg(strcmp(m.message_id, "poison") == 0 ||
                           strcmp(m.message_id, "after-1") == 0,
                       "unexpected %s", m.message_id);
@@ -1032,7 +1016,7 @@ START_TEST(test_lean_poison_row)
         it_message_free(&m);
     }
     ck_assert_msg(after, "after-1 never arrived");
-    fx_close(&f);
+    it_fx_close(&f.it);
     it_proxy_stop(&px);
 }
 END_TEST

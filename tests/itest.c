@@ -701,14 +701,15 @@ it_write_file(const char *path, const char *fmt, ...)
     fclose(f);
 }
 
-void
-it_write_config(const char *path, const char *relay_id, const char *db,
-                const char *table, const char *exchange,
-                const char *extra_outbox_keys)
+/* it_write_config for a database on the server at port. */
+static void
+write_config_port(unsigned port, const char *path, const char *relay_id,
+                  const char *db, const char *table, const char *exchange,
+                  const char *extra_outbox_keys)
 {
     char user[64], password[64];
-    it_db_grant_relay(db, table, user, sizeof(user), password,
-                      sizeof(password));
+    it_db_grant_relay_port(port, db, table, user, sizeof(user), password,
+                           sizeof(password));
     it_write_file(path,
                   "relay:\n"
                   "  id: %s\n"
@@ -723,7 +724,7 @@ it_write_config(const char *path, const char *relay_id, const char *db,
                   "databases:\n"
                   "  %s:\n"
                   "    host: 127.0.0.1\n"
-                  "    port: 3306\n"
+                  "    port: %u\n"
                   "    user: %s\n"
                   "    password: %s\n"
                   "    database: %s\n"
@@ -732,8 +733,17 @@ it_write_config(const char *path, const char *relay_id, const char *db,
                   "        broker: main\n"
                   "        exchange: \"%s\"\n"
                   "%s",
-                  relay_id, IT_AMQP_URL, db, user, password, db, table,
+                  relay_id, IT_AMQP_URL, db, port, user, password, db, table,
                   exchange, extra_outbox_keys ? extra_outbox_keys : "");
+}
+
+void
+it_write_config(const char *path, const char *relay_id, const char *db,
+                const char *table, const char *exchange,
+                const char *extra_outbox_keys)
+{
+    write_config_port(IT_DB_PORT, path, relay_id, db, table, exchange,
+                      extra_outbox_keys);
 }
 
 void
@@ -820,21 +830,46 @@ it_teardown_port(unsigned port, struct it_daemon *d, struct it_consumer *c,
 void
 it_fx_open(struct it_fx *f, const char *prefix, const char *sql_file)
 {
+    it_fx_open_port(f, IT_DB_PORT, prefix, sql_file);
+}
+
+void
+it_fx_open_port(struct it_fx *f, unsigned port, const char *prefix,
+                const char *sql_file)
+{
     memset(f, 0, sizeof(*f));
+    f->db_port = port;
     it_unique_name(f->name, sizeof(f->name), prefix);
     const char *bare = strncmp(f->name, "it_", 3) == 0 ? f->name + 3 : f->name;
     snprintf(f->db, sizeof(f->db), "outboxd_test_%s", bare);
     snprintf(f->ex, sizeof(f->ex), "ex_%s", f->name);
     snprintf(f->conf, sizeof(f->conf), "/tmp/%s.yaml", f->name);
-    it_db_create(f->db, it_src_path(sql_file));
-    f->sql = it_db_connect(f->db);
+    it_db_relay_account(f->db, f->user, sizeof(f->user), f->password,
+                        sizeof(f->password));
+    it_db_create_port(port, f->db, it_src_path(sql_file));
+    f->sql = it_db_connect_port(port, f->db);
 }
 
 void
 it_fx_write_config(struct it_fx *f, const char *extra_outbox_keys)
 {
-    it_write_config(f->conf, f->name, f->db, "outbox_event", f->ex,
-                    extra_outbox_keys);
+    write_config_port(f->db_port, f->conf, f->name, f->db, "outbox_event",
+                      f->ex, extra_outbox_keys);
+}
+
+/* it_write_config keeps the endpoints off; a test of them turns them on. */
+unsigned
+it_fx_listen(struct it_fx *f)
+{
+    f->port = it_free_port();
+    char *conf = it_file_read(f->conf);
+    char *at = strstr(conf, "listen: \"\"");
+    ck_assert_ptr_nonnull(at);
+    *at = '\0';
+    it_write_file(f->conf, "%slisten: \"127.0.0.1:%u\"%s", conf, f->port,
+                  at + strlen("listen: \"\""));
+    free(conf);
+    return f->port;
 }
 
 void
@@ -846,7 +881,15 @@ it_fx_start(struct it_fx *f)
 void
 it_fx_close(struct it_fx *f)
 {
-    it_teardown(&f->d, f->consumer, f->sql, f->db, f->conf);
+    it_teardown_port(f->db_port, &f->d, f->consumer, f->sql, f->db, f->conf);
+}
+
+void
+it_fx_relay_name(const struct it_fx *f, struct it_fx_relay *r,
+                 const char *suffix)
+{
+    snprintf(r->id, sizeof(r->id), "%s%s", f->name, suffix);
+    snprintf(r->conf, sizeof(r->conf), "/tmp/%s.yaml", r->id);
 }
 
 void

@@ -195,6 +195,10 @@ void it_ctl_free(struct it_ctl_run *r);
  */
 struct it_fx {
     char name[64], db[96], ex[96], conf[256];
+    /* The relay's account (it_db_relay_account's names). */
+    char user[64], password[64];
+    unsigned port;    /* relay.listen's, once it_fx_listen chose it */
+    unsigned db_port; /* db's server: IT_DB_PORT unless opened on another */
     MYSQL *sql;
     struct it_consumer *consumer;
     struct it_daemon d;
@@ -202,12 +206,28 @@ struct it_fx {
 /* Names the fixture after prefix ("it_relay") and creates its database
  * with the statements of sql_file (a path in the source tree). */
 void it_fx_open(struct it_fx *f, const char *prefix, const char *sql_file);
-/* it_write_config for its outbox_event on its exchange. */
+/* The same on the server at port (IT_DB_BINLOG_PORT, say). */
+void it_fx_open_port(struct it_fx *f, unsigned port, const char *prefix,
+                     const char *sql_file);
+/* it_write_config for its outbox_event on its exchange, on its server. */
 void it_fx_write_config(struct it_fx *f, const char *extra_outbox_keys);
+/* Puts the HTTP endpoints of the config written on a free port, kept in
+ * f->port; returns it. */
+unsigned it_fx_listen(struct it_fx *f);
 /* Starts the daemon on its config, logging under its name. */
 void it_fx_start(struct it_fx *f);
 /* it_teardown of all of it. */
 void it_fx_close(struct it_fx *f);
+
+/* One of several relays over a fixture's outbox (it_ordering's, it_faults'):
+ * its relay.id, its config and its daemon. */
+struct it_fx_relay {
+    char id[96], conf[256];
+    struct it_daemon d;
+};
+/* Names relay r "<fixture's name><suffix>", its config /tmp/<id>.yaml. */
+void it_fx_relay_name(const struct it_fx *f, struct it_fx_relay *r,
+                      const char *suffix);
 
 /* A loopback port nobody listens on right now, for relay.listen. */
 unsigned it_free_port(void);
