@@ -75,4 +75,11 @@ const char *sec_text(const struct section *s, const char *name);
 /* Where to point at a key's value, or at its section when it is absent. */
 const yaml_mark_t *sec_mark(const struct section *s, const char *name);
 
+/* An outbox entry's checks (config_outbox.c), the finisher of
+ * config_outbox_table; and a database entry's outboxes loaded and
+ * checked, each table once. */
+void config_outbox_finish(struct loader *ld, struct section *s);
+void config_outboxes_load(struct loader *ld, struct section *s,
+                          struct database_config *db);
+
 #endif
