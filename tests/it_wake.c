@@ -883,6 +883,88 @@ START_TEST(test_lean_frozen_relay_taken_over)
 }
 END_TEST
 
+/* Events id-0.. id-(n-1), of as many aggregates, in one transaction. */
+static void
+fx_insert_many(struct wake_fx *f, const char *prefix, int n)
+{
+    it_db_exec(f->it.sql, "START TRANSACTION");
+    for (int i = 0; i < n; i++)
+        it_db_exec(f->it.sql,
+                   "INSERT INTO outbox_event (event_id, aggregate_type, "
+                   "aggregate_id, event_type, payload) VALUES ('%s-%d', "
+                   "'Order', '%s-%d', 'OrderCreated', '{}')",
+                   prefix, i, prefix, i);
+    it_db_exec(f->it.sql, "COMMIT");
+}
+
+/*
+ * A lean batch cut from the broker mid-publish: its rows published, no
+ * confirm back.  None is recorded SENT for that publish: each goes to
+ * RETRY with an attempt counted, is published again after the fault and
+ * only then SENT, and every event arrives.
+ */
+START_TEST(test_lean_broker_cut)
+{
+    enum { N = 3 };
+    struct wake_fx f;
+    struct it_proxy px;
+    it_proxy_start(&px, 5672);
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    snprintf(f.amqp_url, sizeof(f.amqp_url), "amqp://guest:guest@127.0.0.1:%u/",
+             px.port);
+    fx_write_config(&f, NULL, NULL);
+    it_fx_start(&f.it);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_deliver(&f, "warm-1", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 1,
+            "warm-1 not SENT");
+    double lean = fx_metric(&f, "outboxd_batches_lean_total");
+    px.stall_replies = true; /* the batch's confirms held back */
+    fx_insert_many(&f, "cut", N);
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "cut-%d", i);
+        fx_receive(&f, id, SLOW_MS); /* published, unconfirmed */
+        FX_WAIT(&f, SLOW_MS, row_locked(&f, id), "%s never held", id);
+        char *held = row_state(&f, id);
+        ck_assert_str_eq(held, "PENDING/-/0/-");
+        free(held);
+    }
+    FX_WAIT(&f, SLOW_MS, fx_metric(&f, "outboxd_batches_lean_total") > lean,
+            "the batch in flight is not lean");
+    it_proxy_move(&px, 5672, true); /* every broker connection cut */
+    px.stall_replies = false;
+    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == N + 1,
+            "the cut batch's rows not SENT again");
+    /* SENT on the publish after the cut: one attempt each, the cut's */
+    ck_assert_int_eq(it_db_int(f.it.sql,
+                               "SELECT COUNT(*) FROM outbox_event WHERE "
+                               "event_id LIKE 'cut-%%' AND status = 'SENT' "
+                               "AND retry_count = 1"),
+                     N);
+    fx_insert(&f, "after-1");
+    int copies[N] = {0};
+    struct it_message m;
+    bool after = false;
+    while (!after && it_consumer_next(f.it.consumer, &m, SLOW_MS) == 1) {
+        int i = -1;
+        after = strcmp(m.message_id, "after-1") == 0;
+        ck_assert_msg(after || sscanf(m.message_id, "cut-%d", &i) == 1,
+                      "unexpected %s", m.message_id);
+        if (i >= 0 && i < N)
+            copies[i]++;
+        it_message_free(&m);
+    }
+    ck_assert_msg(after, "after-1 never arrived");
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(copies[i] == 1, "cut-%d arrived %d more times", i,
+                      copies[i]);
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+    it_proxy_stop(&px);
+}
+END_TEST
+
 /* The relay's idle transaction that holds row locks and has written
  * nothing, as a lean batch's while it is published: its id, or 0. */
 static long long
@@ -1044,6 +1126,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_steady_state_delete);
     tcase_add_test(tc, test_lean_frozen_relay_taken_over);
     tcase_add_test(tc, test_lean_poison_row);
+    tcase_add_test(tc, test_lean_broker_cut);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
     tc = tcase_create("watch_list");
