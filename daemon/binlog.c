@@ -107,7 +107,8 @@ binlog_stream_serves(const struct binlog_stream *s,
 {
     const struct database_config *a = s->db;
     return str_same(a->host, db->host) && a->port == db->port &&
-           str_same(a->socket, db->socket) && str_same(a->user, db->user);
+           dbconn_hosts_equal(a, db) && str_same(a->socket, db->socket) &&
+           str_same(a->user, db->user);
 }
 
 static void

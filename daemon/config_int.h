@@ -75,4 +75,8 @@ const char *sec_text(const struct section *s, const char *name);
 /* Where to point at a key's value, or at its section when it is absent. */
 const yaml_mark_t *sec_mark(const struct section *s, const char *name);
 
+/* config_hosts.c: a database entry's hosts: list. */
+void config_hosts_finish(struct loader *ld, struct section *s);
+void config_hosts_free(struct database_config *db);
+
 #endif
