@@ -985,14 +985,17 @@ lease_seconds(const struct store *st)
  * first.  Not before a leased claim has committed in this process (a
  * row that killed the last one is then claimed leased first), not
  * while an expired lease may wait, and only where the server ends a
- * frozen relay's transaction by itself.
+ * frozen relay's transaction by itself.  Never on a Galera node: its
+ * locks do not keep another node's claim off the rows, which only lose
+ * at commit, after both had published them (docs/design.md, Running
+ * against a Galera cluster); a leased claim loses before it publishes.
  */
 static bool
 lean_applies(struct store *st, const struct outbox_batch *b)
 {
     return st->ob->lean && b->lean_allowed && st->claim.lean_ok &&
            st->claim.probe_first && st->claim.expired_none_ms != 0 &&
-           st->plan.id_primary &&
+           st->plan.id_primary && !dbsession_is_galera(st->conn.sess) &&
            dbsession_set_idle_trx_timeout(st->conn.sess, lease_seconds(st)) ==
                0;
 }
