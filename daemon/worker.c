@@ -553,6 +553,16 @@ all_told_found(const struct worker *w)
            last->rows >= told;
 }
 
+/* Another relay won the rows (store_claim_lost_race): not a failure,
+ * counted by the store; the next claim finds the rows left. */
+static void
+claim_lost_race(struct worker *w)
+{
+    log_debug(LOG_KV("outbox", w->ob->name), "claim lost a race: %s",
+              w->relay.last_error);
+    schedule(w, w->ob->poll_min_ms);
+}
+
 static void
 run_cycle(struct worker *w)
 {
@@ -603,6 +613,10 @@ run_cycle(struct worker *w)
         pace(w, PACER_EMPTY, w->relay.idle_due_ms);
         break;
     case RELAY_STORE_DOWN:
+        if (store_claim_lost_race(w->store)) {
+            claim_lost_race(w);
+            break;
+        }
         if (!store_is_connected(w->store)) {
             link_failed(w, &w->db, "database", w->relay.last_error);
             schedule(w, reconnect_delay(w));
@@ -1031,6 +1045,7 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
     m->empty_claims = w->empty_claims;
     m->db_errors = w->db_errors;
     m->db_read_only = w->db_read_only;
+    m->claim_conflicts = store_claim_conflicts(w->store);
     m->broker_errors = w->broker_errors;
     m->late_confirms = publisher_late_confirms(w->pub);
     m->poll_wait_s = (double)w->poll_wait_ms / 1e3;
