@@ -27,6 +27,8 @@ set -euo pipefail
 STATE=/run/outboxd-galera.dir
 TIMEOUT=${OUTBOXD_GALERA_TIMEOUT:-90}
 PROVIDER=/usr/lib/galera/libgalera_smm.so
+# More mariadbd options for every node, for experiments ("--max-binlog-size=1M").
+EXTRA=${OUTBOXD_GALERA_EXTRA:-}
 DB_USER=outboxd
 DB_PASSWORD=outboxd
 
@@ -83,7 +85,7 @@ node_launch() {
         --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:$(gport "$n"); ist.recv_addr=127.0.0.1:$(gport "$n" 2); gcache.size=64M" \
         --wsrep-sst-method=rsync \
         --wsrep-sst-receive-address="127.0.0.1:$(gport "$n" 1)" \
-        --wsrep-cluster-address="gcomm://$(peers "$n")" "$@" \
+        --wsrep-cluster-address="gcomm://$(peers "$n")" "$@" $EXTRA \
         </dev/null >>"$dir/node$n/mariadbd.out" 2>&1 9>&- &
     echo $! >"$dir/node$n/launcher"
 }
