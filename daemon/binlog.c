@@ -547,6 +547,18 @@ publish_socket(struct binlog_stream *s, MYSQL *db)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Where the stream starts, for its "live" line; with hosts:, on which
+ * of them. */
+static void
+describe_start(const struct binlog_stream *s, const MYSQL *db, const char *file,
+               unsigned long pos, const char *gtid, char *from, size_t len)
+{
+    int n = gtid[0] != '\0' ? snprintf(from, len, "GTID %s", gtid)
+                            : snprintf(from, len, "%s:%lu", file, pos);
+    if (s->db->nhosts > 0 && n > 0 && (size_t)n < len && db->host != NULL)
+        snprintf(from + n, len - (size_t)n, " on %s:%u", db->host, db->port);
+}
+
 /* Connects, streams until it breaks; returns with err saying why. */
 static void
 stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
@@ -568,10 +580,7 @@ stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
                       errlen) == 0 &&
         prepare_session(s, db, gtid, err, errlen) == 0 &&
         request_dump(s, db, file, pos, err, errlen) == 0) {
-        if (gtid[0] != '\0')
-            snprintf(from, sizeof(from), "GTID %s", gtid);
-        else
-            snprintf(from, sizeof(from), "%s:%lu", file, pos);
+        describe_start(s, db, file, pos, gtid, from, sizeof(from));
         read_events(s, db, from, live_since, err, errlen);
     }
     publish_socket(s, NULL);
