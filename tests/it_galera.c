@@ -269,6 +269,62 @@ stream_live(const struct fx *f, const struct relay *r)
     return it_metric(r->http_port, series) == 1;
 }
 
+/* node's status variable (wsrep_ready, say), read by the admin. */
+static char *
+node_status(int node, const char *name)
+{
+    MYSQL *db = it_db_connect_port(NODE_PORT(node), NULL);
+    /* SHOW, as a node out of the cluster refuses a SELECT (1047). */
+    char *sql = xasprintf("SHOW STATUS LIKE '%s'", name);
+    ck_assert_msg(mysql_query(db, sql) == 0, "%s: %s", sql, mysql_error(db));
+    free(sql);
+    MYSQL_RES *res = mysql_store_result(db);
+    MYSQL_ROW row = res != NULL ? mysql_fetch_row(res) : NULL;
+    char *v = strdup(row != NULL && row[1] != NULL ? row[1] : "");
+    if (res != NULL)
+        mysql_free_result(res);
+    mysql_close(db);
+    return v;
+}
+
+static bool
+node_status_is(int node, const char *name, const char *want)
+{
+    char *v = node_status(node, name);
+    bool is = strcmp(v, want) == 0;
+    free(v);
+    return is;
+}
+
+/* Node 3 cut off from the others (gmcast.isolate), or back. */
+static void
+isolate_node3(bool on)
+{
+    MYSQL *db = it_db_connect_port(NODE_PORT(3), NULL);
+    it_db_exec(db, "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=%d'",
+               on ? 1 : 0);
+    mysql_close(db);
+    if (on)
+        ck_assert(IT_WAIT(60000, node_status_is(3, "wsrep_ready", "OFF")));
+    else
+        ck_assert(
+            IT_WAIT(60000, node_status_is(3, "wsrep_ready", "ON") &&
+                               node_status_is(3, "wsrep_local_state_comment",
+                                              "Synced") &&
+                               node_status_is(1, "wsrep_cluster_size", "3")));
+}
+
+/* Sessions of the relay's account on node: the binlog stream's (dump)
+ * or the others. */
+static long long
+relay_sessions(struct fx *f, int node, bool dump)
+{
+    return it_db_int(f->node[node],
+                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                     "WHERE USER = '%s' AND (COMMAND = 'Binlog Dump') = %d",
+                     f->user, dump);
+}
+
 /* ---- the tests ---- */
 
 /*
@@ -317,6 +373,33 @@ START_TEST(test_two_relays_three_producers)
 END_TEST
 
 /*
+ * Node 3 up but out of the cluster (wsrep_ready OFF, 1047 to every
+ * statement): a relay whose hosts list it first passes it over and
+ * relays from node 1, its session and its binlog stream.  Node 3 then
+ * rejoins, for the next test.
+ */
+START_TEST(test_node_not_ready_passed_over)
+{
+    static const int one[] = {1};
+    struct fx f;
+    fx_open(&f);
+    isolate_node3(true);
+    fx_start_relay(&f, "[127.0.0.1:3313, 127.0.0.1:3311]");
+    ck_assert(IT_WAIT(30000, stream_live(&f, &f.relay[0])));
+    fx_insert_round_robin(&f, one, 1, 500);
+    fx_assert_all_delivered(&f, 1);
+    ck_assert_int_eq(f.duplicates, 0);
+    ck_assert_int_eq(relay_sessions(&f, 1, true), 1);
+    ck_assert_int_ge(relay_sessions(&f, 1, false), 1);
+    ck_assert_int_eq(log_lines(&f.relay[0], "level=error"), 0);
+    ck_assert_int_eq(
+        log_lines(&f.relay[0], "on 127.0.0.1:3311: commits wake their"), 1);
+    isolate_node3(false);
+    fx_close(&f);
+}
+END_TEST
+
+/*
  * A relay whose hosts list node 3 first: node 3 stops mid-drain, and
  * the relay goes on on node 1 (its session and its binlog stream),
  * losing nothing.  The last test: the cluster stays two nodes.
@@ -325,6 +408,7 @@ START_TEST(test_node_stops_mid_drain)
 {
     static const int up[] = {1, 2};
     struct fx f;
+    isolate_node3(false); /* in the cluster, whatever the last test did */
     fx_open(&f);
     fx_start_relay(&f, "[127.0.0.1:3313, 127.0.0.1:3311]");
     ck_assert(IT_WAIT(30000, stream_live(&f, &f.relay[0])));
@@ -346,21 +430,12 @@ START_TEST(test_node_stops_mid_drain)
             relay_metric(&f, r, "outboxd_database_errors_total"));
     ck_assert_msg(before < written, "the drain was over before the stop");
     /* On the next host now: its session and its binlog stream. */
-    ck_assert(IT_WAIT(30000, it_db_int(f.node[1],
-                                       "SELECT COUNT(*) FROM "
-                                       "information_schema.PROCESSLIST WHERE "
-                                       "USER = '%s' AND COMMAND = 'Binlog "
-                                       "Dump'",
-                                       f.user) == 1));
-    ck_assert_int_ge(it_db_int(f.node[1],
-                               "SELECT COUNT(*) FROM "
-                               "information_schema.PROCESSLIST WHERE USER = "
-                               "'%s' AND COMMAND <> 'Binlog Dump'",
-                               f.user),
-                     1);
+    ck_assert(IT_WAIT(30000, relay_sessions(&f, 1, true) == 1));
+    ck_assert_int_ge(relay_sessions(&f, 1, false), 1);
     ck_assert_msg(IT_WAIT(30000, stream_live(&f, r)),
                   "no binlog stream after the stop");
     ck_assert_int_ge(log_lines(r, "binlog stream live from GTID"), 2);
+    ck_assert_int_ge(log_lines(r, "on 127.0.0.1:3311: commits wake"), 1);
     fx_close(&f);
 }
 END_TEST
@@ -373,6 +448,7 @@ it_galera_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_unchecked_fixture(tc, cluster_start, cluster_stop);
     tcase_add_test(tc, test_two_relays_three_producers);
+    tcase_add_test(tc, test_node_not_ready_passed_over);
     tcase_add_test(tc, test_node_stops_mid_drain);
     suite_add_tcase(s, tc);
     return s;
