@@ -107,7 +107,8 @@ binlog_stream_serves(const struct binlog_stream *s,
 {
     const struct database_config *a = s->db;
     return str_same(a->host, db->host) && a->port == db->port &&
-           str_same(a->socket, db->socket) && str_same(a->user, db->user);
+           dbconn_hosts_equal(a, db) && str_same(a->socket, db->socket) &&
+           str_same(a->user, db->user);
 }
 
 static void
@@ -268,19 +269,52 @@ query_number(MYSQL *db, const char *sql)
 }
 
 /*
+ * MariaDB's GTID position of the binlog's end, "" when there is none
+ * (no transaction logged yet, or not MariaDB): a list of
+ * domain-server-sequence triples, checked so that it can be quoted.
+ */
+static void
+read_gtid_position(MYSQL *db, char *gtid, size_t len)
+{
+    gtid[0] = '\0';
+    const char *info = mysql_get_server_info(db);
+    if (info == NULL || strstr(info, "MariaDB") == NULL ||
+        mysql_query(db, "SELECT @@global.gtid_binlog_pos") != 0)
+        return;
+    MYSQL_RES *res = mysql_store_result(db);
+    MYSQL_ROW r = res != NULL ? mysql_fetch_row(res) : NULL;
+    if (r != NULL && r[0] != NULL && strlen(r[0]) < len &&
+        strspn(r[0], "0123456789-,") == strlen(r[0]))
+        str_copy(gtid, r[0], len);
+    if (res != NULL)
+        mysql_free_result(res);
+}
+
+/*
  * Where the binary log ends now: the stream starts there.  Whether there
  * is one at all comes first, as it needs no privilege and is the more
- * fundamental answer.
+ * fundamental answer.  On MariaDB the end is its GTID position and the
+ * server finds the byte offset itself: under a Galera node's load a byte
+ * offset read by SHOW MASTER STATUS may not yet be one the dump can start
+ * from (error 1236, "impossible position").
  */
 static int
 read_position(struct binlog_stream *s, MYSQL *db, char *file, size_t filelen,
-              unsigned long *pos, char *err, size_t errlen)
+              unsigned long *pos, char *gtid, size_t gtidlen, char *err,
+              size_t errlen)
 {
     if (query_number(db, "SELECT @@global.log_bin") == 0) {
         err_set(err, errlen,
                 "the server keeps no binary log (log_bin is OFF): enable it "
                 "to wake on commit");
         return -1;
+    }
+    read_gtid_position(db, gtid, gtidlen);
+    if (gtid[0] != '\0') {
+        /* MariaDB's protocol: no file, the position of the first event. */
+        file[0] = '\0';
+        *pos = 4;
+        return 0;
     }
     /* MySQL 8.4 knows only the newer name. */
     if (mysql_query(db, "SHOW MASTER STATUS") != 0 &&
@@ -317,12 +351,36 @@ pick_server_id(MYSQL *db)
 }
 
 /*
+ * A MariaDB replica that connects by GTID: it starts after gtid, not
+ * strict (a Galera node's binlog may hold the sequences of several
+ * nodes in one domain out of order), and says it understands GTIDs
+ * (capability 4, MARIA_SLAVE_CAPABILITY_GTID).
+ */
+static int
+prepare_gtid(struct binlog_stream *s, MYSQL *db, const char *gtid, char *err,
+             size_t errlen)
+{
+    char *sql = xasprintf("SET @slave_connect_state = '%s', "
+                          "@slave_gtid_strict_mode = 0, "
+                          "@slave_gtid_ignore_duplicates = 0, "
+                          "@mariadb_slave_capability = 4",
+                          gtid);
+    int rc = mysql_query(db, sql);
+    free(sql);
+    if (rc != 0)
+        return query_fail(s, db, "start the binlog stream by GTID", err,
+                          errlen);
+    return 0;
+}
+
+/*
  * The server sends checksums we are ready for, and a heartbeat while it
  * has nothing to send, so that a silent stream can be told from a dead
  * one by the read timeout.
  */
 static int
-prepare_session(struct binlog_stream *s, MYSQL *db, char *err, size_t errlen)
+prepare_session(struct binlog_stream *s, MYSQL *db, const char *gtid, char *err,
+                size_t errlen)
 {
     char sql[160];
     snprintf(sql, sizeof(sql),
@@ -331,7 +389,7 @@ prepare_session(struct binlog_stream *s, MYSQL *db, char *err, size_t errlen)
              (unsigned long long)BINLOG_HEARTBEAT_MS * 1000000ULL);
     if (mysql_query(db, sql) != 0)
         return query_fail(s, db, "set up the replication session", err, errlen);
-    return 0;
+    return gtid[0] != '\0' ? prepare_gtid(s, db, gtid, err, errlen) : 0;
 }
 
 #ifdef MARIADB_PACKAGE_VERSION_ID
@@ -368,13 +426,12 @@ request_dump(struct binlog_stream *s, MYSQL *db, const char *file,
 #endif
 
 static void
-log_live(struct binlog_stream *s, size_t n, const char *file, unsigned long pos)
+log_live(struct binlog_stream *s, size_t n, const char *from)
 {
     char outboxes[24];
     snprintf(outboxes, sizeof(outboxes), "%zu", n);
     log_info(LOG_KV("server", s->name, "outboxes", outboxes),
-             "binlog stream live from %s:%lu: commits wake their outboxes",
-             file, pos);
+             "binlog stream live from %s: commits wake their outboxes", from);
 }
 
 /* A transaction the tracker could not read whole woke every outbox:
@@ -413,7 +470,7 @@ report_unreadable(struct binlog_stream *s, uint64_t n, const char *why)
 static int
 feed_event(struct binlog_stream *s, const struct binlog_format *fmt,
            const struct binlog_event *ev, uint64_t *live_since,
-           const char *file, unsigned long pos, char *err, size_t errlen)
+           const char *from, char *err, size_t errlen)
 {
     char why[sizeof(s->tracker.why)];
     pthread_mutex_lock(&s->watch_lock);
@@ -437,7 +494,7 @@ feed_event(struct binlog_stream *s, const struct binlog_format *fmt,
     }
     if (first) {
         *live_since = clock_ms();
-        log_live(s, n, file, pos);
+        log_live(s, n, from);
         s->last_error[0] = '\0';
     }
     return 0;
@@ -450,8 +507,8 @@ feed_event(struct binlog_stream *s, const struct binlog_format *fmt,
  * nothing after it must not hold the outboxes at the long ceiling.
  */
 static int
-read_events(struct binlog_stream *s, MYSQL *db, const char *file,
-            unsigned long pos, uint64_t *live_since, char *err, size_t errlen)
+read_events(struct binlog_stream *s, MYSQL *db, const char *from,
+            uint64_t *live_since, char *err, size_t errlen)
 {
     struct binlog_format fmt = {0};
     struct binlog_event ev;
@@ -474,7 +531,7 @@ read_events(struct binlog_stream *s, MYSQL *db, const char *file,
             return -1;
         }
         if (binlog_parse(&fmt, p, n, &ev, err, errlen) < 0 ||
-            feed_event(s, &fmt, &ev, live_since, file, pos, err, errlen) < 0)
+            feed_event(s, &fmt, &ev, live_since, from, err, errlen) < 0)
             return -1;
     }
 }
@@ -490,6 +547,18 @@ publish_socket(struct binlog_stream *s, MYSQL *db)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Where the stream starts, for its "live" line; with hosts:, on which
+ * of them. */
+static void
+describe_start(const struct binlog_stream *s, const MYSQL *db, const char *file,
+               unsigned long pos, const char *gtid, char *from, size_t len)
+{
+    int n = gtid[0] != '\0' ? snprintf(from, len, "GTID %s", gtid)
+                            : snprintf(from, len, "%s:%lu", file, pos);
+    if (s->db->nhosts > 0 && n > 0 && (size_t)n < len && db->host != NULL)
+        snprintf(from + n, len - (size_t)n, " on %s:%u", db->host, db->port);
+}
+
 /* Connects, streams until it breaks; returns with err saying why. */
 static void
 stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
@@ -497,7 +566,7 @@ stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
 {
     unsigned code,
         io_s = dbconn_seconds(BINLOG_HEARTBEAT_MS * BINLOG_STALL_BEATS);
-    char file[256];
+    char file[256], gtid[1024], from[1100];
     unsigned long pos = 0;
     pthread_mutex_lock(&s->watch_lock);
     s->failovers = clients_failovers(s);
@@ -507,10 +576,13 @@ stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
     if (db == NULL)
         return;
     publish_socket(s, db);
-    if (read_position(s, db, file, sizeof(file), &pos, err, errlen) == 0 &&
-        prepare_session(s, db, err, errlen) == 0 &&
-        request_dump(s, db, file, pos, err, errlen) == 0)
-        read_events(s, db, file, pos, live_since, err, errlen);
+    if (read_position(s, db, file, sizeof(file), &pos, gtid, sizeof(gtid), err,
+                      errlen) == 0 &&
+        prepare_session(s, db, gtid, err, errlen) == 0 &&
+        request_dump(s, db, file, pos, err, errlen) == 0) {
+        describe_start(s, db, file, pos, gtid, from, sizeof(from));
+        read_events(s, db, from, live_since, err, errlen);
+    }
     publish_socket(s, NULL);
     mysql_close(db);
 }

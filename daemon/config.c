@@ -178,6 +178,8 @@ static const struct opt database_opts[] = {
     K_STR("host", "127.0.0.1", 0, DB(host)),
     K_UINT("port", "3306", 0, 1, 65535, DB(port)),
     K_STR("socket", NULL, 0, DB(socket)),
+    /* Or several nodes, tried in turn: config_hosts.c. */
+    K_STRS("hosts", 0),
     K_STR("user", NULL, OPT_REQUIRED, DB(user)),
     /* At most one of the three: resolved by database_finish. */
     K_STR("password", NULL, 0, NO_FIELD),
@@ -571,6 +573,7 @@ database_finish(struct loader *ld, struct section *s)
         free(db->host);
         db->host = xstrdup("localhost");
     }
+    config_hosts_finish(ld, s);
     public_key_check(ld, s, db);
     config_outboxes_load(ld, s, db);
 }
@@ -841,6 +844,7 @@ config_database_clear(struct database_config *db)
 {
     free(db->name);
     free(db->host);
+    config_hosts_free(db);
     free(db->socket);
     free(db->user);
     free(db->password);

@@ -96,10 +96,19 @@ struct outbox_config {
     size_t ncolumns;
 };
 
+/* One node of a hosts: list (config_hosts.c). */
+struct database_host {
+    char *host;
+    unsigned port; /* the entry's port unless the item names one */
+};
+
 struct database_config {
     char *name;
-    char *host;    /* 127.0.0.1 unless socket is set */
+    char *host;    /* 127.0.0.1 unless socket is set; hosts[0] with hosts */
     unsigned port; /* 3306 */
+    /* hosts: the nodes of a cluster, tried in turn; 0 without it. */
+    struct database_host *hosts;
+    size_t nhosts;
     char *socket;
     char *user;
     char *password; /* password, password_env or password_file */

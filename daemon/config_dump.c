@@ -325,11 +325,37 @@ dump_broker_key(struct dump *d, const struct opt *o, const void *base)
     dump_secret(d, o, &b->url_source, (const char *const *)b->urls, b->nurls);
 }
 
+/* hosts: each node as host:port, the port made explicit. */
+static void
+dump_hosts(struct dump *d, const struct database_config *db)
+{
+    if (db->nhosts == 0) {
+        dump_unset(d, "hosts", "one server, host and port");
+        return;
+    }
+    dump_line(d, "hosts:");
+    d->indent += 4;
+    for (size_t i = 0; i < db->nhosts; i++) {
+        const char *h = db->hosts[i].host;
+        char *item = strchr(h, ':') != NULL
+                         ? xasprintf("[%s]:%u", h, db->hosts[i].port)
+                         : xasprintf("%s:%u", h, db->hosts[i].port);
+        char *v = yaml_scalar(item);
+        d->dash = true;
+        dump_line(d, "%s", v);
+        free(v);
+        free(item);
+    }
+    d->indent -= 4;
+}
+
 static void
 dump_database_key(struct dump *d, const struct opt *o, const void *base)
 {
     const struct database_config *db = base;
-    if (strcmp(o->name, "outboxes") == 0) {
+    if (strcmp(o->name, "hosts") == 0) {
+        dump_hosts(d, db);
+    } else if (strcmp(o->name, "outboxes") == 0) {
         dump_line(d, "outboxes:");
         d->indent += 4;
         for (size_t i = 0; i < db->noutboxes; i++) {
@@ -418,6 +444,10 @@ dump_opt(struct dump *d, const struct table *t, const struct opt *o,
     const void *field = o->off == NO_FIELD ? NULL : (const char *)base + o->off;
     if (dump_not_applicable(t, o, base)) {
         dump_unset(d, o->name, "only with database_like");
+    } else if (table_is(t, "databases") &&
+               ((const struct database_config *)base)->nhosts > 0 &&
+               (strcmp(o->name, "host") == 0 || strcmp(o->name, "port") == 0)) {
+        dump_unset(d, o->name, "hosts names the nodes");
     } else if (table_is(t, "outboxes") &&
                strcmp(o->name, "cloudevents_source") == 0 &&
                *(char *const *)field == NULL) {

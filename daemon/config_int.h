@@ -82,4 +82,8 @@ void config_outbox_finish(struct loader *ld, struct section *s);
 void config_outboxes_load(struct loader *ld, struct section *s,
                           struct database_config *db);
 
+/* config_hosts.c: a database entry's hosts: list. */
+void config_hosts_finish(struct loader *ld, struct section *s);
+void config_hosts_free(struct database_config *db);
+
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config_table.h"
+#include "dbconn.h"
 #include "util.h"
 
 /*
@@ -268,6 +269,8 @@ database_diff(const struct database_config *a, const struct database_config *b,
     d->fixed = false;
     if (!str_equal(a->password, b->password))
         diff_add(d, true, "%s.password: cannot change without a restart", path);
+    if (!dbconn_hosts_equal(a, b))
+        diff_add(d, true, "%s.hosts: cannot change without a restart", path);
     for (size_t i = 0; i < b->noutboxes; i++) {
         const struct outbox_config *ob = &b->outboxes[i];
         const struct outbox_config *old = outbox_find_table(a, ob->table);

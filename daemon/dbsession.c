@@ -43,6 +43,7 @@ struct dbsession {
     uint64_t io_ms;
     bool allow_read_only;
     bool mariadb;
+    bool galera;         /* a Galera node (@@wsrep_on): locks are local to it */
     bool checks_off;     /* check_constraint_checks = 0 on this session */
     unsigned idle_trx_s; /* idle_transaction_timeout set here; 0: never */
     bool read_only;      /* last failure: the server refuses writes */
@@ -98,6 +99,7 @@ server_copy(struct database_config *to, const struct database_config *dc)
     to->tls.ca_file = dup_or_null(dc->tls.ca_file);
     to->tls.cert_file = dup_or_null(dc->tls.cert_file);
     to->tls.key_file = dup_or_null(dc->tls.key_file);
+    dbconn_hosts_copy(to, dc);
 }
 
 static void
@@ -111,6 +113,9 @@ server_free(struct database_config *c)
     free(c->tls.ca_file);
     free(c->tls.cert_file);
     free(c->tls.key_file);
+    for (size_t i = 0; i < c->nhosts; i++)
+        free(c->hosts[i].host);
+    free(c->hosts);
 }
 
 struct dbsession *
@@ -167,7 +172,7 @@ dbsession_serves(const struct dbsession *s, const struct database_config *dc)
     if (s->with_schema)
         return o == dc;
     return str_eq_null(o->host, dc->host) && o->port == dc->port &&
-           str_eq_null(o->socket, dc->socket) &&
+           dbconn_hosts_equal(o, dc) && str_eq_null(o->socket, dc->socket) &&
            str_eq_null(o->user, dc->user) &&
            str_eq_null(o->password, dc->password) &&
            o->connect_timeout_ms == dc->connect_timeout_ms &&
@@ -246,6 +251,29 @@ setup_session(struct dbsession *s, char *err, size_t errlen)
 }
 
 /*
+ * On a Galera node a row lock keeps out only the sessions of that node:
+ * another node's claim of the same rows is stopped at its commit, by
+ * certification.  The lean claim relies on its locks across a publish,
+ * so the store asks (dbsession_is_galera).
+ */
+static int
+check_galera(struct dbsession *s, char *err, size_t errlen)
+{
+    s->galera = false;
+    if (!s->mariadb)
+        return 0;
+    const char *sql = "SELECT @@wsrep_on";
+    MYSQL_RES *res = NULL;
+    if (dbsession_query(s, sql, strlen(sql)) != 0 ||
+        (res = mysql_store_result(s->db)) == NULL)
+        return session_error(s, "session", err, errlen);
+    MYSQL_ROW row = mysql_fetch_row(res);
+    s->galera = row != NULL && row[0] != NULL && strcmp(row[0], "1") == 0;
+    mysql_free_result(res);
+    return 0;
+}
+
+/*
  * A server with read_only on is a replica or a demoted primary: even an
  * account that could write there (SUPER, READ_ONLY ADMIN) must not, so
  * the session is refused as a claim's 1290 would be, and the caller
@@ -302,7 +330,7 @@ dbsession_open(struct dbsession *s, char *err, size_t errlen)
     }
     s->last_errno = 0;
     if (check_version(s, err, errlen) < 0 ||
-        setup_session(s, err, errlen) < 0 ||
+        setup_session(s, err, errlen) < 0 || check_galera(s, err, errlen) < 0 ||
         check_writable(s, err, errlen) < 0) {
         dbsession_close(s);
         open_failed(s, err);
@@ -367,6 +395,12 @@ bool
 dbsession_is_mariadb(const struct dbsession *s)
 {
     return s->mariadb;
+}
+
+bool
+dbsession_is_galera(const struct dbsession *s)
+{
+    return s->galera;
 }
 
 void

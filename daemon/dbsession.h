@@ -72,6 +72,8 @@ unsigned long dbsession_connection_id(const struct dbsession *s);
 uint64_t dbsession_statement_count(const struct dbsession *s);
 uint64_t dbsession_connect_count(const struct dbsession *s);
 bool dbsession_is_mariadb(const struct dbsession *s);
+/* A Galera node (@@wsrep_on): its row locks do not reach other nodes. */
+bool dbsession_is_galera(const struct dbsession *s);
 
 /* Reads and writes wait at least ms (a lease) from the next open on. */
 void dbsession_need_io_ms(struct dbsession *s, uint64_t ms);

@@ -272,6 +272,7 @@ discover_tenant_new(const struct database_config *entry, const char *schema)
     *t = *entry;
     t->name = xasprintf("%s/%s", entry->name, schema);
     t->host = dup_or_null(entry->host);
+    dbconn_hosts_copy(t, entry);
     t->socket = dup_or_null(entry->socket);
     t->user = dup_or_null(entry->user);
     t->password = dup_or_null(entry->password);

@@ -188,6 +188,11 @@ const struct counter_family metrics_counters[] = {
      "Of those, the server refusing writes (read_only, super_read_only, a "
      "Galera node not primary): each ends the session.",
      OM(db_read_only)},
+    {"outboxd_claim_conflicts_total",
+     "Claim attempts that lost a race for their rows to another relay: a "
+     "deadlock, or on Galera a certification conflict at COMMIT (1213). "
+     "Retried at once; not a database error.",
+     OM(claim_conflicts)},
     {"outboxd_broker_errors_total",
      "Failed broker connects and broker connections lost.", OM(broker_errors)},
     {"outboxd_confirms_late_total",

@@ -61,6 +61,8 @@ struct outbox_metrics {
     /* Failed connects, claims and records; those refused as read-only;
      * failed broker connects and connections lost. */
     uint64_t db_errors, db_read_only, broker_errors;
+    /* Claim attempts that lost a race (store_claim_conflicts). */
+    uint64_t claim_conflicts;
     /* Broker confirms that came after their wave gave up (publisher.h). */
     uint64_t late_confirms;
     double poll_wait_s; /* the wait before the next claim */

@@ -86,6 +86,11 @@ bool store_last_error_is_read_only(const struct store *st);
  * TABLES), nothing was written, and the session goes on.
  */
 bool store_last_error_is_lock_wait(const struct store *st);
+/* The last claim failed because every attempt lost a race (1213): to
+ * another relay's lock or, on Galera, at certification. */
+bool store_claim_lost_race(const struct store *st);
+/* Claim attempts that lost such a race, since store_new (any thread). */
+uint64_t store_claim_conflicts(struct store *st);
 /* Statements this store sent since store_new (the claim's cost, for
  * tests); the session's own setup counts in dbsession_statement_count. */
 uint64_t store_statement_count(const struct store *st);

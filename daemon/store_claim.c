@@ -1002,14 +1002,17 @@ lease_seconds(const struct store *st)
  * first.  Not before a leased claim has committed in this process (a
  * row that killed the last one is then claimed leased first), not
  * while an expired lease may wait, and only where the server ends a
- * frozen relay's transaction by itself.
+ * frozen relay's transaction by itself.  Never on a Galera node: its
+ * locks do not keep another node's claim off the rows, which only lose
+ * at commit, after both had published them (docs/design.md, Running
+ * against a Galera cluster); a leased claim loses before it publishes.
  */
 static bool
 lean_applies(struct store *st, const struct outbox_batch *b)
 {
     return st->ob->lean && b->lean_allowed && st->claim.lean_ok &&
            st->claim.probe_first && st->claim.expired_none_ms != 0 &&
-           st->plan.id_primary &&
+           st->plan.id_primary && !dbsession_is_galera(st->conn.sess) &&
            dbsession_set_idle_trx_timeout(st->conn.sess, lease_seconds(st)) ==
                0;
 }
@@ -1151,6 +1154,7 @@ int
 store_claim_batch(struct store *st, const char *relay_id,
                   struct outbox_batch *b, char *err, size_t errlen)
 {
+    st->lost_race = false;
     for (int attempt = 1;; attempt++) {
         batch_reset(b);
         if (store_require_ready(st, "claim", err, errlen) < 0 ||
@@ -1166,8 +1170,32 @@ store_claim_batch(struct store *st, const char *relay_id,
         }
         store_rollback(st);
         batch_reset(b);
-        if (attempt == STORE_ATTEMPTS ||
-            !store_errno_is_deadlock(st->conn.last_errno))
+        if (!store_errno_is_deadlock(st->conn.last_errno))
             return -1;
+        atomic_fetch_add_explicit(&st->conflicts, 1, memory_order_relaxed);
+        if (attempt == STORE_ATTEMPTS) {
+            st->lost_race = true;
+            return -1;
+        }
     }
+}
+
+/*
+ * A deadlock in a claim is a race lost to another claim; on a Galera
+ * node also to another node's, found at COMMIT by certification (1213
+ * too), since row locks do not reach across nodes.  Nothing was
+ * written: the rows are the winner's.  A normal event with several
+ * relays, not a database failure (docs/design.md, Running against a
+ * Galera cluster).
+ */
+bool
+store_claim_lost_race(const struct store *st)
+{
+    return st->lost_race;
+}
+
+uint64_t
+store_claim_conflicts(struct store *st)
+{
+    return atomic_load_explicit(&st->conflicts, memory_order_relaxed);
 }

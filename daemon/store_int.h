@@ -5,6 +5,7 @@
 #ifndef OUTBOXD_STORE_INT_H
 #define OUTBOXD_STORE_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -179,6 +180,11 @@ struct store {
     struct claim_scratch claim;
     struct fin_scratch fin;
     struct purge_cursor purge;
+    /* Claims that lost a race at a lock or at certification (1213), each
+     * attempt; read by the metrics thread.  lost_race: the last claim
+     * failed so, every attempt (store_claim_lost_race). */
+    _Atomic uint64_t conflicts;
+    bool lost_race;
 };
 
 /* The session's connection: NULL while it is closed. */

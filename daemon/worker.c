@@ -98,6 +98,15 @@ all_told_found(const struct worker *w)
            last->rows >= told;
 }
 
+/* Another relay won the rows (store_claim_lost_race): not a failure,
+ * counted by the store; the next claim finds the rows left. */
+static void
+claim_lost_race(struct worker *w)
+{
+    outbox_log(LOG_DEBUG, w->ob, "claim lost a race: %s", w->relay.last_error);
+    schedule(w, w->ob->poll_min_ms);
+}
+
 static void
 run_cycle(struct worker *w)
 {
@@ -148,6 +157,10 @@ run_cycle(struct worker *w)
         pace(w, PACER_EMPTY, w->relay.idle_due_ms);
         break;
     case RELAY_STORE_DOWN:
+        if (store_claim_lost_race(w->store)) {
+            claim_lost_race(w);
+            break;
+        }
         if (!store_is_connected(w->store)) {
             worker_link_failed(w, &w->db, "database", w->relay.last_error);
             schedule(w, worker_reconnect_delay(w));

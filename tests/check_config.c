@@ -37,7 +37,7 @@ static const char *const bad_inputs[] = {
     "bad_many",           "bad_poll",
     "bad_size",           "bad_cloudevents",
     "bad_hold",           "bad_pattern",
-    "bad_public_key",
+    "bad_public_key",     "bad_hosts",
 };
 
 static char *
@@ -330,6 +330,26 @@ START_TEST(test_secrets)
                      &cfg->brokers[0]);
     ck_assert_ptr_eq(config_outbox_find(cfg, "billing.outbox_event")->broker,
                      &cfg->brokers[1]);
+    config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_hosts)
+{
+    struct config *cfg = load_good("good_hosts");
+    const struct database_config *db = &cfg->databases[0];
+    static const char *const hosts[] = {"node1.example", "node2.example",
+                                        "fd00::3", "fd00::4"};
+    static const unsigned ports[] = {3310, 3307, 3308, 3310};
+    ck_assert_uint_eq(db->nhosts, 4);
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_str_eq(db->hosts[i].host, hosts[i]);
+        ck_assert_uint_eq(db->hosts[i].port, ports[i]);
+    }
+    /* The first names the entry's server where one name is needed. */
+    ck_assert_str_eq(db->host, "node1.example");
+    ck_assert_uint_eq(db->port, 3310);
+    ck_assert_uint_eq(cfg->databases[0].noutboxes, 1);
     config_free(cfg);
 }
 END_TEST
@@ -671,6 +691,7 @@ config_suite(void)
     tcase_add_test(tc, test_full);
     tcase_add_test(tc, test_minimal_defaults);
     tcase_add_test(tc, test_secrets);
+    tcase_add_test(tc, test_hosts);
     tcase_add_test(tc, test_multi);
     tcase_add_test(tc, test_amqps_enables_tls);
     tcase_add_test(tc, test_reference_config);

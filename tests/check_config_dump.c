@@ -109,6 +109,25 @@ START_TEST(test_defaults_filled_in)
 }
 END_TEST
 
+/* hosts: each node with its port; host and port left out for it. */
+START_TEST(test_hosts)
+{
+    char *text = dump_file(DATA "good_hosts.yaml");
+    static const char *const lines[] = {
+        "\n    # host: unset, hosts names the nodes\n",
+        "\n    # port: unset, hosts names the nodes\n",
+        "\n    hosts:\n      - node1.example:3310\n"
+        "      - node2.example:3307\n      - \"[fd00::3]:3308\"\n"
+        "      - \"[fd00::4]:3310\"\n",
+    };
+    for (size_t i = 0; i < sizeof(lines) / sizeof(*lines); i++)
+        ck_assert_msg(strstr(text, lines[i]) != NULL, "no %s in:\n%s", lines[i],
+                      text);
+    assert_round_trip(text);
+    free(text);
+}
+END_TEST
+
 /* Every value of good_full.yaml, none a default, comes out as set. */
 START_TEST(test_values_kept)
 {
@@ -482,6 +501,7 @@ config_dump_suite(void)
     TCase *tc = tcase_create("dump");
     tcase_add_test(tc, test_defaults_filled_in);
     tcase_add_test(tc, test_values_kept);
+    tcase_add_test(tc, test_hosts);
     tcase_add_test(tc, test_secrets_masked);
     tcase_add_test(tc, test_secret_sources_named);
     tcase_add_test(tc, test_quoting);

@@ -62,6 +62,34 @@ START_TEST(test_serves_same_server_only)
 }
 END_TEST
 
+/* A shared session keeps its own copy of the entry's hosts: an entry
+ * listing other nodes, or the same in another order, is another server. */
+START_TEST(test_serves_same_hosts_only)
+{
+    struct database_host nodes[] = {{"db1", 3306}, {"db2", 3306}};
+    struct database_host same[] = {{"db1", 3306}, {"db2", 3306}};
+    struct database_host swapped[] = {{"db2", 3306}, {"db1", 3306}};
+    struct database_config a = tenant("tenant_0001"), b = tenant("tenant_0002");
+    a.hosts = nodes;
+    b.hosts = same;
+    a.nhosts = b.nhosts = 2;
+    struct dbsession *s = dbsession_new(&a);
+    nodes[1].host = "db9"; /* the entry may go: the session copied it */
+    ck_assert(dbsession_serves(s, &b));
+    struct database_config c = b;
+    c.nhosts = 1;
+    ck_assert(!dbsession_serves(s, &c));
+    c = b;
+    c.hosts = swapped;
+    ck_assert(!dbsession_serves(s, &c));
+    c = b;
+    c.hosts = NULL;
+    c.nhosts = 0;
+    ck_assert(!dbsession_serves(s, &c));
+    dbsession_free(s);
+}
+END_TEST
+
 /* A private session has its database as the default schema: it serves
  * that database alone. */
 START_TEST(test_private_serves_its_own)
@@ -227,6 +255,7 @@ dbsession_suite(void)
     Suite *s = suite_create("dbsession");
     TCase *tc = tcase_create("dbsession");
     tcase_add_test(tc, test_serves_same_server_only);
+    tcase_add_test(tc, test_serves_same_hosts_only);
     tcase_add_test(tc, test_private_serves_its_own);
     tcase_add_test(tc, test_errors_that_end_the_session);
     tcase_add_test(tc, test_fail_records_class);

@@ -21,6 +21,7 @@ Suite *it_ordering_suite(void);
 Suite *it_cluster_suite(void);
 Suite *it_wake_suite(void);
 Suite *it_failover_suite(void);
+Suite *it_galera_suite(void);
 Suite *it_bytes_suite(void);
 Suite *it_cloudevents_suite(void);
 Suite *it_hold_suite(void);
@@ -48,6 +49,7 @@ main(void)
     srunner_add_suite(sr, it_cluster_suite());
     srunner_add_suite(sr, it_wake_suite());
     srunner_add_suite(sr, it_failover_suite());
+    srunner_add_suite(sr, it_galera_suite());
     srunner_add_suite(sr, it_bytes_suite());
     srunner_add_suite(sr, it_cloudevents_suite());
     srunner_add_suite(sr, it_hold_suite());

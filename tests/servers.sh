@@ -60,6 +60,9 @@ PACKAGES+=(debhelper devscripts lintian fakeroot)
 # libcrypto's pkg-config file, for outboxd -V (see PKGS in the Makefile).
 PACKAGES+=(libssl-dev)
 
+# tests/galera/servers.sh: a three-node Galera cluster, rsync SST.
+PACKAGES+=(galera-4 rsync)
+
 # libzstd: MySQL 8's compressed transactions in the binlog (binlog_payload.c).
 PACKAGES+=(libzstd-dev)
 
