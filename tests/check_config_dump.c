@@ -63,6 +63,15 @@ dump_file(const char *path)
 
 /* The dump, loaded again (from another directory's point of view) and
  * dumped again, is the same text. */
+/* Every one of lines stands in the dump text. */
+static void
+assert_has_lines(const char *text, const char *const *lines, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(strstr(text, lines[i]) != NULL, "no %s in:\n%s", lines[i],
+                      text);
+}
+
 static void
 assert_round_trip(const char *text)
 {
@@ -101,9 +110,7 @@ START_TEST(test_defaults_filled_in)
         "\n        retention:\n          sent: 7d\n          interval: 1m\n"
         "          batch: 5000\n",
     };
-    for (size_t i = 0; i < sizeof(lines) / sizeof(*lines); i++)
-        ck_assert_msg(strstr(text, lines[i]) != NULL, "no %s in:\n%s", lines[i],
-                      text);
+    assert_has_lines(text, lines, sizeof(lines) / sizeof(*lines));
     assert_round_trip(text);
     free(text);
 }
@@ -120,9 +127,7 @@ START_TEST(test_hosts)
         "      - node2.example:3307\n      - \"[fd00::3]:3308\"\n"
         "      - \"[fd00::4]:3310\"\n",
     };
-    for (size_t i = 0; i < sizeof(lines) / sizeof(*lines); i++)
-        ck_assert_msg(strstr(text, lines[i]) != NULL, "no %s in:\n%s", lines[i],
-                      text);
+    assert_has_lines(text, lines, sizeof(lines) / sizeof(*lines));
     assert_round_trip(text);
     free(text);
 }
@@ -152,9 +157,7 @@ START_TEST(test_values_kept)
         "\n        poll_interval: 250ms\n",
         "\n        on_sent: delete\n",
     };
-    for (size_t i = 0; i < sizeof(lines) / sizeof(*lines); i++)
-        ck_assert_msg(strstr(text, lines[i]) != NULL, "no %s in:\n%s", lines[i],
-                      text);
+    assert_has_lines(text, lines, sizeof(lines) / sizeof(*lines));
     ck_assert_ptr_null(strstr(text, "pw@"));
     assert_round_trip(text);
     free(text);

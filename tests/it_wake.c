@@ -783,6 +783,26 @@ START_TEST(test_lean_steady_state_delete)
 }
 END_TEST
 
+/*
+ * A relay on the binlog server whose broker connection runs through px
+ * (to stall its confirms or cut it), started, live, and warmed by one
+ * event confirmed and recorded: the next claim is lean.
+ */
+static void
+fx_start_proxied_warm(struct wake_fx *f, struct it_proxy *px, const char *keys)
+{
+    it_proxy_start(px, 5672);
+    fx_open(f, IT_DB_BINLOG_PORT, true, NULL, keys);
+    snprintf(f->amqp_url, sizeof(f->amqp_url),
+             "amqp://guest:guest@127.0.0.1:%u/", px->port);
+    fx_write_config(f, NULL, keys);
+    it_fx_start(&f->it);
+    fx_wait_live(f, 1, SLOW_MS);
+    fx_deliver(f, "warm-1", SLOW_MS);
+    FX_WAIT(f, SLOW_MS, it_db_count_status(f->it.sql, "SENT") == 1,
+            "warm-1 not SENT");
+}
+
 /* Whether another session holds event id's row locked: a locking read
  * that may not wait fails. */
 static bool
@@ -820,17 +840,7 @@ START_TEST(test_lean_frozen_relay_taken_over)
 {
     struct wake_fx f;
     struct it_proxy px;
-    it_proxy_start(&px, 5672);
-    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, "        lease: 2s\n");
-    snprintf(f.amqp_url, sizeof(f.amqp_url), "amqp://guest:guest@127.0.0.1:%u/",
-             px.port);
-    fx_write_config(&f, NULL, "        lease: 2s\n");
-    it_fx_start(&f.it);
-    fx_wait_live(&f, 1, SLOW_MS);
-    fx_deliver(&f, "warm-1", SLOW_MS);
-    /* its confirm in and recorded, before the broker's replies stop */
-    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 1,
-            "warm-1 not SENT");
+    fx_start_proxied_warm(&f, &px, "        lease: 2s\n");
     px.stall_replies = true; /* its confirm held back: a stays publishing */
     fx_insert(&f, "frozen-1");
     FX_WAIT(&f, SLOW_MS, row_locked(&f, "frozen-1"),
@@ -908,16 +918,7 @@ START_TEST(test_lean_broker_cut)
     enum { N = 3 };
     struct wake_fx f;
     struct it_proxy px;
-    it_proxy_start(&px, 5672);
-    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
-    snprintf(f.amqp_url, sizeof(f.amqp_url), "amqp://guest:guest@127.0.0.1:%u/",
-             px.port);
-    fx_write_config(&f, NULL, NULL);
-    it_fx_start(&f.it);
-    fx_wait_live(&f, 1, SLOW_MS);
-    fx_deliver(&f, "warm-1", SLOW_MS);
-    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 1,
-            "warm-1 not SENT");
+    fx_start_proxied_warm(&f, &px, NULL);
     double lean = fx_metric(&f, "outboxd_batches_lean_total");
     px.stall_replies = true; /* the batch's confirms held back */
     fx_insert_many(&f, "cut", N);
@@ -1035,16 +1036,7 @@ START_TEST(test_lean_poison_row)
     struct wake_fx f;
     struct it_proxy px;
     const char *keys = "        lease: 1s\n        max_retries: 3\n";
-    it_proxy_start(&px, 5672);
-    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, keys);
-    snprintf(f.amqp_url, sizeof(f.amqp_url), "amqp://guest:guest@127.0.0.1:%u/",
-             px.port);
-    fx_write_config(&f, NULL, keys);
-    it_fx_start(&f.it);
-    fx_wait_live(&f, 1, SLOW_MS);
-    fx_deliver(&f, "warm-1", SLOW_MS);
-    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 1,
-            "warm-1 not SENT");
+    fx_start_proxied_warm(&f, &px, keys);
     /* The lean attempt: held in flight (no confirm comes back) until the
      * watcher has seen it, and killed there. */
     px.stall_replies = true;
