@@ -79,8 +79,11 @@ pump_main(void *arg)
             continue;
         if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
             up = pump_move(p, p->client, p->server);
-        if (up && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)))
+        if (up && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            if (p->px->delay_replies_ms > 0)
+                it_sleep_ms(p->px->delay_replies_ms);
             up = pump_move(p, p->server, p->client);
+        }
     }
     close(p->client);
     close(p->server);

@@ -1,7 +1,8 @@
 /*
  * itproxy: a TCP forwarder on a free loopback port for the integration
  * tests, that can move to another server (cutting the old connections or
- * not) and stall the binlog dumps it carries, or every server's replies.
+ * not), stall the binlog dumps it carries, and stall or delay every
+ * server's replies.
  */
 #ifndef OUTBOXD_ITPROXY_H
 #define OUTBOXD_ITPROXY_H
@@ -26,6 +27,9 @@ struct it_proxy {
     /* Every connection gets nothing more from its server (a broker's
      * confirms held back) until cleared; what the client sends goes on. */
     _Atomic bool stall_replies;
+    /* Every server's reply waits this long before it is passed on (a
+     * broker's confirm late by that much); 0: at once. */
+    _Atomic unsigned delay_replies_ms;
     _Atomic bool stop;
     _Atomic int pumps;
 };
