@@ -64,14 +64,11 @@ peers() {
 node_launch() {
     local dir=$1 n=$2 data=$1/node$2/data run=$1/node$2/run
     shift 2
-    # Under a name of its own: tests/servers.sh stops every process named
-    # mariadbd but its binlog server when it restarts the shared one.
-    ln -sf /usr/sbin/mariadbd "$dir/mariadbd-galera"
     # setsid: a Ctrl-C of the test run must not reach the server; a shell
     # waits on it so that it is reaped (PID 1 of a container may not).
     setsid env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
         bash -c 'exe=$1; shift; "$exe" "$@"; echo "=== mariadbd exited: $?"' \
-        mariadbd-wrapper "$dir/mariadbd-galera" --no-defaults --user=mysql --datadir="$data" \
+        mariadbd-wrapper /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$data" \
         --socket="$run/mysqld.sock" --pid-file="$run/mariadbd.pid" \
         --log-error="$run/mariadbd.err" --port="$(port "$n")" \
         --bind-address=127.0.0.1 --skip-name-resolve --server-id=$((30 + n)) \
