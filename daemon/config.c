@@ -367,11 +367,7 @@ listen_valid(const char *listen)
     const char *colon = strrchr(listen, ':');
     if (*listen == '\0')
         return true;
-    if (colon == NULL || colon[1] == '\0' ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1))
-        return false;
-    long port = strtol(colon + 1, NULL, 10);
-    return strlen(colon + 1) <= 5 && port >= 1 && port <= 65535;
+    return colon != NULL && port_parse(colon + 1) != 0;
 }
 
 static void

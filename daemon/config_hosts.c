@@ -8,17 +8,6 @@
 #include "config_int.h"
 #include "util.h"
 
-/* "1".."65535" whole, or 0. */
-static unsigned
-port_parse(const char *s)
-{
-    char *end;
-    if (s[0] < '0' || s[0] > '9')
-        return 0;
-    unsigned long v = strtoul(s, &end, 10);
-    return *end == '\0' && v >= 1 && v <= 65535 ? (unsigned)v : 0;
-}
-
 /*
  * "host", "host:port", "[v6]" or "[v6]:port"; an address with several
  * colons and no brackets is an IPv6 literal without a port.  0 with

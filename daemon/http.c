@@ -101,11 +101,8 @@ http_split_listen(const char *listen, char *host, size_t hostlen,
                   unsigned *port)
 {
     const char *colon = strrchr(listen, ':');
-    if (colon == NULL || colon[1] == '\0')
-        return -1;
-    char *end;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (*end != '\0' || p < 1 || p > 65535)
+    unsigned p = colon != NULL ? port_parse(colon + 1) : 0;
+    if (p == 0)
         return -1;
     const char *h = listen;
     size_t n = (size_t)(colon - listen);
@@ -118,7 +115,7 @@ http_split_listen(const char *listen, char *host, size_t hostlen,
         return -1;
     memcpy(host, h, n);
     host[n] = '\0';
-    *port = (unsigned)p;
+    *port = p;
     return 0;
 }
 

@@ -168,6 +168,16 @@ strbuf_free(struct strbuf *b)
     *b = (struct strbuf){0};
 }
 
+unsigned
+port_parse(const char *s)
+{
+    size_t len = strlen(s);
+    if (len == 0 || len > 5 || strspn(s, "0123456789") != len)
+        return 0;
+    unsigned long v = strtoul(s, NULL, 10);
+    return v <= 65535 ? (unsigned)v : 0;
+}
+
 bool
 str_is_word(const char *s, const char *extra)
 {

@@ -62,6 +62,8 @@ void strbuf_free(struct strbuf *b);
 size_t str_copy(char *dst, const char *src, size_t size);
 /* s is not empty and holds only ASCII letters, digits and chars of extra. */
 bool str_is_word(const char *s, const char *extra);
+/* A TCP port written whole in at most 5 digits, 1 to 65535; else 0. */
+unsigned port_parse(const char *s);
 /* snprintf into an error buffer; tolerates a NULL or zero-sized buffer. */
 void err_set(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

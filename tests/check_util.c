@@ -213,6 +213,20 @@ START_TEST(test_str_is_word)
 }
 END_TEST
 
+START_TEST(test_port_parse)
+{
+    ck_assert_uint_eq(port_parse("3306"), 3306);
+    ck_assert_uint_eq(port_parse("1"), 1);
+    ck_assert_uint_eq(port_parse("65535"), 65535);
+    ck_assert_uint_eq(port_parse("0"), 0);
+    ck_assert_uint_eq(port_parse("65536"), 0);
+    ck_assert_uint_eq(port_parse(""), 0);
+    ck_assert_uint_eq(port_parse("+80"), 0);
+    ck_assert_uint_eq(port_parse("80 "), 0);
+    ck_assert_uint_eq(port_parse("100000"), 0);
+}
+END_TEST
+
 Suite *
 util_suite(void)
 {
@@ -223,6 +237,7 @@ util_suite(void)
     tcase_add_loop_test(tc, test_duration_bad, 0,
                         sizeof(bad_durations) / sizeof(*bad_durations));
     tcase_add_test(tc, test_str_is_word);
+    tcase_add_test(tc, test_port_parse);
     tcase_add_test(tc, test_duration_format);
     tcase_add_loop_test(tc, test_size_good, 0,
                         sizeof(good_sizes) / sizeof(*good_sizes));
