@@ -908,6 +908,44 @@ fx_insert_many(struct wake_fx *f, const char *prefix, int n)
 }
 
 /*
+ * Commits told while a lean batch is out join its transaction: with its
+ * confirm held back, two events of other aggregates are committed; once
+ * the confirm comes, they are claimed into the same transaction (past
+ * the row it holds), published, and recorded with the first in one
+ * statement: one sent_at for all three, each delivered once.
+ */
+START_TEST(test_lean_join)
+{
+    struct wake_fx f;
+    struct it_proxy px;
+    fx_start_proxied_warm(&f, &px, NULL);
+    double lean = fx_metric(&f, "outboxd_batches_lean_total");
+    px.stall_replies = true; /* the first batch's confirm held back */
+    fx_insert(&f, "first");
+    FX_WAIT(&f, SLOW_MS, row_locked(&f, "first"), "first never held");
+    fx_insert(&f, "join-1");
+    fx_insert(&f, "join-2");
+    px.stall_replies = false;
+    fx_receive(&f, "first", SLOW_MS);
+    fx_receive(&f, "join-1", SLOW_MS);
+    fx_receive(&f, "join-2", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, it_db_count_status(f.it.sql, "SENT") == 4,
+            "the three events not SENT");
+    ck_assert_int_eq(it_db_int(f.it.sql,
+                               "SELECT COUNT(DISTINCT sent_at) FROM "
+                               "outbox_event WHERE event_id IN ('first', "
+                               "'join-1', 'join-2')"),
+                     1);
+    ck_assert_double_ge(fx_metric(&f, "outboxd_batches_lean_total") - lean, 2);
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+    it_proxy_stop(&px);
+}
+END_TEST
+
+/*
  * A lean batch cut from the broker mid-publish: its rows published, no
  * confirm back.  None is recorded SENT for that publish: each goes to
  * RETRY with an attempt counted, is published again after the fault and
@@ -1051,8 +1089,16 @@ START_TEST(test_lean_poison_row)
     ck_assert_str_eq(st, "PENDING/-/0/-"); /* no trace of the attempt */
     free(st);
     /* Each publish's confirm comes late, so the watcher, looking every
-     * millisecond, sees each claim before its record could follow. */
+     * millisecond, sees each claim before its record could follow.  And
+     * the row is past the lean claim's 2 s first: a relay's first claim
+     * that finds it locked by the watcher commits empty and lets the
+     * next be lean, which would leave no PROCESSING for it to see. */
     px.delay_replies_ms = 50;
+    FX_WAIT(&f, SLOW_MS,
+            it_db_int(f.it.sql, "SELECT COUNT(*) FROM outbox_event WHERE "
+                                "event_id = 'poison' AND created_at < NOW(6) "
+                                "- INTERVAL 2 SECOND") == 1,
+            "the poison row never grew 2 s old");
     it_fx_start(&f.it);
     /* The leased attempts, each killed, until the row is DEAD. */
     int kills = 0;
@@ -1123,6 +1169,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_frozen_relay_taken_over);
     tcase_add_test(tc, test_lean_poison_row);
     tcase_add_test(tc, test_lean_broker_cut);
+    tcase_add_test(tc, test_lean_join);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
     tc = tcase_create("watch_list");
