@@ -97,6 +97,7 @@ store_free(struct store *st)
     free(st->claim.located);
     free(st->claim.heads);
     free(st->plan.unblocked_sql);
+    free(st->plan.hold_sql);
     free(st->plan.head_sql);
     free(st->plan.held_cond);
     free(st->plan.retry_index);

@@ -145,30 +145,38 @@ ordering_applies(const struct store *st, enum claim_source src)
 }
 
 /* The candidates' statement from FROM to LIMIT, passing over the ids
- * skip[0..nskip) in the server, before any subquery reads for them. */
+ * skip[0..nskip) (sorted) in the server, before any subquery reads for
+ * them, and over every id below them; filter: the ordering's condition
+ * on them, or "". */
 static void
 add_candidate_scan_skipping(struct store *st, enum claim_source src,
-                            size_t limit, const uint64_t *skip, size_t nskip)
+                            const char *filter, size_t limit,
+                            const uint64_t *skip, size_t nskip)
 {
-    bool filter = ordering_applies(st, src);
     strbuf_addf(&st->sql, " FROM %s `c`%s", st->table,
                 st->plan.claim_where[src]);
     if (nskip > 0) {
+        /* From the first held id on: the range starts past the entries
+         * that rows sent before were delete-marked by, which purge takes
+         * a while to remove and which cost more than the read's rows. */
+        strbuf_adds(&st->sql, " AND `c`.`id` >= ");
+        sql_add_id(&st->sql, skip[0], true);
         strbuf_adds(&st->sql, " AND `c`.`id` NOT IN (");
         for (size_t i = 0; i < nskip; i++)
             sql_add_id(&st->sql, skip[i], i == 0);
         strbuf_adds(&st->sql, ")");
     }
-    strbuf_addf(&st->sql, "%s%s LIMIT %zu",
-                filter ? st->plan.unblocked_sql : "", st->plan.claim_order[src],
+    strbuf_addf(&st->sql, "%s%s LIMIT %zu", filter, st->plan.claim_order[src],
                 limit);
 }
 
-/* The candidates' statement from FROM to LIMIT. */
+/* The candidates' statement from FROM to LIMIT, past held-back ones. */
 static void
 add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
 {
-    add_candidate_scan_skipping(st, src, limit, NULL, 0);
+    add_candidate_scan_skipping(
+        st, src, ordering_applies(st, src) ? st->plan.unblocked_sql : "", limit,
+        NULL, 0);
 }
 
 /* The lean read's columns after the select list (lock_lean). */
@@ -412,7 +420,12 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
  * aggregate, young, the looks) by subqueries that read without locks.
  * A steady state's claim finds a few rows at the head of the range, so
  * the locate's detour around delete-marked entries (fetch_candidates)
- * saves less than its statement costs.
+ * saves less than its statement costs.  For the same reason it reads
+ * without the filter past aggregates held back by a RETRY or delayed
+ * row: that filter doubled the read's cost, and the ordering check
+ * drops such rows anyway (the head column says they are not first).
+ * The on_dead: hold part stays, since a held DEAD row is not unfinished
+ * and the head column alone would pass the rows behind it.
  */
 static int
 lock_lean(struct store *st, struct outbox_batch *b, size_t window,
@@ -435,8 +448,10 @@ lock_lean(struct store *st, struct outbox_batch *b, size_t window,
         strbuf_adds(&st->sql, st->plan.head_sql);
     add_lean_columns(st, st->claim.lean_expired_look,
                      st->claim.lean_delayed_look);
-    add_candidate_scan_skipping(st, SRC_PENDING, window, st->claim.located,
-                                nskip);
+    add_candidate_scan_skipping(
+        st, SRC_PENDING,
+        ordering_applies(st, SRC_PENDING) ? st->plan.hold_sql : "", window,
+        st->claim.located, nskip);
     strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
     int rc = add_locked_rows(st, b, SRC_PENDING, NULL, 0, window, nread, err,
                              errlen);
@@ -1101,7 +1116,10 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
 /* The lean read of store_claim_more passes over the rows the open
  * transaction holds already, first's and its lean_next's: its own locks
  * do not make it skip them, and read again, each cost a join as much as
- * a new row (the head and ordering subqueries run for each). */
+ * a new row (the head and ordering subqueries run for each).  It reads
+ * from the first of them on: a row below it committed late (an older
+ * producer transaction) is left to the next claim, which the pacer
+ * makes at once when the rows found fall short of the commits told. */
 static void
 skip_held(struct store *st, const struct outbox_batch *first)
 {

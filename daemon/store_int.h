@@ -98,6 +98,7 @@ struct claim_plan {
     const char *claim_cond[SRC_COUNT];
     char *claim_order[SRC_COUNT]; /* their ORDER BY */
     char *unblocked_sql;          /* ordering: skip aggregates held back */
+    char *hold_sql;  /* its on_dead: hold part alone, for the lean reads */
     char *head_sql;  /* ordering: ", candidate is its aggregate's first" */
     bool unfinished; /* ordering reads `unfinished` = 1, not status IN */
     bool held;       /* on_dead: hold reads `held` = 1 (store_hold.c) */

@@ -721,6 +721,8 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
         build_source_sql(st, s, order);
     free(st->plan.unblocked_sql);
     st->plan.unblocked_sql = store_hold_filter(st, build_unblocked_filter(st));
+    free(st->plan.hold_sql);
+    st->plan.hold_sql = store_hold_filter(st, xstrdup(""));
     free(st->plan.head_sql);
     st->plan.head_sql = build_head_sql(st);
     free(st->plan.count_sql);

@@ -945,6 +945,174 @@ START_TEST(test_lean_join)
 }
 END_TEST
 
+/* Event id of aggregate agg, committed alone with the given status
+ * and the rest of its columns after it ("" for none). */
+static void
+fx_insert_row(struct wake_fx *f, const char *id, const char *agg,
+              const char *columns, const char *values)
+{
+    it_db_exec(f->it.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload%s) VALUES ('%s', 'Order', "
+               "'%s', 'OrderCreated', '{}'%s)",
+               columns, id, agg, values);
+    it_db_exec(f->it.sql, "COMMIT");
+}
+
+/* The status of event id. */
+static bool
+fx_status_is(struct wake_fx *f, const char *id, const char *status)
+{
+    return it_db_int(f->it.sql,
+                     "SELECT COUNT(*) FROM outbox_event WHERE event_id = '%s' "
+                     "AND status = '%s'",
+                     id, status) == 1;
+}
+
+/*
+ * The lean reads leave the ordering to its check: events committed
+ * while a lean batch is out, behind a RETRY backing off and behind a
+ * held DEAD event (on_dead: hold), stay PENDING while another
+ * aggregate's event joins the batch; once the RETRY falls due the two
+ * of its aggregate go in order, and the held one never goes.
+ */
+START_TEST(test_lean_join_keeps_held_back_rows)
+{
+    struct wake_fx f;
+    struct it_proxy px;
+    fx_start_proxied_warm(&f, &px, "        on_dead: hold\n");
+    px.stall_replies = true; /* the first batch's confirm held back */
+    fx_insert(&f, "first");
+    FX_WAIT(&f, SLOW_MS, row_locked(&f, "first"), "first never held");
+    fx_insert_row(&f, "retry-1", "r", ", status, retry_count, next_retry_at",
+                  ", 'RETRY', 1, NOW(6) + INTERVAL 1 HOUR");
+    fx_insert_row(&f, "dead-1", "d", ", status", ", 'DEAD'");
+    fx_insert_row(&f, "retry-2", "r", "", "");
+    fx_insert_row(&f, "dead-2", "d", "", "");
+    fx_insert(&f, "join-1");
+    px.stall_replies = false;
+    fx_receive(&f, "first", SLOW_MS);
+    fx_receive(&f, "join-1", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "join-1", "SENT"), "join-1 not SENT");
+    ck_assert_int_eq(it_db_int(f.it.sql,
+                               "SELECT COUNT(DISTINCT sent_at) FROM "
+                               "outbox_event WHERE event_id IN ('first', "
+                               "'join-1')"),
+                     1);
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
+    ck_assert(fx_status_is(&f, "retry-2", "PENDING"));
+    ck_assert(fx_status_is(&f, "dead-2", "PENDING"));
+    it_db_exec(f.it.sql, "UPDATE outbox_event SET next_retry_at = NOW(6) "
+                         "WHERE event_id = 'retry-1'");
+    it_db_exec(f.it.sql, "COMMIT");
+    fx_receive(&f, "retry-1", SLOW_MS);
+    fx_receive(&f, "retry-2", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "retry-2", "SENT"),
+            "retry-2 not SENT");
+    ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
+    ck_assert(fx_status_is(&f, "dead-2", "PENDING"));
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+    it_proxy_stop(&px);
+}
+END_TEST
+
+/*
+ * A lean claim whose whole window is rows held back behind a RETRY
+ * (the lean read does not pass over them) claims again at once through
+ * the claim that does: the events committed after them go out.
+ */
+START_TEST(test_lean_window_held_back)
+{
+    enum { HELD = 30, FREE = 3 };
+    struct wake_fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL,
+            LONG_CEILINGS "        batch_size: 20\n");
+    it_fx_start(&f.it);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_deliver(&f, "warm-1", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "warm-1", "SENT"), "warm-1 not SENT");
+    double lean = fx_metric(&f, "outboxd_batches_lean_total");
+    ck_assert_double_ge(lean, 1);
+    it_db_exec(f.it.sql, "START TRANSACTION");
+    it_db_exec(f.it.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status, retry_count, "
+               "next_retry_at) VALUES ('held-0', 'Order', 'held', "
+               "'OrderCreated', '{}', 'RETRY', 1, NOW(6) + INTERVAL 1 HOUR)");
+    for (int i = 1; i <= HELD; i++)
+        it_db_exec(f.it.sql,
+                   "INSERT INTO outbox_event (event_id, aggregate_type, "
+                   "aggregate_id, event_type, payload) VALUES ('held-%d', "
+                   "'Order', 'held', 'OrderCreated', '{}')",
+                   i);
+    it_db_exec(f.it.sql, "COMMIT");
+    uint64_t t0 = it_now_ms();
+    fx_insert_many(&f, "free", FREE);
+    for (int i = 0; i < FREE; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "free-%d", i);
+        fx_receive(&f, id, SLOW_MS);
+    }
+    uint64_t ms = it_now_ms() - t0;
+    /* The ceilings are 10 s: within a second, a claim found them. */
+    ck_assert_msg(ms <= WAKE_LATENCY_MS,
+                  "the free events took %llu ms behind the held ones",
+                  (unsigned long long)ms);
+    ck_assert_int_eq(it_db_int(f.it.sql,
+                               "SELECT COUNT(*) FROM outbox_event WHERE "
+                               "aggregate_id = 'held' AND status <> "
+                               "'PENDING' AND event_id <> 'held-0'"),
+                     0);
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+}
+END_TEST
+
+/*
+ * A join reads from the first row its transaction holds on: an event
+ * whose producer took its id before that row and commits while the
+ * batch is out is left to the next claim, which follows at once (the
+ * rows found fell short of the commits told), not the 10 s ceiling.
+ */
+START_TEST(test_lean_join_late_commit)
+{
+    struct wake_fx f;
+    struct it_proxy px;
+    fx_start_proxied_warm(&f, &px, LONG_CEILINGS);
+    MYSQL *late = it_db_connect_port(IT_DB_BINLOG_PORT, f.it.db);
+    it_db_exec(late, "START TRANSACTION");
+    it_db_exec(late, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                     "aggregate_id, event_type, payload) VALUES ('late', "
+                     "'Order', 'late', 'OrderCreated', '{}')");
+    px.stall_replies = true; /* the first batch's confirm held back */
+    fx_insert(&f, "first");
+    FX_WAIT(&f, SLOW_MS, row_locked(&f, "first"), "first never held");
+    /* late's id is below first's, the row the batch holds */
+    ck_assert_int_lt(
+        it_db_int(late, "SELECT id FROM outbox_event WHERE event_id = 'late'"),
+        it_db_int(f.it.sql, "SELECT id FROM outbox_event WHERE event_id = "
+                            "'first'"));
+    it_db_exec(late, "COMMIT");
+    mysql_close(late);
+    px.stall_replies = false;
+    fx_receive(&f, "first", SLOW_MS);
+    uint64_t t0 = it_now_ms();
+    fx_receive(&f, "late", SLOW_MS);
+    uint64_t ms = it_now_ms() - t0;
+    ck_assert_msg(ms <= WAKE_LATENCY_MS,
+                  "late arrived %llu ms after first: its wake was lost",
+                  (unsigned long long)ms);
+    FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "late", "SENT"), "late not SENT");
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+    it_proxy_stop(&px);
+}
+END_TEST
+
 /*
  * A lean batch cut from the broker mid-publish: its rows published, no
  * confirm back.  None is recorded SENT for that publish: each goes to
@@ -1170,6 +1338,9 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_poison_row);
     tcase_add_test(tc, test_lean_broker_cut);
     tcase_add_test(tc, test_lean_join);
+    tcase_add_test(tc, test_lean_join_keeps_held_back_rows);
+    tcase_add_test(tc, test_lean_window_held_back);
+    tcase_add_test(tc, test_lean_join_late_commit);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
     tc = tcase_create("watch_list");
