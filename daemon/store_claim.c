@@ -415,17 +415,31 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
 }
 
 /*
+ * The ordering's filter of a lean read.  A join's reads from its
+ * transaction's first row on, where the rows of aggregates held back
+ * by a RETRY or a delayed row are the few committed meanwhile: it goes
+ * without that filter, which doubled its cost, and the ordering check
+ * drops them (the head column says they are not first).  The on_dead:
+ * hold part stays, since a held DEAD row is not unfinished and the head
+ * column alone would pass the rows behind it.  The claim that opens the
+ * transaction keeps the whole filter: the rows behind a RETRY backing
+ * off may be many, and would be read, locked and counted by each claim.
+ */
+static const char *
+lean_filter(const struct store *st, size_t nskip)
+{
+    if (!ordering_applies(st, SRC_PENDING))
+        return "";
+    return nskip > 0 ? st->plan.hold_sql : st->plan.unblocked_sql;
+}
+
+/*
  * A lean claim's PENDING rows in one statement: the locking read along
  * the index, which also answers what the locate would (the head of its
  * aggregate, young, the looks) by subqueries that read without locks.
  * A steady state's claim finds a few rows at the head of the range, so
  * the locate's detour around delete-marked entries (fetch_candidates)
- * saves less than its statement costs.  For the same reason it reads
- * without the filter past aggregates held back by a RETRY or delayed
- * row: that filter doubled the read's cost, and the ordering check
- * drops such rows anyway (the head column says they are not first).
- * The on_dead: hold part stays, since a held DEAD row is not unfinished
- * and the head column alone would pass the rows behind it.
+ * saves less than its statement costs.
  */
 static int
 lock_lean(struct store *st, struct outbox_batch *b, size_t window,
@@ -448,10 +462,8 @@ lock_lean(struct store *st, struct outbox_batch *b, size_t window,
         strbuf_adds(&st->sql, st->plan.head_sql);
     add_lean_columns(st, st->claim.lean_expired_look,
                      st->claim.lean_delayed_look);
-    add_candidate_scan_skipping(
-        st, SRC_PENDING,
-        ordering_applies(st, SRC_PENDING) ? st->plan.hold_sql : "", window,
-        st->claim.located, nskip);
+    add_candidate_scan_skipping(st, SRC_PENDING, lean_filter(st, nskip), window,
+                                st->claim.located, nskip);
     strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
     int rc = add_locked_rows(st, b, SRC_PENDING, NULL, 0, window, nread, err,
                              errlen);

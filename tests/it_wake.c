@@ -1019,9 +1019,9 @@ START_TEST(test_lean_join_keeps_held_back_rows)
 END_TEST
 
 /*
- * A lean claim whose whole window is rows held back behind a RETRY
- * (the lean read does not pass over them) claims again at once through
- * the claim that does: the events committed after them go out.
+ * More rows held back behind a RETRY than a claim's window, committed
+ * in the steady state, do not stall the events committed after them:
+ * those go out on their wake.
  */
 START_TEST(test_lean_window_held_back)
 {
