@@ -803,6 +803,18 @@ fx_start_proxied_warm(struct wake_fx *f, struct it_proxy *px, const char *keys)
             "warm-1 not SENT");
 }
 
+/* The end of a proxied test: nothing more arrives, the relay exits
+ * cleanly, and the fixture and proxy go. */
+static void
+fx_end_proxied(struct wake_fx *f, struct it_proxy *px)
+{
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(f->it.consumer, &m, 500), 0);
+    fx_assert_clean_exit(f);
+    it_fx_close(&f->it);
+    it_proxy_stop(px);
+}
+
 /* Whether another session holds event id's row locked: a locking read
  * that may not wait fails. */
 static bool
@@ -937,16 +949,12 @@ START_TEST(test_lean_join)
                                "'join-1', 'join-2')"),
                      1);
     ck_assert_double_ge(fx_metric(&f, "outboxd_batches_lean_total") - lean, 2);
-    struct it_message m;
-    ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
-    fx_assert_clean_exit(&f);
-    it_fx_close(&f.it);
-    it_proxy_stop(&px);
+    fx_end_proxied(&f, &px);
 }
 END_TEST
 
-/* Event id of aggregate agg, committed alone with the given status
- * and the rest of its columns after it ("" for none). */
+/* Event id of aggregate agg, committed alone; columns and values name
+ * more of its columns, each list led by a comma ("" for none). */
 static void
 fx_insert_row(struct wake_fx *f, const char *id, const char *agg,
               const char *columns, const char *values)
@@ -1105,11 +1113,7 @@ START_TEST(test_lean_join_late_commit)
                   "late arrived %llu ms after first: its wake was lost",
                   (unsigned long long)ms);
     FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "late", "SENT"), "late not SENT");
-    struct it_message m;
-    ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
-    fx_assert_clean_exit(&f);
-    it_fx_close(&f.it);
-    it_proxy_stop(&px);
+    fx_end_proxied(&f, &px);
 }
 END_TEST
 

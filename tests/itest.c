@@ -973,14 +973,28 @@ it_file_has(const char *path, const char *needle)
 unsigned
 it_free_port(void)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
+    /* A port is free again once its probe closes, so the kernel may hand
+     * it out twice before the first taker binds it (a relay's HTTP port
+     * and a proxy's, chosen in turn): never return one twice. */
+    static unsigned given[256];
+    static size_t ngiven;
+    for (;;) {
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        socklen_t len = sizeof(a);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        getsockname(fd, (struct sockaddr *)&a, &len);
+        close(fd);
+        unsigned port = ntohs(a.sin_port);
+        bool seen = false;
+        for (size_t i = 0; i < ngiven && i < 256; i++)
+            seen = seen || given[i] == port;
+        if (!seen) {
+            given[ngiven++ % 256] = port;
+            return port;
+        }
+    }
 }
 
 char it_http_why[256];

@@ -229,7 +229,8 @@ struct it_fx_relay {
 void it_fx_relay_name(const struct it_fx *f, struct it_fx_relay *r,
                       const char *suffix);
 
-/* A loopback port nobody listens on right now, for relay.listen. */
+/* A loopback port nobody listens on right now, for relay.listen; never
+ * the same one twice in one test process. */
 unsigned it_free_port(void);
 /* GET http://127.0.0.1:port/path: the status (-1 when nothing answered)
  * and, if body is not NULL, the body, malloc'd. */
