@@ -967,7 +967,7 @@ fx_insert_row(struct wake_fx *f, const char *id, const char *agg,
     it_db_exec(f->it.sql, "COMMIT");
 }
 
-/* The status of event id. */
+/* Whether event id is in status. */
 static bool
 fx_status_is(struct wake_fx *f, const char *id, const char *status)
 {
@@ -978,7 +978,7 @@ fx_status_is(struct wake_fx *f, const char *id, const char *status)
 }
 
 /*
- * The lean reads leave the ordering to its check: events committed
+ * A lean join leaves held-back rows to the ordering check: events committed
  * while a lean batch is out, behind a RETRY backing off and behind a
  * held DEAD event (on_dead: hold), stay PENDING while another
  * aggregate's event joins the batch; once the RETRY falls due the two
