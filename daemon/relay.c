@@ -573,12 +573,28 @@ told_until(struct relay *r, uint64_t until_ms)
     }
 }
 
+/* A slot that holds none of the open lean transaction's batches, first
+ * and its lean_next chain: each waits for the one record of them all.
+ * A chain of LEAN_JOINS + 1 batches fills every slot. */
+static struct outbox_batch *
+free_slot_past_chain(struct relay *r, const struct outbox_batch *first)
+{
+    for (int i = 0; i < RELAY_SLOTS; i++) {
+        const struct outbox_batch *x = first;
+        while (x != NULL && x != &r->slot[i])
+            x = x->lean_next;
+        if (x == NULL)
+            return &r->slot[i];
+    }
+    return NULL;
+}
+
 /* Claims the rows of told commits into the open transaction after
  * tail, and publishes them; NULL when none could be taken. */
 static struct outbox_batch *
 join_lean(struct relay *r, struct outbox_batch *tail, bool *broker_ok)
 {
-    struct outbox_batch *more = free_slot(r, r->batch, tail);
+    struct outbox_batch *more = free_slot_past_chain(r, r->batch);
     batch_reset(more);
     char err[ERR_LEN];
     relay_wait_begin(r, WAIT_DATABASE);

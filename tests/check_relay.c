@@ -1201,6 +1201,67 @@ START_TEST(test_lean_extended_by_told_commits)
 }
 END_TEST
 
+/* Each join finds the commit of another told while it was out: joins
+ * go on to their cap, and none is claimed into a slot of the chain. */
+static int
+fake_claim_more_each(void *arg, const struct outbox_batch *first,
+                     struct outbox_batch *b, char *err, size_t errlen)
+{
+    static char event_ids[RELAY_SLOTS][16];
+    struct fake *f = arg;
+    (void)err;
+    (void)errlen;
+    size_t held = 0;
+    for (const struct outbox_batch *x = first; x != NULL; x = x->lean_next) {
+        ck_assert_ptr_ne(x, b);
+        held += x->n;
+    }
+    ck_assert_uint_eq(held, (size_t)f->claims);
+    snprintf(event_ids[f->claims], sizeof(event_ids[0]), "e%d",
+             100 + f->claims);
+    fake_add_row(b, 100 + (unsigned)f->claims, event_ids[f->claims], "Z");
+    f->claims++;
+    b->lean = true;
+    told_pending = 1;
+    return 0;
+}
+
+/* The whole chain is recorded at once: every batch, each row once. */
+static int
+fake_finalize_long_chain(void *arg, struct outbox_batch *b, size_t *lost,
+                         char *err, size_t errlen)
+{
+    size_t batches = 0;
+    unsigned long long next = 101;
+    for (struct outbox_batch *x = b->lean_next; x != NULL; x = x->lean_next) {
+        ck_assert_uint_eq(x->n, 1);
+        ck_assert_uint_eq(x->rows[0].id, next++);
+        ck_assert_int_eq(x->rows[0].state, ROW_ACKED);
+        batches++;
+    }
+    ck_assert_uint_eq(batches, RELAY_SLOTS - 1);
+    return fake_finalize(arg, b, lost, err, errlen);
+}
+
+START_TEST(test_lean_chain_fills_every_slot)
+{
+    fake.lean = true;
+    relay.backend.claim_more = fake_claim_more_each;
+    relay.backend.take_told = fake_take_told;
+    relay.backend.finalize = fake_finalize_long_chain;
+    told_pending = 1;
+    add_row(1, "e1", "A");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(fake.claims, RELAY_SLOTS);
+    ck_assert_int_eq(fake.finalized, 1);
+    ck_assert_uint_eq(fake.npublished, RELAY_SLOTS);
+    for (size_t i = 1; i < fake.npublished; i++)
+        ck_assert_uint_eq(fake.published[i], 100 + i);
+    ck_assert_uint_eq(relay.last.rows, RELAY_SLOTS);
+    told_pending = 0;
+}
+END_TEST
+
 /* A claim made ahead shares the session with a publish: never lean;
  * nor is a batch claimed ahead of a lean one. */
 START_TEST(test_claim_ahead_never_lean)
@@ -1267,6 +1328,7 @@ relay_suite(void)
     tcase_add_test(tc, test_claim_ahead_never_lean);
     tcase_add_test(tc, test_lean_failed_record_not_kept);
     tcase_add_test(tc, test_lean_extended_by_told_commits);
+    tcase_add_test(tc, test_lean_chain_fills_every_slot);
     tcase_add_test(tc, test_waves_per_aggregate);
     tcase_add_test(tc, test_failure_releases_successors);
     tcase_add_test(tc, test_ordering_none_one_wave);
