@@ -54,6 +54,7 @@ store_new(const struct outbox_config *ob, struct dbsession *shared)
     /* Most outboxes start with nothing to send (a thousand tenants, say):
      * the first claim asks in one read, not in its four looks. */
     st->claim.probe_first = true;
+    store_join_init(st);
     return st;
 }
 
@@ -201,8 +202,10 @@ store_disconnect(struct store *st)
     }
     /* Detached already (its worker's last act, on the session's thread):
      * a store freed from another thread must not touch the session. */
-    if (st->conn.ready)
+    if (st->conn.ready) {
         store_rollback(st);
+        store_join_forget(st);
+    }
     st->conn.ready = false;
 }
 

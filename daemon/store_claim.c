@@ -21,8 +21,6 @@
  * delayed rows come due while rows keep coming. */
 #define EXPIRED_LOOK_MS 1000
 #define DELAYED_LOOK_MS 1000
-/* A lean claim takes only rows created this recently (see add_lean_columns). */
-#define LEAN_YOUNG_S 2
 
 static bool expired_look_due(const struct store *st);
 
@@ -144,39 +142,14 @@ ordering_applies(const struct store *st, enum claim_source src)
     return src != SRC_EXPIRED && st->ob->ordering == ORDERING_AGGREGATE;
 }
 
-/* The candidates' statement from FROM to LIMIT, passing over the ids
- * skip[0..nskip) (sorted) in the server, before any subquery reads for
- * them, and over every id below them; filter: the ordering's condition
- * on them, or "". */
-static void
-add_candidate_scan_skipping(struct store *st, enum claim_source src,
-                            const char *filter, size_t limit,
-                            const uint64_t *skip, size_t nskip)
-{
-    strbuf_addf(&st->sql, " FROM %s `c`%s", st->table,
-                st->plan.claim_where[src]);
-    if (nskip > 0) {
-        /* From the first held id on: the range starts past the entries
-         * that rows sent before were delete-marked by, which purge takes
-         * a while to remove and which cost more than the read's rows. */
-        strbuf_adds(&st->sql, " AND `c`.`id` >= ");
-        sql_add_id(&st->sql, skip[0], true);
-        strbuf_adds(&st->sql, " AND `c`.`id` NOT IN (");
-        for (size_t i = 0; i < nskip; i++)
-            sql_add_id(&st->sql, skip[i], i == 0);
-        strbuf_adds(&st->sql, ")");
-    }
-    strbuf_addf(&st->sql, "%s%s LIMIT %zu", filter, st->plan.claim_order[src],
-                limit);
-}
-
 /* The candidates' statement from FROM to LIMIT, past held-back ones. */
 static void
 add_candidate_scan(struct store *st, enum claim_source src, size_t limit)
 {
-    add_candidate_scan_skipping(
-        st, src, ordering_applies(st, src) ? st->plan.unblocked_sql : "", limit,
-        NULL, 0);
+    strbuf_addf(&st->sql, " FROM %s `c`%s%s%s LIMIT %zu", st->table,
+                st->plan.claim_where[src],
+                ordering_applies(st, src) ? st->plan.unblocked_sql : "",
+                st->plan.claim_order[src], limit);
 }
 
 /* The lean read's columns after the select list (lock_lean). */
@@ -325,7 +298,7 @@ static void
 add_lean_columns(struct store *st, bool expired_look, bool delayed_look)
 {
     strbuf_addf(&st->sql, ", `c`.`created_at` >= NOW(6) - INTERVAL %d SECOND",
-                LEAN_YOUNG_S);
+                STORE_LEAN_YOUNG_S);
     if (expired_look)
         strbuf_addf(&st->sql,
                     ", EXISTS(SELECT 1 FROM %s WHERE `status` = 'PROCESSING' "
@@ -415,25 +388,6 @@ lock_located(struct store *st, struct outbox_batch *b, enum claim_source src,
 }
 
 /*
- * The ordering's filter of a lean read.  A join's reads from its
- * transaction's first row on, where the rows of aggregates held back
- * by a RETRY or a delayed row are the few committed meanwhile: it goes
- * without that filter, which doubled its cost, and the ordering check
- * drops them (the head column says they are not first).  The on_dead:
- * hold part stays, since a held DEAD row is not unfinished and the head
- * column alone would pass the rows behind it.  The claim that opens the
- * transaction keeps the whole filter: the rows behind a RETRY backing
- * off may be many, and would be read, locked and counted by each claim.
- */
-static const char *
-lean_filter(const struct store *st, size_t nskip)
-{
-    if (!ordering_applies(st, SRC_PENDING))
-        return "";
-    return nskip > 0 ? st->plan.hold_sql : st->plan.unblocked_sql;
-}
-
-/*
  * A lean claim's PENDING rows in one statement: the locking read along
  * the index, which also answers what the locate would (the head of its
  * aggregate, young, the looks) by subqueries that read without locks.
@@ -445,30 +399,34 @@ static int
 lock_lean(struct store *st, struct outbox_batch *b, size_t window,
           size_t *nread, char *err, size_t errlen)
 {
-    size_t nskip = st->claim.lean_nskip;
+    bool join = st->claim.lean_join;
     st->claim.lean_heads =
         st->plan.head_sql != NULL && ordering_applies(st, SRC_PENDING);
-    st->claim.lean_expired_look = expired_look_due(st);
-    st->claim.lean_delayed_look = delayed_look_due(st);
+    st->claim.lean_expired_look = !join && expired_look_due(st);
+    st->claim.lean_delayed_look = !join && delayed_look_due(st);
     st->claim.lean_extras = 1 + st->claim.lean_heads +
                             st->claim.lean_expired_look +
                             st->claim.lean_delayed_look;
-    st->claim.heads =
-        store_grow(st->claim.heads, &st->claim.heads_cap,
-                   st->claim.nheads + window + nskip, sizeof(uint64_t));
-    strbuf_reset(&st->sql);
-    strbuf_adds(&st->sql, st->plan.select_list);
-    if (st->claim.lean_heads)
-        strbuf_adds(&st->sql, st->plan.head_sql);
-    add_lean_columns(st, st->claim.lean_expired_look,
-                     st->claim.lean_delayed_look);
-    add_candidate_scan_skipping(st, SRC_PENDING, lean_filter(st, nskip), window,
-                                st->claim.located, nskip);
-    strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
-    int rc = add_locked_rows(st, b, SRC_PENDING, NULL, 0, window, nread, err,
+    st->claim.heads = store_grow(st->claim.heads, &st->claim.heads_cap,
+                                 st->claim.nheads + window, sizeof(uint64_t));
+    int rc = 0;
+    if (join) {
+        rc = store_join_sql(st, st->claim.lean_after, window, err, errlen);
+    } else {
+        strbuf_reset(&st->sql);
+        strbuf_adds(&st->sql, st->plan.select_list);
+        if (st->claim.lean_heads)
+            strbuf_adds(&st->sql, st->plan.head_sql);
+        add_lean_columns(st, st->claim.lean_expired_look,
+                         st->claim.lean_delayed_look);
+        add_candidate_scan(st, SRC_PENDING, window);
+        strbuf_adds(&st->sql, " FOR UPDATE SKIP LOCKED");
+    }
+    if (rc == 0)
+        rc = add_locked_rows(st, b, SRC_PENDING, NULL, 0, window, nread, err,
                              errlen);
     st->claim.lean_extras = 0;
-    st->claim.lean_nskip = 0;
+    st->claim.lean_join = false;
     return rc;
 }
 
@@ -1125,26 +1083,17 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
     return store_commit(st, "claim", err, errlen);
 }
 
-/* The lean read of store_claim_more passes over the rows the open
- * transaction holds already, first's and its lean_next's: its own locks
- * do not make it skip them, and read again, each cost a join as much as
- * a new row (the head and ordering subqueries run for each).  It reads
- * from the first of them on: a row below it committed late (an older
- * producer transaction) is left to the next claim, which the pacer
- * makes at once when the rows found fall short of the commits told. */
-static void
-skip_held(struct store *st, const struct outbox_batch *first)
+/* The highest id the open transaction holds, first's and its
+ * lean_next's: a join reads past it (store_join.c). */
+static uint64_t
+last_held(const struct outbox_batch *first)
 {
-    size_t n = 0;
-    for (const struct outbox_batch *x = first; x != NULL; x = x->lean_next) {
-        st->claim.located =
-            store_grow(st->claim.located, &st->claim.located_cap, n + x->n,
-                       sizeof(uint64_t));
+    uint64_t last = 0;
+    for (const struct outbox_batch *x = first; x != NULL; x = x->lean_next)
         for (size_t i = 0; i < x->n; i++)
-            st->claim.located[n++] = x->rows[i].id;
-    }
-    qsort(st->claim.located, n, sizeof(uint64_t), store_u64_cmp);
-    st->claim.lean_nskip = n;
+            if (x->rows[i].id > last)
+                last = x->rows[i].id;
+    return last;
 }
 
 int
@@ -1152,7 +1101,8 @@ store_claim_more(struct store *st, const struct outbox_batch *first,
                  struct outbox_batch *b, char *err, size_t errlen)
 {
     size_t cap = claim_cap(st);
-    skip_held(st, first);
+    st->claim.lean_join = true;
+    st->claim.lean_after = last_held(first);
     st->claim.lean_now = true;
     st->claim.nheads = 0;
     st->claim.cut_short = false;

@@ -131,7 +131,9 @@ struct claim_scratch {
     /* lock_lean's read: columns after the select list (0: none), and
      * which of them it asked for. */
     unsigned lean_extras;
-    size_t lean_nskip; /* ids in located the read passes over */
+    /* store_claim_more's read: a join, past the transaction's last id. */
+    bool lean_join;
+    uint64_t lean_after;
     bool lean_heads, lean_expired_look, lean_delayed_look;
     uint64_t delayed_none_ms; /* when the last look for due delayed rows
                                  found none */
@@ -157,6 +159,16 @@ struct claim_scratch {
     size_t heads_cap, nheads;
 };
 
+/* The lean join's prepared read on this store's session (store_join.c):
+ * its name, unique in the process; the session generation it was
+ * prepared under (0: none) and for which heads and ordering; a session
+ * that refused to prepare it; joins sent as text so far. */
+struct join_prep {
+    char name[32];
+    uint64_t prepared_gen, refused_gen, texts_gen;
+    unsigned shape, texts;
+};
+
 /* Finalize's scratch (store_finalize.c). */
 struct fin_scratch {
     struct strbuf text;     /* sanitized error text */
@@ -179,6 +191,7 @@ struct store {
     struct store_conn conn;
     struct claim_plan plan;
     struct claim_scratch claim;
+    struct join_prep join;
     struct fin_scratch fin;
     struct purge_cursor purge;
     /* Claims that lost a race at a lock or at certification (1213), each
@@ -230,9 +243,22 @@ int store_check_schema(struct store *st, char *err, size_t errlen);
 int store_refresh_schema(struct store *st, char *err, size_t errlen);
 const char *store_unfinished_cond(const struct store *st);
 
-/* store_claim.c */
+/* store_claim.c.  A lean claim takes only rows created this recently
+ * (add_lean_columns). */
+#define STORE_LEAN_YOUNG_S 2
 int store_row_cmp_id(const void *a, const void *b);
 struct outbox_row *store_find_row(struct outbox_batch *b, uint64_t id);
+
+/* store_join.c: a lean join's read, in st->sql: the rows past after,
+ * at most window, prepared once it joins often (EXECUTE).  -1 when the
+ * PREPARE failed the session or the table; forget deallocates it from
+ * a session that stays open for others. */
+void store_join_init(struct store *st);
+void store_join_plan_changed(struct store *st);
+int store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
+                   size_t errlen);
+bool store_join_prepared(const struct store *st);
+void store_join_forget(struct store *st);
 
 /* store_hold.c: on_dead: hold.  Each is a no-op (or "", or its input)
  * for an outbox that does not hold. */

@@ -727,6 +727,7 @@ build_claim_sql(struct store *st, const struct schema *sc, const char *order)
     st->plan.head_sql = build_head_sql(st);
     free(st->plan.count_sql);
     st->plan.count_sql = build_count_sql(st);
+    store_join_plan_changed(st);
 }
 
 static void

@@ -1120,6 +1120,182 @@ START_TEST(test_lean_join_late_commit)
 }
 END_TEST
 
+/* A server status counter, as SHOW GLOBAL STATUS gives it. */
+static long long
+global_status(struct wake_fx *f, const char *name)
+{
+    return it_db_int(f->it.sql,
+                     "SELECT VARIABLE_VALUE FROM information_schema."
+                     "GLOBAL_STATUS WHERE VARIABLE_NAME = '%s'",
+                     name);
+}
+
+/* A steady producer: n events, one per transaction every 5 ms, of
+ * aggregates prefix-a0.. prefix-a(aggs-1) in turn. */
+static void
+fx_stream(struct wake_fx *f, const char *prefix, int n, int aggs)
+{
+    for (int i = 0; i < n; i++) {
+        char id[32], agg[32];
+        snprintf(id, sizeof(id), "%s-%d", prefix, i);
+        snprintf(agg, sizeof(agg), "%s-a%d", prefix, i % aggs);
+        it_db_exec(f->it.sql, "START TRANSACTION");
+        fx_insert_row(f, id, agg, "", "");
+        usleep(5000);
+    }
+}
+
+/* The stream's n events arrive, each once, in order within each
+ * aggregate, and are recorded SENT. */
+static void
+fx_receive_stream(struct wake_fx *f, const char *prefix, int n, int aggs)
+{
+    int next[64]; /* the event each aggregate owes next */
+    ck_assert_int_le(aggs, 64);
+    for (int a = 0; a < aggs; a++)
+        next[a] = a;
+    for (int got = 0; got < n; got++) {
+        struct it_message m;
+        if (it_consumer_next(f->it.consumer, &m, SLOW_MS) != 1) {
+            it_daemon_dump_log(&f->it.d);
+            ck_abort_msg("%d of %d events of %s delivered", got, n, prefix);
+        }
+        int i = -1;
+        size_t pl = strlen(prefix);
+        if (m.message_id != NULL && strncmp(m.message_id, prefix, pl) == 0 &&
+            m.message_id[pl] == '-')
+            i = atoi(m.message_id + pl + 1);
+        ck_assert_msg(i >= 0 && i < n, "unexpected %s", m.message_id);
+        if (i != next[i % aggs])
+            it_daemon_dump_log(&f->it.d);
+        ck_assert_msg(i == next[i % aggs],
+                      "%s arrived when %s-%d was due in its aggregate",
+                      m.message_id, prefix, next[i % aggs]);
+        next[i % aggs] = i + aggs;
+        it_message_free(&m);
+    }
+    FX_WAIT(f, SLOW_MS,
+            it_db_int(f->it.sql,
+                      "SELECT COUNT(*) FROM outbox_event WHERE event_id LIKE "
+                      "'%s-%%' AND status = 'SENT'",
+                      prefix) == n,
+            "the events of %s not all SENT", prefix);
+}
+
+/* Ends the relay's database sessions but its binlog stream's, between
+ * claims (the events before are all SENT). */
+static void
+kill_relay_sessions(struct wake_fx *f)
+{
+    char q[256];
+    snprintf(q, sizeof(q),
+             "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = '%s' "
+             "AND ID <> CONNECTION_ID() AND COMMAND NOT LIKE 'Binlog Dump%%'",
+             f->it.user);
+    ck_assert_msg(mysql_query(f->it.sql, q) == 0, "%s", mysql_error(f->it.sql));
+    MYSQL_RES *res = mysql_store_result(f->it.sql);
+    ck_assert(res != NULL);
+    MYSQL_ROW row;
+    int killed = 0;
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        /* Gone already is no failure: the sessions come and go. */
+        char sql[64];
+        snprintf(sql, sizeof(sql), "KILL %s", row[0]);
+        killed += mysql_query(f->it.sql, sql) == 0;
+    }
+    mysql_free_result(res);
+    ck_assert_int_ge(killed, 1);
+}
+
+/* A relay on the binlog server in the steady state: its next claim is
+ * lean and its joins count from the first. */
+static void
+fx_start_steady(struct wake_fx *f)
+{
+    fx_open(f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    it_fx_start(&f->it);
+    fx_wait_live(f, 1, SLOW_MS);
+    FX_WAIT(f, SLOW_MS, fx_metric(f, "outboxd_claims_empty_total") >= 1,
+            "the relay never made its first claim");
+    fx_deliver(f, "warm-1", SLOW_MS);
+    FX_WAIT(f, SLOW_MS, fx_status_is(f, "warm-1", "SENT"), "warm-1 not SENT");
+}
+
+/*
+ * A steady stream (200 events/s) joins its lean transactions, and an
+ * outbox that joins often prepares its join once and executes it from
+ * then on: every event arrives once and in its aggregate's order, and
+ * the server ran the prepared join.  The relay's session then ends
+ * (KILL), and the joins are prepared again on the new one: a prepared
+ * statement does not outlive its session.
+ */
+START_TEST(test_lean_join_prepared)
+{
+    enum { N = 100, AGGS = 7 };
+    struct wake_fx f;
+    fx_start_steady(&f);
+    double lean = fx_metric(&f, "outboxd_batches_lean_total");
+    long long executes = global_status(&f, "COM_EXECUTE_SQL");
+    fx_stream(&f, "s", N, AGGS);
+    fx_receive_stream(&f, "s", N, AGGS);
+    ck_assert_msg(global_status(&f, "COM_EXECUTE_SQL") > executes,
+                  "no join was executed prepared");
+    ck_assert_double_gt(fx_metric(&f, "outboxd_batches_lean_total") - lean,
+                        N / 2);
+    long long prepares = global_status(&f, "COM_PREPARE_SQL");
+    kill_relay_sessions(&f);
+    /* Its next claim fails and it reconnects: back once this is SENT. */
+    fx_deliver(&f, "back-1", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "back-1", "SENT"), "back-1 not SENT");
+    fx_stream(&f, "t", N, AGGS);
+    fx_receive_stream(&f, "t", N, AGGS);
+    ck_assert_msg(global_status(&f, "COM_PREPARE_SQL") > prepares,
+                  "the join was not prepared on the new session");
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+}
+END_TEST
+
+/* The binlog server's max_prepared_stmt_count: "0" refuses every
+ * PREPARE; the case's teardown sets it back whatever a test did. */
+static void
+set_prepared_stmt_limit(const char *value)
+{
+    MYSQL *root = it_db_connect_port(IT_DB_BINLOG_PORT, NULL);
+    it_db_exec(root, "SET GLOBAL max_prepared_stmt_count = %s", value);
+    mysql_close(root);
+}
+
+static void
+reset_prepared_stmt_limit(void)
+{
+    set_prepared_stmt_limit("DEFAULT");
+}
+
+/*
+ * A server that refuses to prepare the join (max_prepared_stmt_count
+ * reached) gets it as text: the stream arrives whole and in order.
+ */
+START_TEST(test_lean_join_prepare_refused)
+{
+    enum { N = 100, AGGS = 7 };
+    struct wake_fx f;
+    set_prepared_stmt_limit("0");
+    fx_start_steady(&f);
+    long long prepares = global_status(&f, "COM_PREPARE_SQL");
+    long long executes = global_status(&f, "COM_EXECUTE_SQL");
+    fx_stream(&f, "s", N, AGGS);
+    fx_receive_stream(&f, "s", N, AGGS);
+    long long tried = global_status(&f, "COM_PREPARE_SQL") - prepares;
+    long long executed = global_status(&f, "COM_EXECUTE_SQL") - executes;
+    set_prepared_stmt_limit("DEFAULT");
+    ck_assert_msg(tried == 1, "%lld PREPAREs tried, not one", tried);
+    ck_assert_int_eq(executed, 0);
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+}
+END_TEST
+
 /*
  * A lean batch cut from the broker mid-publish: its rows published, no
  * confirm back.  None is recorded SENT for that publish: each goes to
@@ -1339,6 +1515,7 @@ it_wake_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("lean");
     tcase_set_timeout(tc, 300);
+    tcase_add_unchecked_fixture(tc, NULL, reset_prepared_stmt_limit);
     tcase_add_test(tc, test_lean_steady_state);
     tcase_add_test(tc, test_lean_steady_state_delete);
     tcase_add_test(tc, test_lean_frozen_relay_taken_over);
@@ -1347,6 +1524,8 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_join);
     tcase_add_test(tc, test_lean_join_keeps_held_back_rows);
     tcase_add_test(tc, test_lean_window_held_back);
+    tcase_add_test(tc, test_lean_join_prepared);
+    tcase_add_test(tc, test_lean_join_prepare_refused);
     tcase_add_test(tc, test_lean_join_late_commit);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */

@@ -1,0 +1,153 @@
+/*
+ * store_join: the read of a lean join (store_claim_more), one per event
+ * in the steady state: its text, and its prepared form, which an outbox
+ * that joins often keeps on its session so that the server parses the
+ * statement once rather than once per event.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "store_int.h"
+
+/* Joins sent as text in one session before the read is prepared: a
+ * prepared statement holds server memory for the session's life, which
+ * a thousand tenants that rarely join should not each cost it. */
+#define JOIN_PREPARE_AFTER 8
+
+static _Atomic unsigned join_names;
+
+void
+store_join_init(struct store *st)
+{
+    unsigned n =
+        atomic_fetch_add_explicit(&join_names, 1, memory_order_relaxed);
+    snprintf(st->join.name, sizeof(st->join.name), "outboxd_join_%u", n + 1);
+}
+
+void
+store_join_plan_changed(struct store *st)
+{
+    st->join.prepared_gen = 0;
+}
+
+/*
+ * The join's text, after and limit given as "?" to prepare it or as the
+ * values themselves.  It reads past the transaction's last row: the rows
+ * below it that it does not hold are a late commit's (a producer that
+ * took a lower id committed later), left to the next claim, which the
+ * pacer makes at once when the rows found fall short of the commits
+ * told, or rows of aggregates whose earlier event it holds, which wait
+ * for its commit anyway.  The filter past aggregates held back by a
+ * RETRY or a delayed row is left out: those committed meanwhile are
+ * few, and the ordering check drops them (the head column says they are
+ * not first), where the filter doubled the read's cost; on_dead: hold's
+ * part stays, since a held DEAD row is not unfinished and the head
+ * column alone would pass the rows behind it.  No looks for expired
+ * leases or due delayed rows: the claim that opens the next transaction
+ * makes them.
+ */
+static void
+add_join_text(const struct store *st, struct strbuf *q, const char *after,
+              const char *limit)
+{
+    bool ordering = st->ob->ordering == ORDERING_AGGREGATE;
+    strbuf_adds(q, st->plan.select_list);
+    if (st->claim.lean_heads)
+        strbuf_adds(q, st->plan.head_sql);
+    strbuf_addf(q, ", `c`.`created_at` >= NOW(6) - INTERVAL %d SECOND",
+                STORE_LEAN_YOUNG_S);
+    strbuf_addf(q, " FROM %s `c`%s AND `c`.`id` > %s%s%s LIMIT %s", st->table,
+                st->plan.claim_where[SRC_PENDING], after,
+                ordering ? st->plan.hold_sql : "",
+                st->plan.claim_order[SRC_PENDING], limit);
+    strbuf_adds(q, " FOR UPDATE SKIP LOCKED");
+}
+
+/* What the prepared text depends on besides the plan. */
+static unsigned
+join_shape(const struct store *st)
+{
+    return (unsigned)st->claim.lean_heads |
+           (st->ob->ordering == ORDERING_AGGREGATE) << 1;
+}
+
+/*
+ * PREPARE on the open session (within the lean transaction: it neither
+ * commits nor ends it).  A server that refuses (max_prepared_stmt_count
+ * reached, say) gets the text for the rest of the session; only a
+ * failure that ends the session or concerns the table fails the join.
+ */
+static int
+prepare_join(struct store *st, uint64_t gen, char *err, size_t errlen)
+{
+    struct strbuf text = {0};
+    strbuf_reset(&text);
+    add_join_text(st, &text, "?", "?");
+    strbuf_reset(&st->sql);
+    strbuf_addf(&st->sql, "PREPARE %s FROM ", st->join.name);
+    sql_add_string(st, text.p);
+    strbuf_free(&text);
+    if (store_run_query(st, st->sql.p, st->sql.len, "claim", err, errlen) ==
+        0) {
+        st->join.prepared_gen = gen;
+        st->join.shape = join_shape(st);
+        return 0;
+    }
+    if (store_db(st) == NULL || !st->conn.ready)
+        return -1;
+    st->join.refused_gen = gen;
+    st->conn.last_errno = 0;
+    return 0;
+}
+
+/* Whether this join prepares first: often enough joined, not refused. */
+static bool
+join_prepares(struct store *st, uint64_t gen)
+{
+    if (st->join.texts_gen != gen) {
+        st->join.texts_gen = gen;
+        st->join.texts = 0;
+    }
+    if (st->join.refused_gen == gen || st->join.texts < JOIN_PREPARE_AFTER)
+        return false;
+    return st->join.prepared_gen != gen || st->join.shape != join_shape(st);
+}
+
+int
+store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
+               size_t errlen)
+{
+    uint64_t gen = dbsession_generation(st->conn.sess);
+    if (join_prepares(st, gen) && prepare_join(st, gen, err, errlen) < 0)
+        return -1;
+    strbuf_reset(&st->sql);
+    if (st->join.prepared_gen == gen && st->join.shape == join_shape(st)) {
+        strbuf_addf(&st->sql, "EXECUTE %s USING %" PRIu64 ", %zu",
+                    st->join.name, after, window);
+        return 0;
+    }
+    char a[24], l[24];
+    snprintf(a, sizeof(a), "%" PRIu64, after);
+    snprintf(l, sizeof(l), "%zu", window);
+    add_join_text(st, &st->sql, a, l);
+    st->join.texts++;
+    return 0;
+}
+
+bool
+store_join_prepared(const struct store *st)
+{
+    return st->join.prepared_gen != 0 &&
+           st->join.prepared_gen == dbsession_generation(st->conn.sess);
+}
+
+void
+store_join_forget(struct store *st)
+{
+    if (!store_join_prepared(st) || store_db(st) == NULL)
+        return;
+    char sql[64];
+    int n = snprintf(sql, sizeof(sql), "DEALLOCATE PREPARE %s", st->join.name);
+    (void)dbsession_query(st->conn.sess, sql, (size_t)n);
+    st->join.prepared_gen = 0;
+}
