@@ -73,6 +73,7 @@ struct consumer {
     long expected;
     int64_t *latency_us;
     long received;
+    long repeats; /* messages of an event received before: duplicates */
 };
 
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -86,6 +87,10 @@ void db_exec(MYSQL *m, const char *fmt, ...)
 long long db_int(MYSQL *m, const char *sql);
 /* Statements user sent so far (USER_STATISTICS: userstat is on). */
 long long db_user_statements(MYSQL *m, const char *user);
+/* The server's EXECUTEs of prepared statements so far (db_user_statements). */
+#define DB_EXECUTES_SQL                                                        \
+    "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE "       \
+    "VARIABLE_NAME = 'COM_EXECUTE_SQL'"
 long long db_questions(MYSQL *m);
 /* A fresh database db with sql/outbox.sql's table and the relay's
  * account (RELAY_USER) on it; userstat on. */

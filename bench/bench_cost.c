@@ -60,6 +60,7 @@ struct window {
 struct cost_result {
     struct window alone, relayed;
     long delivered;        /* distinct events the consumer received */
+    long repeats;          /* and messages of them received again */
     long unfinished;       /* rows not SENT (mark) or not deleted at the end */
     double woken;          /* outboxes the binlog wakes: 0 or 1 */
     double p50_ms, p99_ms; /* COMMIT's answer to the consumer */
@@ -116,7 +117,8 @@ accounts_read(MYSQL *m, struct counters *c)
 {
     const char *sql =
         "SELECT COALESCE(SUM(IF(USER = '" PRODUCER_USER "', n, 0)), 0), "
-        "COALESCE(SUM(IF(USER = '" RELAY_USER "', n, 0)), 0), "
+        "COALESCE(SUM(IF(USER = '" RELAY_USER
+        "', n, 0)), 0) - (" DB_EXECUTES_SQL "), "
         "COALESCE(SUM(IF(USER = '" PRODUCER_USER "', CPU_TIME, 0)), 0), "
         "COALESCE(SUM(IF(USER = '" RELAY_USER "', CPU_TIME, 0)), 0) FROM "
         "(SELECT USER, CPU_TIME, SELECT_COMMANDS + UPDATE_COMMANDS + "
@@ -338,6 +340,7 @@ cost_relayed(const struct settings *s, const struct cost_case *c,
     r->woken = woken_now();
     pthread_join(th, NULL);
     r->delivered = con.received;
+    r->repeats = con.repeats;
     stop_daemon(pid);
     mysql_close(m);
     if (r->delivered == n)
@@ -419,12 +422,13 @@ print_cost(const struct cost_case *c, const struct cost_result *r)
     const struct window *a = &r->alone, *w = &r->relayed;
     double alone_ms = per_event(a->used.server_ms, a);
     printf("cost %s: producer %.1f stmts %.2f ms/event; relay adds %.1f "
-           "stmts %.2f ms/event = %.1fx the producer; %ld/%ld delivered",
+           "stmts %.2f ms/event = %.1fx the producer; %ld/%ld delivered "
+           "(%ld twice)",
            cost_name(c, name, sizeof(name)),
            per_event((double)a->used.producer, a), alone_ms,
            per_event((double)w->used.relay, w),
            per_event(w->used.server_ms, w) - alone_ms, cost_ratio(r),
-           r->delivered, w->events);
+           r->delivered, w->events, r->repeats);
     if (r->delivered == w->events)
         printf(", p50 %.1f ms, p99 %.1f ms from COMMIT", r->p50_ms, r->p99_ms);
     if (cost_disturbed(r))
