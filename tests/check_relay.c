@@ -1176,15 +1176,26 @@ fake_finalize_chain(void *arg, struct outbox_batch *b, size_t *lost, char *err,
     return fake_finalize(arg, b, lost, err, errlen);
 }
 
-START_TEST(test_lean_extended_by_told_commits)
+/* One lean cycle of row 1 with a commit told: claim_more joins its
+ * transaction, finalize records the chain. */
+static void
+run_lean_cycle(int (*claim_more)(void *, const struct outbox_batch *,
+                                 struct outbox_batch *, char *, size_t),
+               int (*finalize)(void *, struct outbox_batch *, size_t *, char *,
+                               size_t))
 {
     fake.lean = true;
-    relay.backend.claim_more = fake_claim_more;
+    relay.backend.claim_more = claim_more;
     relay.backend.take_told = fake_take_told;
-    relay.backend.finalize = fake_finalize_chain;
+    relay.backend.finalize = finalize;
     told_pending = 1;
     add_row(1, "e1", "A");
     ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+}
+
+START_TEST(test_lean_extended_by_told_commits)
+{
+    run_lean_cycle(fake_claim_more, fake_finalize_chain);
     ck_assert_int_eq(fake.claims, 2);
     ck_assert_int_eq(fake.finalized, 1);
     ck_assert_uint_eq(fake.npublished, 2);
@@ -1245,13 +1256,7 @@ fake_finalize_long_chain(void *arg, struct outbox_batch *b, size_t *lost,
 
 START_TEST(test_lean_chain_fills_every_slot)
 {
-    fake.lean = true;
-    relay.backend.claim_more = fake_claim_more_each;
-    relay.backend.take_told = fake_take_told;
-    relay.backend.finalize = fake_finalize_long_chain;
-    told_pending = 1;
-    add_row(1, "e1", "A");
-    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    run_lean_cycle(fake_claim_more_each, fake_finalize_long_chain);
     ck_assert_int_eq(fake.claims, RELAY_SLOTS);
     ck_assert_int_eq(fake.finalized, 1);
     ck_assert_uint_eq(fake.npublished, RELAY_SLOTS);
