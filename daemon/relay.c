@@ -620,7 +620,8 @@ join_lean(struct relay *r, struct outbox_batch *tail, bool *broker_ok)
 
 /*
  * Commits told while a lean batch was published, or within
- * LEAN_LINGER_MS after its confirms, join its transaction before it
+ * LEAN_LINGER_MS after the confirms of the last batch to join it, join
+ * its transaction before it
  * commits: their rows are locked, published at once, and recorded with
  * the first batch's in one statement and one commit, where each would
  * have cost a record and a commit of its own.  They go out when they
@@ -647,6 +648,7 @@ extend_lean(struct relay *r)
         if (more != NULL) {
             tail = more;
             joins++;
+            until = clock_ms() + LEAN_LINGER_MS; /* from its confirms */
         }
     }
     return broker_ok;
