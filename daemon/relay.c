@@ -621,11 +621,10 @@ join_lean(struct relay *r, struct outbox_batch *tail, bool *broker_ok)
 /*
  * Commits told while a lean batch was published, or within
  * LEAN_LINGER_MS after the confirms of the last batch to join it, join
- * its transaction before it
- * commits: their rows are locked, published at once, and recorded with
- * the first batch's in one statement and one commit, where each would
- * have cost a record and a commit of its own.  They go out when they
- * would have; only the first batch's record waits, a few ms.  The
+ * its transaction before it commits: their rows are locked, published
+ * at once, and recorded with the first batch's in one statement and one
+ * commit, where each would have cost a record and a commit of its own.  They go
+ * out when they would have; only the first batch's record waits, a few ms.  The
  * lingering is the worker's call: never while the thread serves other
  * outboxes, which would wait for it.
  */

@@ -257,7 +257,6 @@ void store_join_init(struct store *st);
 void store_join_plan_changed(struct store *st);
 int store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
                    size_t errlen);
-bool store_join_prepared(const struct store *st);
 void store_join_forget(struct store *st);
 
 /* store_hold.c: on_dead: hold.  Each is a no-op (or "", or its input)

@@ -36,15 +36,14 @@ store_join_plan_changed(struct store *st)
  * below it that it does not hold are a late commit's (a producer that
  * took a lower id committed later), left to the next claim, which the
  * pacer makes at once when the rows found fall short of the commits
- * told, or rows of aggregates whose earlier event it holds, which wait
- * for its commit anyway.  The filter past aggregates held back by a
- * RETRY or a delayed row is left out: those committed meanwhile are
- * few, and the ordering check drops them (the head column says they are
- * not first), where the filter doubled the read's cost; on_dead: hold's
- * part stays, since a held DEAD row is not unfinished and the head
- * column alone would pass the rows behind it.  No looks for expired
- * leases or due delayed rows: the claim that opens the next transaction
- * makes them.
+ * told; rows of aggregates whose earlier event it holds, which wait for
+ * its commit anyway; or rows another relay holds.  The filter past aggregates
+ * held back by a RETRY or a delayed row is left out: those committed meanwhile
+ * are few, and the ordering check drops them (the head column says they are not
+ * first), where the filter doubled the read's cost; on_dead: hold's part stays,
+ * since a held DEAD row is not unfinished and the head column alone would pass
+ * the rows behind it.  No looks for expired leases or due delayed rows: the
+ * claim that opens the next transaction makes them.
  */
 static void
 add_join_text(const struct store *st, struct strbuf *q, const char *after,
@@ -69,6 +68,14 @@ join_shape(const struct store *st)
 {
     return (unsigned)st->claim.lean_heads |
            (st->ob->ordering == ORDERING_AGGREGATE) << 1;
+}
+
+/* Whether the join is prepared on the session as it stands. */
+static bool
+join_prepared(const struct store *st)
+{
+    return st->join.prepared_gen != 0 &&
+           st->join.prepared_gen == dbsession_generation(st->conn.sess);
 }
 
 /*
@@ -110,7 +117,7 @@ join_prepares(struct store *st, uint64_t gen)
     }
     if (st->join.refused_gen == gen || st->join.texts < JOIN_PREPARE_AFTER)
         return false;
-    return st->join.prepared_gen != gen || st->join.shape != join_shape(st);
+    return !join_prepared(st) || st->join.shape != join_shape(st);
 }
 
 int
@@ -121,7 +128,7 @@ store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
     if (join_prepares(st, gen) && prepare_join(st, gen, err, errlen) < 0)
         return -1;
     strbuf_reset(&st->sql);
-    if (st->join.prepared_gen == gen && st->join.shape == join_shape(st)) {
+    if (join_prepared(st) && st->join.shape == join_shape(st)) {
         strbuf_addf(&st->sql, "EXECUTE %s USING %" PRIu64 ", %zu",
                     st->join.name, after, window);
         return 0;
@@ -134,17 +141,10 @@ store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
     return 0;
 }
 
-bool
-store_join_prepared(const struct store *st)
-{
-    return st->join.prepared_gen != 0 &&
-           st->join.prepared_gen == dbsession_generation(st->conn.sess);
-}
-
 void
 store_join_forget(struct store *st)
 {
-    if (!store_join_prepared(st) || store_db(st) == NULL)
+    if (!join_prepared(st) || store_db(st) == NULL)
         return;
     char sql[64];
     int n = snprintf(sql, sizeof(sql), "DEALLOCATE PREPARE %s", st->join.name);
