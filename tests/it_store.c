@@ -1554,6 +1554,94 @@ START_TEST(test_refused_last_record_commits_nothing)
 }
 END_TEST
 
+/* A lean claim of the fresh rows, and a join of those committed since
+ * into its transaction (more, reset first). */
+static void
+lean_claim_ok(struct store *st, struct outbox_batch *b)
+{
+    batch_reset(b);
+    b->lean_allowed = true;
+    claim_ok(st, b);
+    ck_assert(b->lean);
+}
+
+static void
+join_ok(struct store *st, struct outbox_batch *b, struct outbox_batch *more)
+{
+    char err[ERR_LEN] = "";
+    batch_reset(more);
+    ck_assert_msg(store_claim_more(st, b, more, err, sizeof(err)) == 0,
+                  "join: %s", err);
+    ck_assert_uint_eq(more->n, 1);
+    b->lean_next = more;
+}
+
+static long long
+prepares(struct fx *fx)
+{
+    return it_db_int(fx->sql, "SELECT VARIABLE_VALUE FROM information_schema."
+                              "GLOBAL_STATUS WHERE VARIABLE_NAME = "
+                              "'COM_PREPARE_SQL'");
+}
+
+/*
+ * A lean join prepared on its session follows the table: a column that
+ * appears (read at the schema's recheck) is read by the join prepared
+ * again, where the server would have re-prepared the old text, and the
+ * rows would have come back without it.
+ */
+START_TEST(test_lean_join_prepared_follows_schema)
+{
+    struct fx *fx = fx_setup(0);
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP COLUMN traceparent");
+    fx->ob.lean = true;
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b, more;
+    batch_init(&more);
+    insert_event(fx, "warm", "w"); /* leased: the next claims may be lean */
+    claim_ok(st, b);
+    ack_all(b);
+    finalize_ok(st, b);
+    long long before = prepares(fx);
+    for (int i = 0; i < 10; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "a-%d", i);
+        insert_event(fx, id, id);
+        lean_claim_ok(st, b);
+        snprintf(id, sizeof(id), "j-%d", i);
+        insert_event(fx, id, id);
+        join_ok(st, b, &more);
+        ck_assert_str_eq(more.rows[0].event_id, id);
+        ck_assert_ptr_null(more.rows[0].traceparent);
+        ack_all(b);
+        ack_all(&more);
+        finalize_ok(st, b);
+    }
+    ck_assert_int_eq(prepares(fx) - before, 1);
+    it_db_exec(fx->sql, "ALTER TABLE outbox_event ADD COLUMN traceparent "
+                        "VARCHAR(55) NULL");
+    store_recheck_schema(st);
+    insert_event(fx, "a-x", "a-x");
+    lean_claim_ok(st, b);
+    it_db_exec(fx->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, traceparent) VALUES "
+               "('j-x', 'Order', 'j-x', 'OrderCreated', '{}', '00-"
+               "0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')");
+    join_ok(st, b, &more);
+    ck_assert_int_eq(prepares(fx) - before, 2);
+    ck_assert_str_eq(more.rows[0].event_id, "j-x");
+    ck_assert_ptr_nonnull(more.rows[0].traceparent);
+    ck_assert_str_eq(more.rows[0].traceparent,
+                     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    ack_all(b);
+    ack_all(&more);
+    finalize_ok(st, b);
+    ck_assert_int_eq(it_db_count_status(fx->sql, "SENT"), 23);
+    batch_free(&more);
+}
+END_TEST
+
 /* The store session's check_constraint_checks, read on that session. */
 static int
 session_checks(struct store *st)
@@ -2261,6 +2349,7 @@ it_store_suite(void)
     tcase_add_loop_test(tc, test_claim_uses_index, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_claim_order_follows_index, 0, NSCHEMAS);
     tcase_add_test(tc, test_server_gone);
+    tcase_add_test(tc, test_lean_join_prepared_follows_schema);
     tcase_add_loop_test(tc, test_statement_budget, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_woken_claim_skips_answered_looks, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_refused_last_record_commits_nothing, 0,

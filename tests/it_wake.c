@@ -1146,7 +1146,7 @@ fx_stream(struct wake_fx *f, const char *prefix, int n, int aggs)
 }
 
 /* The stream's n events arrive, each once, in order within each
- * aggregate, and are recorded SENT. */
+ * aggregate, nothing after them, and are recorded SENT. */
 static void
 fx_receive_stream(struct wake_fx *f, const char *prefix, int n, int aggs)
 {
@@ -1174,6 +1174,8 @@ fx_receive_stream(struct wake_fx *f, const char *prefix, int n, int aggs)
         next[i % aggs] = i + aggs;
         it_message_free(&m);
     }
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(f->it.consumer, &m, 500), 0);
     FX_WAIT(f, SLOW_MS,
             it_db_int(f->it.sql,
                       "SELECT COUNT(*) FROM outbox_event WHERE event_id LIKE "
