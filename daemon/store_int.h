@@ -161,12 +161,13 @@ struct claim_scratch {
 
 /* The lean join's prepared read on this store's session (store_join.c):
  * its name, unique in the process; the session generation it was
- * prepared under (0: none) and for which heads and ordering; a session
- * that refused to prepare it; joins sent as text so far. */
+ * prepared under (0: none, or the plan rebuilt since: its text is the
+ * plan's and the config's, which changes only with a restart); a
+ * session that refused to prepare it; joins sent as text so far. */
 struct join_prep {
     char name[32];
     uint64_t prepared_gen, refused_gen, texts_gen;
-    unsigned shape, texts;
+    unsigned texts;
 };
 
 /* Finalize's scratch (store_finalize.c). */

@@ -62,14 +62,6 @@ add_join_text(const struct store *st, struct strbuf *q, const char *after,
     strbuf_adds(q, " FOR UPDATE SKIP LOCKED");
 }
 
-/* What the prepared text depends on besides the plan. */
-static unsigned
-join_shape(const struct store *st)
-{
-    return (unsigned)st->claim.lean_heads |
-           (st->ob->ordering == ORDERING_AGGREGATE) << 1;
-}
-
 /* Whether the join is prepared on the session as it stands. */
 static bool
 join_prepared(const struct store *st)
@@ -97,7 +89,6 @@ prepare_join(struct store *st, uint64_t gen, char *err, size_t errlen)
     if (store_run_query(st, st->sql.p, st->sql.len, "claim", err, errlen) ==
         0) {
         st->join.prepared_gen = gen;
-        st->join.shape = join_shape(st);
         return 0;
     }
     if (store_db(st) == NULL || !st->conn.ready)
@@ -117,7 +108,7 @@ join_prepares(struct store *st, uint64_t gen)
     }
     if (st->join.refused_gen == gen || st->join.texts < JOIN_PREPARE_AFTER)
         return false;
-    return !join_prepared(st) || st->join.shape != join_shape(st);
+    return !join_prepared(st);
 }
 
 int
@@ -128,7 +119,7 @@ store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
     if (join_prepares(st, gen) && prepare_join(st, gen, err, errlen) < 0)
         return -1;
     strbuf_reset(&st->sql);
-    if (join_prepared(st) && st->join.shape == join_shape(st)) {
+    if (join_prepared(st)) {
         strbuf_addf(&st->sql, "EXECUTE %s USING %" PRIu64 ", %zu",
                     st->join.name, after, window);
         return 0;
