@@ -48,6 +48,29 @@ struct counters {
     double producer_ms, relay_ms;
 };
 
+/* The server threads of the accounts' sessions, by PROCESSLIST's TID:
+ * what each kind of session cost mariadbd, from /proc, on the server's
+ * own clock, where the difference of two windows also carries what the
+ * producer costs more or less from one window to the next. */
+enum session_kind {
+    SESSION_PRODUCER,
+    SESSION_RELAY,
+    SESSION_DUMP,
+    SESSION_KINDS
+};
+#define SESSIONS_MAX 64
+
+struct session_cpu {
+    long long id; /* the connection's */
+    enum session_kind kind;
+    double ms;
+};
+
+struct sessions {
+    long n;
+    struct session_cpu s[SESSIONS_MAX];
+};
+
 /* The same over a window: the difference of two readings. */
 struct window {
     long events;
@@ -55,6 +78,8 @@ struct window {
     double seconds;
     long binlog_readers; /* other clients' binlog dumps at its start */
     struct counters used;
+    /* CPU of the sessions of each kind alive through the window */
+    double session_ms[SESSION_KINDS];
 };
 
 struct cost_result {
@@ -136,11 +161,68 @@ accounts_read(MYSQL *m, struct counters *c)
     mysql_free_result(r);
 }
 
-/* Two statements of the bench's own; Questions counts both. */
+/* A server thread's time on a CPU in ms (schedstat's nanoseconds: the
+ * clock ticks of stat are too coarse for a session at 10 events/s). */
+static double
+thread_ms(pid_t server, long long tid)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/proc/%d/task/%lld/schedstat", (int)server,
+             tid);
+    FILE *f = fopen(path, "r");
+    unsigned long long ns = 0;
+    if (f == NULL)
+        return 0;
+    if (fscanf(f, "%llu", &ns) != 1)
+        ns = 0;
+    fclose(f);
+    return (double)ns / 1e6;
+}
+
+static void
+sessions_read(MYSQL *m, pid_t server, struct sessions *out)
+{
+    const char *sql =
+        "SELECT ID, TID, IF(USER = '" PRODUCER_USER "', 0, "
+        "IF(COMMAND LIKE 'Binlog Dump%', 2, 1)) FROM "
+        "information_schema.PROCESSLIST WHERE USER IN ('" PRODUCER_USER
+        "', '" RELAY_USER "')";
+    if (mysql_query(m, sql) != 0)
+        die("SQL: %s: %s", mysql_error(m), sql);
+    MYSQL_RES *r = mysql_store_result(m);
+    MYSQL_ROW row;
+    out->n = 0;
+    while (r != NULL && (row = mysql_fetch_row(r)) != NULL &&
+           out->n < SESSIONS_MAX) {
+        struct session_cpu *c = &out->s[out->n++];
+        c->id = atoll(row[0]);
+        c->kind = (enum session_kind)atoi(row[2]);
+        c->ms = thread_ms(server, atoll(row[1]));
+    }
+    mysql_free_result(r);
+}
+
+/* Each kind's CPU over a window, of the sessions alive at both ends (a
+ * session's thread may have served another before it, and the relay's
+ * are all open before its window starts). */
+static void
+sessions_used(const struct sessions *a, const struct sessions *b,
+              double used[SESSION_KINDS])
+{
+    for (int k = 0; k < SESSION_KINDS; k++)
+        used[k] = 0;
+    for (long i = 0; i < b->n; i++)
+        for (long j = 0; j < a->n; j++)
+            if (a->s[j].id == b->s[i].id)
+                used[b->s[i].kind] += b->s[i].ms - a->s[j].ms;
+}
+
+/* Three statements of the bench's own; Questions counts them all. */
 static struct counters
-counters_read(MYSQL *m, pid_t server, pid_t outboxd)
+counters_read(MYSQL *m, pid_t server, pid_t outboxd, struct sessions *sessions)
 {
     struct counters c;
+    sessions_read(m, server, sessions);
     accounts_read(m, &c);
     c.server_ms = cpu_ms(server);
     c.outboxd_ms = outboxd > 0 ? cpu_ms(outboxd) : 0;
@@ -153,7 +235,7 @@ counters_diff(struct counters a, struct counters b)
 {
     return (struct counters){
         b.producer - a.producer,       b.relay - a.relay,
-        b.questions - a.questions - 2, b.server_ms - a.server_ms,
+        b.questions - a.questions - 3, b.server_ms - a.server_ms,
         b.outboxd_ms - a.outboxd_ms,   b.producer_ms - a.producer_ms,
         b.relay_ms - a.relay_ms};
 }
@@ -214,10 +296,13 @@ window_run(MYSQL *m, const struct cost_case *c, long n, pid_t outboxd,
         m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
            "COMMAND LIKE 'Binlog Dump%' AND USER <> '" RELAY_USER "'");
     double t0 = now_s();
-    struct counters a = counters_read(m, server, outboxd);
+    struct sessions *sa = xcalloc(2, sizeof(*sa)), *sb = sa + 1;
+    struct counters a = counters_read(m, server, outboxd, sa);
     w.achieved = produce(producer, c->rate, n, trx_us);
     sleep_s(COST_TAIL_S);
-    w.used = counters_diff(a, counters_read(m, server, outboxd));
+    w.used = counters_diff(a, counters_read(m, server, outboxd, sb));
+    sessions_used(sa, sb, w.session_ms);
+    free(sa);
     w.seconds = now_s() - t0;
     mysql_close(producer);
     return w;
@@ -393,6 +478,41 @@ cost_disturbed(const struct cost_result *r)
            others_per_s(&r->relayed) > COST_OTHERS_MAX;
 }
 
+/* The relay's own server threads (sessions and binlog dump) over its
+ * producer's session, in the same window: the difference of windows
+ * (cost_ratio) also carries the producer's and the background's drift. */
+static double
+threads_ratio(const struct window *w)
+{
+    const double *ms = w->session_ms;
+    return (ms[SESSION_RELAY] + ms[SESSION_DUMP]) / ms[SESSION_PRODUCER];
+}
+
+/* mariadbd's CPU outside the accounts' sessions, per event. */
+static double
+rest_ms(const struct window *w)
+{
+    const double *ms = w->session_ms;
+    return per_event(w->used.server_ms - ms[SESSION_PRODUCER] -
+                         ms[SESSION_RELAY] - ms[SESSION_DUMP],
+                     w);
+}
+
+static void
+print_cost_threads(const struct cost_result *r)
+{
+    const struct window *a = &r->alone, *w = &r->relayed;
+    const double *ms = w->session_ms;
+    printf("  (mariadbd's threads by /proc, relayed: producer's session "
+           "%.2f ms/event (alone %.2f), relay's sessions %.2f and binlog "
+           "dump %.2f = %.1fx the producer's session; the rest of mariadbd "
+           "%.2f ms/event alone, %.2f relayed)\n",
+           per_event(ms[SESSION_PRODUCER], w),
+           per_event(a->session_ms[SESSION_PRODUCER], a),
+           per_event(ms[SESSION_RELAY], w), per_event(ms[SESSION_DUMP], w),
+           threads_ratio(w), rest_ms(a), rest_ms(w));
+}
+
 /* What the headline rests on, and what could blur it. */
 static void
 print_cost_detail(const struct cost_result *r)
@@ -435,6 +555,7 @@ print_cost(const struct cost_case *c, const struct cost_result *r)
         printf(" (disturbed by other clients %d times: see below)", COST_TRIES);
     printf("\n");
     print_cost_detail(r);
+    print_cost_threads(r);
 }
 
 /* One case, taken again while other clients disturbed it; the last
