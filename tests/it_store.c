@@ -2054,6 +2054,70 @@ START_TEST(test_shared_claim_and_finalize)
 }
 END_TEST
 
+/* A counter of the shared session's own (SHOW SESSION STATUS). */
+static long long
+shared_session_status(struct tenants *t, const char *name)
+{
+    MYSQL *db = dbsession_db(t->sess);
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SHOW SESSION STATUS LIKE '%s'", name);
+    ck_assert_msg(mysql_query(db, sql) == 0, "%s", mysql_error(db));
+    MYSQL_RES *res = mysql_store_result(db);
+    MYSQL_ROW r = mysql_fetch_row(res);
+    ck_assert_ptr_nonnull(r);
+    long long v = atoll(r[1]);
+    mysql_free_result(res);
+    mysql_commit(db);
+    return v;
+}
+
+/*
+ * A tenant that leaves a shared session (removed from the config, its
+ * store disconnected) takes its prepared join with it, while the
+ * session serves the others on: tenants that come and go must not each
+ * leave a statement the server counts against max_prepared_stmt_count.
+ */
+START_TEST(test_shared_join_deallocated_on_leave)
+{
+    struct tenants *t = tenants_setup(0, 2);
+    struct fx *fx = &t->fx[0];
+    fx->ob.lean = true;
+    for (size_t i = 0; i < t->n; i++)
+        tenant_connect(t, i);
+    struct outbox_batch *b = &fx->b, more;
+    batch_init(&more);
+    insert_event(fx, "warm", "w"); /* leased: the next claims may be lean */
+    claim_ok(t->st[0], b);
+    ack_all(b);
+    finalize_ok(t->st[0], b);
+    long long prepared = shared_session_status(t, "Com_prepare_sql");
+    for (int i = 0; i < 10; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "a-%d", i);
+        insert_event(fx, id, id);
+        lean_claim_ok(t->st[0], b);
+        snprintf(id, sizeof(id), "j-%d", i);
+        insert_event(fx, id, id);
+        join_ok(t->st[0], b, &more);
+        ack_all(b);
+        ack_all(&more);
+        finalize_ok(t->st[0], b);
+    }
+    batch_free(&more);
+    ck_assert_int_eq(shared_session_status(t, "Com_prepare_sql") - prepared, 1);
+    long long deallocated = shared_session_status(t, "Com_dealloc_sql");
+    store_disconnect(t->st[0]);
+    ck_assert_int_eq(shared_session_status(t, "Com_dealloc_sql") - deallocated,
+                     1);
+    tenants_insert(t, 1, 3);
+    ck_assert_uint_eq(tenant_claim(t, 1), 3);
+    ack_all(&t->fx[1].b);
+    finalize_ok(t->st[1], &t->fx[1].b);
+    ck_assert_int_eq(it_db_count_status(t->fx[1].sql, "SENT"), 3);
+    ck_assert_uint_eq(dbsession_connect_count(t->sess), 1);
+}
+END_TEST
+
 /*
  * A column dropped under one tenant: its claim fails (1054) and its
  * check names the column, while the other tenant claims on, on the same
@@ -2379,6 +2443,7 @@ it_store_suite(void)
     tcase_add_test(shared, test_shared_session_killed);
     tcase_add_loop_test(shared, test_shared_check_constraints_per_table, 0,
                         NSCHEMAS);
+    tcase_add_test(shared, test_shared_join_deallocated_on_leave);
     suite_add_tcase(s, shared);
     return s;
 }
