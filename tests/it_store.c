@@ -1642,6 +1642,70 @@ START_TEST(test_lean_join_prepared_follows_schema)
 }
 END_TEST
 
+/* A warm store, then n lean claims each with one join, all SENT. */
+static void
+lean_cycles(struct fx *fx, struct store *st, struct outbox_batch *more, int n)
+{
+    struct outbox_batch *b = &fx->b;
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "a-%d", i);
+        insert_event(fx, id, id);
+        lean_claim_ok(st, b);
+        snprintf(id, sizeof(id), "j-%d", i);
+        insert_event(fx, id, id);
+        join_ok(st, b, more);
+        ack_all(b);
+        ack_all(more);
+        finalize_ok(st, b);
+    }
+}
+
+/*
+ * The session lost at the join that would prepare the read: the
+ * PREPARE fails as the join's text would, the store says it is not
+ * connected, and the transaction's rows, rolled back by the server, are
+ * PENDING for the next claim: none lost, none recorded.
+ */
+START_TEST(test_lean_join_prepare_session_lost)
+{
+    struct fx *fx = fx_setup(0);
+    fx->ob.lean = true;
+    struct store *st = store_open(fx);
+    struct outbox_batch *b = &fx->b, more;
+    batch_init(&more);
+    insert_event(fx, "warm", "w"); /* leased: the next claims may be lean */
+    claim_ok(st, b);
+    ack_all(b);
+    finalize_ok(st, b);
+    long long before = prepares(fx);
+    lean_cycles(fx, st, &more, 8);
+    ck_assert_int_eq(prepares(fx) - before, 0); /* the next join prepares */
+    insert_event(fx, "a-x", "a-x");
+    lean_claim_ok(st, b);
+    insert_event(fx, "j-x", "j-x");
+    it_db_exec(fx->sql, "KILL %lu", store_connection_id(fx));
+    char err[ERR_LEN] = "";
+    batch_reset(&more);
+    ck_assert_int_eq(store_claim_more(st, b, &more, err, sizeof(err)), -1);
+    ck_assert_uint_eq(more.n, 0);
+    ck_assert(!store_is_connected(st));
+    ck_assert_msg(strstr(err, fx->db) != NULL, "%s", err);
+    size_t lost = 0;
+    ack_all(b);
+    ck_assert_int_eq(store_finalize_batch(st, b, &lost, err, sizeof(err)), -1);
+    ck_assert_int_eq(count_where(fx, "status = 'PENDING'"), 2);
+    ck_assert_msg(store_connect(st, err, sizeof(err)) == 0, "%s", err);
+    batch_reset(b);
+    claim_ok(st, b);
+    ck_assert_uint_eq(b->n, 2);
+    ack_all(b);
+    finalize_ok(st, b);
+    ck_assert_int_eq(it_db_count_status(fx->sql, "SENT"), 1 + 8 * 2 + 2);
+    batch_free(&more);
+}
+END_TEST
+
 /* The store session's check_constraint_checks, read on that session. */
 static int
 session_checks(struct store *st)
@@ -2091,18 +2155,7 @@ START_TEST(test_shared_join_deallocated_on_leave)
     ack_all(b);
     finalize_ok(t->st[0], b);
     long long prepared = shared_session_status(t, "Com_prepare_sql");
-    for (int i = 0; i < 10; i++) {
-        char id[16];
-        snprintf(id, sizeof(id), "a-%d", i);
-        insert_event(fx, id, id);
-        lean_claim_ok(t->st[0], b);
-        snprintf(id, sizeof(id), "j-%d", i);
-        insert_event(fx, id, id);
-        join_ok(t->st[0], b, &more);
-        ack_all(b);
-        ack_all(&more);
-        finalize_ok(t->st[0], b);
-    }
+    lean_cycles(fx, t->st[0], &more, 10);
     batch_free(&more);
     ck_assert_int_eq(shared_session_status(t, "Com_prepare_sql") - prepared, 1);
     long long deallocated = shared_session_status(t, "Com_dealloc_sql");
@@ -2414,6 +2467,7 @@ it_store_suite(void)
     tcase_add_loop_test(tc, test_claim_order_follows_index, 0, NSCHEMAS);
     tcase_add_test(tc, test_server_gone);
     tcase_add_test(tc, test_lean_join_prepared_follows_schema);
+    tcase_add_test(tc, test_lean_join_prepare_session_lost);
     tcase_add_loop_test(tc, test_statement_budget, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_woken_claim_skips_answered_looks, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_refused_last_record_commits_nothing, 0,
