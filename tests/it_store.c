@@ -1584,6 +1584,48 @@ prepares(struct fx *fx)
                               "'COM_PREPARE_SQL'");
 }
 
+/* One leased claim, SENT: the store's next claims may be lean. */
+static void
+warm_leased(struct fx *fx, struct store *st)
+{
+    insert_event(fx, "warm", "w");
+    claim_ok(st, &fx->b);
+    ack_all(&fx->b);
+    finalize_ok(st, &fx->b);
+}
+
+/* A store whose next claims may be lean. */
+static struct store *
+lean_store_open(struct fx *fx)
+{
+    fx->ob.lean = true;
+    struct store *st = store_open(fx);
+    warm_leased(fx, st);
+    return st;
+}
+
+/* n lean claims, each with one join of the event committed after it
+ * (no traceparent given), all SENT. */
+static void
+lean_cycles(struct fx *fx, struct store *st, struct outbox_batch *more, int n)
+{
+    struct outbox_batch *b = &fx->b;
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "a-%d", i);
+        insert_event(fx, id, id);
+        lean_claim_ok(st, b);
+        snprintf(id, sizeof(id), "j-%d", i);
+        insert_event(fx, id, id);
+        join_ok(st, b, more);
+        ck_assert_str_eq(more->rows[0].event_id, id);
+        ck_assert_ptr_null(more->rows[0].traceparent);
+        ack_all(b);
+        ack_all(more);
+        finalize_ok(st, b);
+    }
+}
+
 /*
  * A lean join prepared on its session follows the table: a column that
  * appears (read at the schema's recheck) is read by the join prepared
@@ -1594,29 +1636,11 @@ START_TEST(test_lean_join_prepared_follows_schema)
 {
     struct fx *fx = fx_setup(0);
     it_db_exec(fx->sql, "ALTER TABLE outbox_event DROP COLUMN traceparent");
-    fx->ob.lean = true;
-    struct store *st = store_open(fx);
+    struct store *st = lean_store_open(fx);
     struct outbox_batch *b = &fx->b, more;
     batch_init(&more);
-    insert_event(fx, "warm", "w"); /* leased: the next claims may be lean */
-    claim_ok(st, b);
-    ack_all(b);
-    finalize_ok(st, b);
     long long before = prepares(fx);
-    for (int i = 0; i < 10; i++) {
-        char id[16];
-        snprintf(id, sizeof(id), "a-%d", i);
-        insert_event(fx, id, id);
-        lean_claim_ok(st, b);
-        snprintf(id, sizeof(id), "j-%d", i);
-        insert_event(fx, id, id);
-        join_ok(st, b, &more);
-        ck_assert_str_eq(more.rows[0].event_id, id);
-        ck_assert_ptr_null(more.rows[0].traceparent);
-        ack_all(b);
-        ack_all(&more);
-        finalize_ok(st, b);
-    }
+    lean_cycles(fx, st, &more, 10); /* the ninth join prepares */
     ck_assert_int_eq(prepares(fx) - before, 1);
     it_db_exec(fx->sql, "ALTER TABLE outbox_event ADD COLUMN traceparent "
                         "VARCHAR(55) NULL");
@@ -1642,25 +1666,6 @@ START_TEST(test_lean_join_prepared_follows_schema)
 }
 END_TEST
 
-/* A warm store, then n lean claims each with one join, all SENT. */
-static void
-lean_cycles(struct fx *fx, struct store *st, struct outbox_batch *more, int n)
-{
-    struct outbox_batch *b = &fx->b;
-    for (int i = 0; i < n; i++) {
-        char id[16];
-        snprintf(id, sizeof(id), "a-%d", i);
-        insert_event(fx, id, id);
-        lean_claim_ok(st, b);
-        snprintf(id, sizeof(id), "j-%d", i);
-        insert_event(fx, id, id);
-        join_ok(st, b, more);
-        ack_all(b);
-        ack_all(more);
-        finalize_ok(st, b);
-    }
-}
-
 /*
  * The session lost at the join that would prepare the read: the
  * PREPARE fails as the join's text would, the store says it is not
@@ -1670,14 +1675,9 @@ lean_cycles(struct fx *fx, struct store *st, struct outbox_batch *more, int n)
 START_TEST(test_lean_join_prepare_session_lost)
 {
     struct fx *fx = fx_setup(0);
-    fx->ob.lean = true;
-    struct store *st = store_open(fx);
+    struct store *st = lean_store_open(fx);
     struct outbox_batch *b = &fx->b, more;
     batch_init(&more);
-    insert_event(fx, "warm", "w"); /* leased: the next claims may be lean */
-    claim_ok(st, b);
-    ack_all(b);
-    finalize_ok(st, b);
     long long before = prepares(fx);
     lean_cycles(fx, st, &more, 8);
     ck_assert_int_eq(prepares(fx) - before, 0); /* the next join prepares */
@@ -2148,12 +2148,9 @@ START_TEST(test_shared_join_deallocated_on_leave)
     fx->ob.lean = true;
     for (size_t i = 0; i < t->n; i++)
         tenant_connect(t, i);
-    struct outbox_batch *b = &fx->b, more;
+    struct outbox_batch more;
     batch_init(&more);
-    insert_event(fx, "warm", "w"); /* leased: the next claims may be lean */
-    claim_ok(t->st[0], b);
-    ack_all(b);
-    finalize_ok(t->st[0], b);
+    warm_leased(fx, t->st[0]);
     long long prepared = shared_session_status(t, "Com_prepare_sql");
     lean_cycles(fx, t->st[0], &more, 10);
     batch_free(&more);
