@@ -183,8 +183,7 @@ static void
 sessions_read(MYSQL *m, pid_t server, struct sessions *out)
 {
     const char *sql =
-        "SELECT ID, TID, IF(USER = '" PRODUCER_USER "', 0, "
-        "IF(COMMAND LIKE 'Binlog Dump%', 2, 1)) FROM "
+        "SELECT ID, TID, USER, COMMAND FROM "
         "information_schema.PROCESSLIST WHERE USER IN ('" PRODUCER_USER
         "', '" RELAY_USER "')";
     if (mysql_query(m, sql) != 0)
@@ -196,7 +195,9 @@ sessions_read(MYSQL *m, pid_t server, struct sessions *out)
            out->n < SESSIONS_MAX) {
         struct session_cpu *c = &out->s[out->n++];
         c->id = atoll(row[0]);
-        c->kind = (enum session_kind)atoi(row[2]);
+        c->kind = strcmp(row[2], PRODUCER_USER) == 0        ? SESSION_PRODUCER
+                  : strncmp(row[3], "Binlog Dump", 11) == 0 ? SESSION_DUMP
+                                                            : SESSION_RELAY;
         c->ms = thread_ms(server, atoll(row[1]));
     }
     mysql_free_result(r);
@@ -296,13 +297,12 @@ window_run(MYSQL *m, const struct cost_case *c, long n, pid_t outboxd,
         m, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
            "COMMAND LIKE 'Binlog Dump%' AND USER <> '" RELAY_USER "'");
     double t0 = now_s();
-    struct sessions *sa = xcalloc(2, sizeof(*sa)), *sb = sa + 1;
-    struct counters a = counters_read(m, server, outboxd, sa);
+    struct sessions sa, sb;
+    struct counters a = counters_read(m, server, outboxd, &sa);
     w.achieved = produce(producer, c->rate, n, trx_us);
     sleep_s(COST_TAIL_S);
-    w.used = counters_diff(a, counters_read(m, server, outboxd, sb));
-    sessions_used(sa, sb, w.session_ms);
-    free(sa);
+    w.used = counters_diff(a, counters_read(m, server, outboxd, &sb));
+    sessions_used(&sa, &sb, w.session_ms);
     w.seconds = now_s() - t0;
     mysql_close(producer);
     return w;
