@@ -584,27 +584,82 @@ cost_run(const struct settings *s, const struct cost_case *c)
     return r;
 }
 
-/* min and max of the runs' relay statements, CPU and ratio per event. */
+/* The figures a run of a case is judged by, per event. */
+enum spread_figure {
+    SPREAD_STMTS,   /* the relay's statements */
+    SPREAD_ADDED,   /* mariadbd's /proc CPU added over the producer alone */
+    SPREAD_RATIO,   /* that over the producer alone: the headline */
+    SPREAD_THREADS, /* the relay's server threads, ms */
+    SPREAD_SAME,    /* those over the producer's session, same window */
+    SPREAD_FIGURES
+};
+
+/* One run's figures, as print_cost and print_cost_threads give them. */
+static void
+spread_figures(const struct cost_result *r, double v[SPREAD_FIGURES])
+{
+    const struct window *a = &r->alone, *w = &r->relayed;
+    const double *ms = w->session_ms;
+    v[SPREAD_STMTS] = per_event((double)w->used.relay, w);
+    v[SPREAD_ADDED] =
+        per_event(w->used.server_ms, w) - per_event(a->used.server_ms, a);
+    v[SPREAD_RATIO] = cost_ratio(r);
+    v[SPREAD_THREADS] = per_event(ms[SESSION_RELAY] + ms[SESSION_DUMP], w);
+    v[SPREAD_SAME] = threads_ratio(w);
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The lowest, median and highest of n values (sorted in place). */
+static void
+spread_of(double *v, long n, double out[3])
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    out[0] = v[0];
+    out[1] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    out[2] = v[n - 1];
+}
+
+/* One figure's "low/median/high", then after. */
+static void
+print_three(const char *fmt, const double f[3], const char *after)
+{
+    for (int i = 0; i < 3; i++) {
+        printf(fmt, f[i]);
+        printf("%s", i < 2 ? "/" : after);
+    }
+}
+
+/*
+ * The runs' range and median of each figure: the headline, a difference
+ * of two windows, moves with the machine between them by more than a
+ * change to the relay moves it, so a case is judged over several runs.
+ */
 static void
 print_spread(const struct cost_case *c, const struct cost_result *runs, long n)
 {
-    double lo[3] = {1e18, 1e18, 1e18}, hi[3] = {-1e18, -1e18, -1e18};
+    double col[SPREAD_FIGURES][COST_RUNS_MAX], f[SPREAD_FIGURES][3];
     for (long i = 0; i < n; i++) {
-        const struct window *a = &runs[i].alone, *w = &runs[i].relayed;
-        double v[3] = {per_event((double)w->used.relay, w),
-                       per_event(w->used.server_ms, w) -
-                           per_event(a->used.server_ms, a),
-                       cost_ratio(&runs[i])};
-        for (int k = 0; k < 3; k++) {
-            lo[k] = v[k] < lo[k] ? v[k] : lo[k];
-            hi[k] = v[k] > hi[k] ? v[k] : hi[k];
-        }
+        double v[SPREAD_FIGURES];
+        spread_figures(&runs[i], v);
+        for (int k = 0; k < SPREAD_FIGURES; k++)
+            col[k][i] = v[k];
     }
+    for (int k = 0; k < SPREAD_FIGURES; k++)
+        spread_of(col[k], n, f[k]);
     char name[64];
-    printf("cost %s over %ld runs: relay adds %.1f-%.1f stmts, "
-           "%.2f-%.2f ms/event = %.1f-%.1fx the producer\n",
-           cost_name(c, name, sizeof(name)), n, lo[0], hi[0], lo[1], hi[1],
-           lo[2], hi[2]);
+    printf("cost %s over %ld runs (low/median/high): relay adds ",
+           cost_name(c, name, sizeof(name)), n);
+    print_three("%.1f", f[SPREAD_STMTS], " stmts, ");
+    print_three("%.2f", f[SPREAD_ADDED], " ms/event = ");
+    print_three("%.1f", f[SPREAD_RATIO], "x the producer; relay's threads ");
+    print_three("%.2f", f[SPREAD_THREADS], " ms/event = ");
+    print_three("%.1f", f[SPREAD_SAME], "x the producer's session\n");
 }
 
 /* Whether word is one of list's comma-separated items. */
