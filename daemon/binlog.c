@@ -603,14 +603,7 @@ log_down(struct binlog_stream *s, const char *err)
 static void
 wait_retry(struct binlog_stream *s, uint64_t ms)
 {
-    struct timespec at;
-    clock_gettime(CLOCK_MONOTONIC, &at);
-    at.tv_sec += (time_t)(ms / 1000);
-    at.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (at.tv_nsec >= 1000000000L) {
-        at.tv_sec++;
-        at.tv_nsec -= 1000000000L;
-    }
+    struct timespec at = monotonic_in_ms(ms);
     pthread_mutex_lock(&s->lock);
     while (!s->stopping && pthread_cond_timedwait(&s->cond, &s->lock, &at) == 0)
         ;

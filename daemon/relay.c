@@ -564,13 +564,11 @@ all_acked(const struct outbox_batch *b)
 static bool
 told_until(struct relay *r, uint64_t until_ms)
 {
-    for (;;) {
-        if (r->backend.take_told(r->backend.owner) > 0)
-            return true;
-        if (!r->linger || r->stop_deadline_ms != 0 || clock_ms() >= until_ms)
-            return false;
-        usleep(250);
-    }
+    if (r->backend.take_told(r->backend.owner) > 0)
+        return true;
+    if (!r->linger || r->stop_deadline_ms != 0 || r->backend.wait_told == NULL)
+        return false;
+    return r->backend.wait_told(r->backend.owner, until_ms) > 0;
 }
 
 /* A slot that holds none of the open lean transaction's batches, first

@@ -50,6 +50,9 @@ struct relay_backend {
     int (*claim_more)(void *store, const struct outbox_batch *first,
                       struct outbox_batch *b, char *err, size_t errlen);
     uint64_t (*take_told)(void *owner);
+    /* The same, sleeping until one is told or until_ms (clock_ms) when
+     * none was.  NULL: the relay does not wait. */
+    uint64_t (*wait_told)(void *owner, uint64_t until_ms);
     void *owner;
     /* Run once first and once last on the relay's helper thread, which
      * claims and records beside publishing: the database client's

@@ -224,6 +224,20 @@ clock_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+struct timespec
+monotonic_in_ms(uint64_t ms)
+{
+    struct timespec at;
+    clock_gettime(CLOCK_MONOTONIC, &at);
+    at.tv_sec += (time_t)(ms / 1000);
+    at.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (at.tv_nsec >= 1000000000L) {
+        at.tv_sec++;
+        at.tv_nsec -= 1000000000L;
+    }
+    return at;
+}
+
 int64_t
 wall_us(void)
 {

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define OUTBOXD_VERSION "0.3.0"
 
@@ -70,6 +71,9 @@ void err_set(char *err, size_t errlen, const char *fmt, ...)
 
 /* Monotonic clock in milliseconds, for deadlines and backoff. */
 uint64_t clock_ms(void);
+/* CLOCK_MONOTONIC ms from now, for a condition variable set to that
+ * clock (pthread_condattr_setclock). */
+struct timespec monotonic_in_ms(uint64_t ms);
 /* Wall clock in microseconds since the epoch. */
 int64_t wall_us(void);
 

@@ -49,6 +49,7 @@ worker_new(const struct outbox_config *ob, const char *relay_id,
     w->pending_ob = w->ob_live;
     w->pending_broker = w->broker_live;
     pthread_mutex_init(&w->pending_lock, NULL);
+    told_init(&w->told);
     w->relay_id = relay_id;
     worker_backend_open(w);
     worker_link_init(w);
@@ -243,7 +244,7 @@ kick_cb(evutil_socket_t fd, short what, void *arg)
         return;
     /* The commits told were taken by the cycle that ran meanwhile (a
      * lean batch they joined): nothing is left to claim. */
-    if (!atomic_exchange(&w->kick_state, false) && w->wakes == w->wakes_claimed)
+    if (!atomic_exchange(&w->kick_state, false) && !told_pending(&w->told))
         return;
     struct pacer_limits lim = pace_limits(w);
     pacer_woken(&w->pacer, &lim);
@@ -337,6 +338,7 @@ worker_free(struct worker *w)
     if (w->retention)
         event_free(w->retention);
     pthread_mutex_destroy(&w->pending_lock);
+    told_free(&w->told);
     free(w);
 }
 

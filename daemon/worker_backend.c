@@ -34,6 +34,13 @@ take_told_fn(void *owner)
     return worker_take_told(owner);
 }
 
+/* The linger's wait for the next commit (relay.c told_until). */
+static uint64_t
+wait_told_fn(void *owner, uint64_t until_ms)
+{
+    return worker_wait_told(owner, until_ms);
+}
+
 static int
 finalize_fn(void *store, struct outbox_batch *b, size_t *lost, char *err,
             size_t errlen)
@@ -176,6 +183,7 @@ relay_open(struct worker *w)
         .record_later = record_later_fn,
         .claim_more = claim_more_fn,
         .take_told = take_told_fn,
+        .wait_told = wait_told_fn,
         .thread_begin = db_thread_begin_fn,
         .thread_end = store_thread_end,
     };

@@ -184,7 +184,7 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
     m->wait_broker_us = waits[WAIT_BROKER];
     m->wait_database_us = waits[WAIT_DATABASE];
     m->wake_live = w->wake_live;
-    m->wakes = w->wakes;
+    m->wakes = atomic_load(&w->told.commits);
     m->empty_claims = w->empty_claims;
     m->db_errors = w->db_errors;
     m->db_read_only = w->db_read_only;

@@ -16,6 +16,7 @@
 #include "pacer.h"
 #include "pool.h"
 #include "relay.h"
+#include "told.h"
 #include "worker.h"
 
 /* The periodic work of outboxes started together (a thousand tenants
@@ -74,8 +75,7 @@ struct worker {
     /* Set by the binlog stream's thread (binlog.h). */
     _Atomic bool wake_live;
     _Atomic bool kick_state;  /* the kick is the stream's going up or down */
-    _Atomic uint64_t wakes;   /* committed inserts told */
-    uint64_t wakes_claimed;   /* wakes when the last claim began */
+    struct told told;         /* committed inserts told, and taken */
     uint64_t told_in_cycle;   /* commits told that this cycle's claims took */
     _Atomic uint64_t changes; /* committed writes of any kind told */
     uint64_t stats_changes;   /* changes at the last count */
@@ -140,6 +140,9 @@ void worker_backend_close(struct worker *w);
  * the commits it told since the last call, which this cycle's claims
  * take. */
 uint64_t worker_take_told(struct worker *w);
+/* The same, sleeping until one is told or until_ms (clock_ms) when none
+ * was: a lean transaction's linger (relay.c told_until). */
+uint64_t worker_wait_told(struct worker *w, uint64_t until_ms);
 
 /* worker_gauges.c: the gauges' counts and retention, each on a timer of
  * its own between cycles. */

@@ -28,6 +28,7 @@ Suite *store_suite(void);
 Suite *discover_suite(void);
 Suite *dbsession_suite(void);
 Suite *schema_cache_suite(void);
+Suite *told_suite(void);
 
 int
 main(void)
@@ -56,6 +57,7 @@ main(void)
     srunner_add_suite(sr, store_suite());
     srunner_add_suite(sr, discover_suite());
     srunner_add_suite(sr, schema_cache_suite());
+    srunner_add_suite(sr, told_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -1212,6 +1212,58 @@ START_TEST(test_lean_extended_by_told_commits)
 }
 END_TEST
 
+/* A commit told only once the relay waits, its batch confirmed: the
+ * wait (the worker's condition) hands it over, until the linger's end. */
+static int waits;
+static uint64_t wait_until_ms;
+
+static uint64_t
+fake_wait_told(void *owner, uint64_t until_ms)
+{
+    (void)owner;
+    wait_until_ms = until_ms;
+    return waits++ == 0 ? 1 : 0;
+}
+
+START_TEST(test_lean_linger_waits_for_a_commit)
+{
+    relay.linger = true;
+    relay.backend.wait_told = fake_wait_told;
+    fake.lean = true;
+    relay.backend.claim_more = fake_claim_more;
+    relay.backend.take_told = fake_take_told;
+    relay.backend.finalize = fake_finalize_chain;
+    told_pending = 0;
+    waits = 0;
+    uint64_t before = clock_ms();
+    add_row(1, "e1", "A");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(waits, 2); /* told once, then nothing till the end */
+    ck_assert_int_eq(fake.claims, 2);
+    ck_assert_int_eq(fake.finalized, 1);
+    ck_assert_uint_ge(wait_until_ms, before + 20); /* the linger's 20 ms */
+    ck_assert_uint_le(wait_until_ms, clock_ms() + 20);
+}
+END_TEST
+
+/* A relay that may not linger (its thread serves other outboxes) never
+ * waits: nothing told, nothing joined. */
+START_TEST(test_lean_no_linger_no_wait)
+{
+    relay.linger = false;
+    relay.backend.wait_told = fake_wait_told;
+    fake.lean = true;
+    relay.backend.claim_more = fake_claim_more;
+    relay.backend.take_told = fake_take_told;
+    told_pending = 0;
+    waits = 0;
+    add_row(1, "e1", "A");
+    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    ck_assert_int_eq(waits, 0);
+    ck_assert_int_eq(fake.claims, 1);
+}
+END_TEST
+
 /* Each join finds the commit of another told while it was out: joins
  * go on to their cap, and none is claimed into a slot of the chain. */
 static int
@@ -1334,6 +1386,8 @@ relay_suite(void)
     tcase_add_test(tc, test_lean_failed_record_not_kept);
     tcase_add_test(tc, test_lean_extended_by_told_commits);
     tcase_add_test(tc, test_lean_chain_fills_every_slot);
+    tcase_add_test(tc, test_lean_linger_waits_for_a_commit);
+    tcase_add_test(tc, test_lean_no_linger_no_wait);
     tcase_add_test(tc, test_waves_per_aggregate);
     tcase_add_test(tc, test_failure_releases_successors);
     tcase_add_test(tc, test_ordering_none_one_wave);

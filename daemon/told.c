@@ -1,0 +1,79 @@
+/*
+ * told: a count of commits told, and a wait for the next one that costs
+ * the telling thread a lock only while someone waits.
+ */
+#include "told.h"
+
+#include <time.h>
+
+#include "util.h"
+
+void
+told_init(struct told *t)
+{
+    atomic_init(&t->commits, 0);
+    t->taken = 0;
+    atomic_init(&t->waiting, false);
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->cond, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+void
+told_free(struct told *t)
+{
+    pthread_cond_destroy(&t->cond);
+    pthread_mutex_destroy(&t->lock);
+}
+
+/*
+ * commits is bumped before waiting is read, and told_wait sets waiting
+ * before it reads commits (both sequentially consistent): one of the two
+ * sees the other's write.  The signal is sent under the lock, which the
+ * waiter holds from its read until it sleeps, so it cannot fall between.
+ */
+void
+told_commit(struct told *t)
+{
+    atomic_fetch_add(&t->commits, 1);
+    if (atomic_load(&t->waiting)) {
+        pthread_mutex_lock(&t->lock);
+        pthread_cond_signal(&t->cond);
+        pthread_mutex_unlock(&t->lock);
+    }
+}
+
+uint64_t
+told_take(struct told *t)
+{
+    uint64_t now = atomic_load(&t->commits);
+    uint64_t n = now - t->taken;
+    t->taken = now;
+    return n;
+}
+
+bool
+told_pending(const struct told *t)
+{
+    return atomic_load(&t->commits) != t->taken;
+}
+
+uint64_t
+told_wait(struct told *t, uint64_t until_ms)
+{
+    uint64_t now = clock_ms();
+    if (now >= until_ms || told_pending(t))
+        return told_take(t);
+    struct timespec at = monotonic_in_ms(until_ms - now);
+    pthread_mutex_lock(&t->lock);
+    atomic_store(&t->waiting, true);
+    while (!told_pending(t) &&
+           pthread_cond_timedwait(&t->cond, &t->lock, &at) == 0)
+        ;
+    atomic_store(&t->waiting, false);
+    pthread_mutex_unlock(&t->lock);
+    return told_take(t);
+}
