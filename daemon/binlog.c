@@ -87,11 +87,7 @@ binlog_stream_new(const struct database_config *db)
                    UNREADABLE_LOG_MAX_MS);
     pthread_mutex_init(&s->watch_lock, NULL);
     pthread_mutex_init(&s->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    monotonic_cond_init(&s->cond);
     return s;
 }
 

@@ -15,11 +15,7 @@ told_init(struct told *t)
     t->taken = 0;
     atomic_init(&t->waiting, false);
     pthread_mutex_init(&t->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    monotonic_cond_init(&t->cond);
 }
 
 void

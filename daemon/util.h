@@ -6,6 +6,7 @@
 #ifndef OUTBOXD_UTIL_H
 #define OUTBOXD_UTIL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -71,8 +72,9 @@ void err_set(char *err, size_t errlen, const char *fmt, ...)
 
 /* Monotonic clock in milliseconds, for deadlines and backoff. */
 uint64_t clock_ms(void);
-/* CLOCK_MONOTONIC ms from now, for a condition variable set to that
- * clock (pthread_condattr_setclock). */
+/* A condition variable whose timed waits are on CLOCK_MONOTONIC, and
+ * such a wait's deadline ms from now: the wall clock may jump. */
+void monotonic_cond_init(pthread_cond_t *cond);
 struct timespec monotonic_in_ms(uint64_t ms);
 /* Wall clock in microseconds since the epoch. */
 int64_t wall_us(void);

@@ -1225,19 +1225,27 @@ fake_wait_told(void *owner, uint64_t until_ms)
     return waits++ == 0 ? 1 : 0;
 }
 
-START_TEST(test_lean_linger_waits_for_a_commit)
+/* One lean cycle of row 1, nothing told before it, the relay lingering
+ * or not. */
+static void
+run_lean_cycle_told_later(bool linger)
 {
-    relay.linger = true;
+    relay.linger = linger;
     relay.backend.wait_told = fake_wait_told;
     fake.lean = true;
     relay.backend.claim_more = fake_claim_more;
     relay.backend.take_told = fake_take_told;
-    relay.backend.finalize = fake_finalize_chain;
     told_pending = 0;
     waits = 0;
-    uint64_t before = clock_ms();
     add_row(1, "e1", "A");
     ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+}
+
+START_TEST(test_lean_linger_waits_for_a_commit)
+{
+    relay.backend.finalize = fake_finalize_chain;
+    uint64_t before = clock_ms();
+    run_lean_cycle_told_later(true);
     ck_assert_int_eq(waits, 2); /* told once, then nothing till the end */
     ck_assert_int_eq(fake.claims, 2);
     ck_assert_int_eq(fake.finalized, 1);
@@ -1250,15 +1258,7 @@ END_TEST
  * waits: nothing told, nothing joined. */
 START_TEST(test_lean_no_linger_no_wait)
 {
-    relay.linger = false;
-    relay.backend.wait_told = fake_wait_told;
-    fake.lean = true;
-    relay.backend.claim_more = fake_claim_more;
-    relay.backend.take_told = fake_take_told;
-    told_pending = 0;
-    waits = 0;
-    add_row(1, "e1", "A");
-    ck_assert_int_eq(relay_cycle(&relay), RELAY_PARTIAL);
+    run_lean_cycle_told_later(false);
     ck_assert_int_eq(waits, 0);
     ck_assert_int_eq(fake.claims, 1);
 }
