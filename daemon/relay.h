@@ -122,7 +122,7 @@ struct relay_job {
  * or a lean batch and those that joined its transaction (relay.c
  * extend_lean), each holding ids and states once published.  At a
  * steady 200 events/s a chain of 16 records 16 events per commit where
- * 8 recorded 8: the relay's server threads cost about a tenth less per
+ * 8 recorded 8: the relay's server threads cost about a seventh less per
  * event (docs/performance.md). */
 #define RELAY_SLOTS 16
 
