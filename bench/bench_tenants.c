@@ -558,9 +558,64 @@ print_quantiles(const char *what, int64_t *us, long n)
            us[n / 2] / 1000.0, us[n * 99 / 100] / 1000.0, us[n - 1] / 1000.0);
 }
 
+/* CPU of mariadbd, RabbitMQ and outboxd (0 where not given), in ms. */
+static void
+cpu_now(const pid_t pids[3], double ms[3])
+{
+    for (int i = 0; i < 3; i++)
+        ms[i] = pids[i] > 0 ? cpu_ms(pids[i]) : 0;
+}
+
+/* Each process's CPU since before, per event of the run. */
+static void
+print_cpu_per_event(const pid_t pids[3], const double before[3], long n)
+{
+    double after[3];
+    cpu_now(pids, after);
+    printf("; CPU per event: mariadbd %.2f ms, RabbitMQ %.2f ms",
+           (after[0] - before[0]) / (double)n,
+           (after[1] - before[1]) / (double)n);
+    if (pids[2] > 0)
+        printf(", outboxd %.2f ms", (after[2] - before[2]) / (double)n);
+}
+
+/*
+ * The fast run's INSERTs with no relay running, before outboxd starts:
+ * what the producer alone achieves and costs on this machine, so that
+ * the relayed run's shortfall is read against it.  Its rows are deleted
+ * after, unpublished.
+ */
+static void
+measure_tenants_producer_alone(const struct tenants *t)
+{
+    struct latency_run alone = {"ta", t->fast_rate, t->n, 1};
+    int64_t *trx = xcalloc((size_t)alone.n, sizeof(*trx));
+    pid_t pids[3] = {server_pid(t->sv), pid_of("beam.smp"), 0};
+    double cpu0[3];
+    cpu_now(pids, cpu0);
+    double rate = insert_paced(&alone, t, trx);
+    printf("latency, tenants, producer alone (no relay), %ld events/s "
+           "asked, %.0f achieved",
+           alone.rate, rate);
+    print_cpu_per_event(pids, cpu0, alone.n);
+    print_quantiles("; the INSERTs themselves", trx, alone.n);
+    printf("\n");
+    MYSQL *m = db_connect(t->sv, NULL);
+    for (long i = 1; i <= t->n; i++) {
+        char db[32];
+        tenant_name(db, sizeof(db), i);
+        db_exec(m,
+                "DELETE FROM %s." TENANT_TABLE " WHERE event_id LIKE 'ta-%%'",
+                db);
+    }
+    mysql_close(m);
+    free(trx);
+}
+
 /* Commit to the bench's consumer, one event per idle tenant of the run. */
 static void
-measure_tenants_latency(const struct tenants *t, const struct latency_run *run)
+measure_tenants_latency(const struct tenants *t, const struct latency_run *run,
+                        pid_t relay)
 {
     long n = run->n;
     struct consumer c = {.expected = n};
@@ -570,6 +625,9 @@ measure_tenants_latency(const struct tenants *t, const struct latency_run *run)
     sleep_s(1); /* let the consumer subscribe before the clock starts */
     int64_t *trx = xcalloc((size_t)n, sizeof(*trx));
     int64_t *after = xcalloc((size_t)n, sizeof(*after));
+    pid_t pids[3] = {server_pid(t->sv), pid_of("beam.smp"), relay};
+    double cpu0[3];
+    cpu_now(pids, cpu0);
     double rate = insert_paced(run, t, trx);
     pthread_join(th, NULL);
     if (c.received < c.expected)
@@ -586,6 +644,7 @@ measure_tenants_latency(const struct tenants *t, const struct latency_run *run)
     print_quantiles("from COMMIT's answer to the consumer", after, n);
     print_quantiles("; from the INSERT (autocommit)", c.latency_us, n);
     print_quantiles("; the INSERTs themselves", trx, n);
+    print_cpu_per_event(pids, cpu0, n);
     printf("\n");
     free(c.latency_us);
     free(trx);
@@ -595,14 +654,14 @@ measure_tenants_latency(const struct tenants *t, const struct latency_run *run)
 /* The wake targets' two rates: every tenant at the fast one, a sample
  * of them at the slow one (a thousand events at 10/s would take 100 s). */
 static void
-measure_tenants_latencies(const struct tenants *t)
+measure_tenants_latencies(const struct tenants *t, pid_t relay)
 {
     struct latency_run fast = {"tl", t->fast_rate, t->n, 1};
     struct latency_run slow = {"ts", t->slow_rate,
                                (t->n + t->slow_stride - 1) / t->slow_stride,
                                t->slow_stride};
-    measure_tenants_latency(t, &fast);
-    measure_tenants_latency(t, &slow);
+    measure_tenants_latency(t, &fast, relay);
+    measure_tenants_latency(t, &slow, relay);
 }
 
 /* events rows into each tenant, a statement each, over its aggregates. */
@@ -825,10 +884,11 @@ static long
 measure_tenants_connected(const struct tenants *t)
 {
     queue_reset(t->s);
+    measure_tenants_producer_alone(t);
     pid_t pid = cleanup_pid = start_daemon(t->s, TENANT_CONF);
     print_connected(t, pid, wait_tenants_ready(t, pid));
     measure_tenants_idle(t, pid);
-    measure_tenants_latencies(t);
+    measure_tenants_latencies(t, pid);
     long rss = peak_rss_kib(pid);
     stop_daemon(pid);
     cleanup_pid = 0;
