@@ -50,4 +50,12 @@ CREATE TABLE IF NOT EXISTS outbox_event (
   -- on_dead: hold: the held DEAD event of an aggregate, one entry away
   -- rather than past its SENT history; held aggregates for the gauge.
   KEY idx_outbox_held (held, aggregate_type, aggregate_id, id)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin
+  -- Statistics sampled in memory, not kept in mysql.innodb_*_stats: a
+  -- small outbox turns over most of its rows each second, and InnoDB
+  -- recalculates a persistent table's statistics, writing a row per
+  -- index column in a transaction of their own, whenever a tenth has
+  -- changed (at most every 10 s per table): each event of a thousand
+  -- tenants' tables cost the server more that way than everything else
+  -- (docs/operations.md, The server of many tenants).
+  STATS_PERSISTENT = 0;
