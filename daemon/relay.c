@@ -550,6 +550,17 @@ all_acked(const struct outbox_batch *b)
     return true;
 }
 
+/* Every row confirmed, so written SENT or deleted by its record: none
+ * made DEAD by the claim. */
+static bool
+all_sent(const struct outbox_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->rows[i].state != ROW_ACKED || b->rows[i].recorded)
+            return false;
+    return true;
+}
+
 /* How long a lean batch's transaction waits, its rows confirmed, for
  * the next commit to join it (relay.linger), and how many may; a commit
  * is told a moment before its rows show, so a join first waits
@@ -611,6 +622,7 @@ join_lean(struct relay *r, struct outbox_batch *tail, bool *broker_ok)
     decide_outcomes(r, more);
     r->last.rows += more->n;
     r->last.clean = r->last.clean && all_acked(more);
+    r->last.sent_all = r->last.sent_all && all_sent(more);
     batch_release_bulk(more);
     r->batch = first;
     return more;
@@ -679,6 +691,7 @@ relay_batch(struct relay *r)
     bool broker_ok = relay_publish_waves(r);
     decide_outcomes(r, r->batch);
     r->last.clean = all_acked(r->batch);
+    r->last.sent_all = all_sent(r->batch);
     /* Only ids, states and errors are left to record: the payloads go
      * now, so that what is in memory is the batch in flight and the one
      * claimed ahead (docs/contract.md section 1.6). */

@@ -161,6 +161,7 @@ struct relay {
      * lean_cut: later events of an aggregate were left for the next. */
     struct relay_last {
         bool lean, clean, lean_cut;
+        bool sent_all; /* every row confirmed and written SENT or deleted */
         size_t rows;
     } last;
     char last_error[ERR_LEN];

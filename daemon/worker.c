@@ -132,6 +132,10 @@ run_cycle(struct worker *w)
     store_set_woken(w->store, w->wake_live && worker_take_told(w) > 0);
     enum relay_result rc = relay_cycle(&w->relay);
     pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
+    /* Each commit told is one change of the table, and so is this
+     * cycle's record of them, one COMMIT: the gauges need no count. */
+    if (rc == RELAY_PARTIAL && all_told_found(w) && w->relay.last.sent_all)
+        w->stats_explained += w->told_in_cycle + 1;
     /* Nothing carried to the next cycle (the relay trimmed its batches
      * too): a thousand tenants between turns hold no scratch, nor a
      * channel; an outbox alone on its thread keeps its channel open. */

@@ -79,7 +79,10 @@ struct worker {
     uint64_t told_in_cycle;   /* commits told that this cycle's claims took */
     _Atomic uint64_t changes; /* committed writes of any kind told */
     uint64_t stats_changes;   /* changes at the last count */
-    uint64_t stats_ms;        /* clock_ms of the last count */
+    /* Changes since the last count that the relay's own lean cycles
+     * account for: the commits each sent in full, and its record. */
+    uint64_t stats_explained;
+    uint64_t stats_ms; /* clock_ms of the last count */
     _Atomic uint64_t empty_claims;
     /* Every failure, whatever the log said of it. */
     _Atomic uint64_t db_errors, db_read_only, broker_errors;

@@ -371,6 +371,8 @@ START_TEST(test_expired_at_claim_does_not_block)
     ck_assert_uint_eq(relay.stats.expired, 1);
     ck_assert_uint_eq(relay.stats.dead, 0);
     ck_assert_uint_eq(relay.stats.published, 2);
+    /* Clean, but a row went DEAD: the gauges must count (worker.c). */
+    ck_assert(relay.last.clean && !relay.last.sent_all);
 }
 END_TEST
 
@@ -1134,7 +1136,8 @@ START_TEST(test_lean_publishes_one_wave)
     ck_assert_int_eq(fake.final_state[0], ROW_ACKED);
     ck_assert_int_eq(fake.final_state[1], ROW_ACKED);
     ck_assert_int_eq(fake.final_state[2], ROW_RELEASED);
-    ck_assert(relay.last.lean && relay.last.lean_cut && !relay.last.clean);
+    ck_assert(relay.last.lean && relay.last.lean_cut && !relay.last.clean &&
+              !relay.last.sent_all);
     ck_assert_uint_eq(relay.stats.published, 2);
 }
 END_TEST
@@ -1202,7 +1205,7 @@ START_TEST(test_lean_extended_by_told_commits)
     ck_assert_uint_eq(fake.published[1], 100);
     ck_assert_uint_eq(relay.stats.published, 2);
     ck_assert_uint_eq(relay.stats.lean_batches, 2);
-    ck_assert(relay.last.lean && relay.last.clean);
+    ck_assert(relay.last.lean && relay.last.clean && relay.last.sent_all);
     ck_assert_uint_eq(relay.last.rows, 2);
     /* Nothing told during the next one: no extension. */
     relay.backend.finalize = fake_finalize;

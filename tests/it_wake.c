@@ -783,6 +783,66 @@ START_TEST(test_lean_steady_state_delete)
 }
 END_TEST
 
+#define NOT_COUNTED_LINE "rows not counted: no change unaccounted for"
+
+/* The outbox's rows of status by outboxd_rows; -1 if absent. */
+static double
+fx_rows(struct wake_fx *f, const char *status)
+{
+    char series[256];
+    snprintf(series, sizeof(series),
+             "outboxd_rows{outbox=\"%s\",status=\"%s\"}", f->outbox, status);
+    return fx_series(f, series);
+}
+
+/*
+ * The gauges' count (outboxd_rows, every 5 s) is left out while every
+ * change of the table since the last is the relay's own: events it sent
+ * in full and its records of them.  A small outbox of a thousand tenants
+ * counted after nearly every event, three statements each time.  An
+ * event goes out every 0.8 s over 16 s, so that no turn of the gauges
+ * finds the table untouched; at least one of those turns (three or more)
+ * must then count nothing, as a turn may fall while an event is on its
+ * way.  Then a write of another session's (a row made DEAD) is counted
+ * within a turn or two.
+ */
+START_TEST(test_lean_gauges_count_others_writes)
+{
+    struct wake_fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    it_fx_start(&f.it);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_deliver(&f, "gauges-warm", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, fx_done(&f, "gauges-warm", false),
+            "gauges-warm not recorded");
+    /* A turn of the gauges after it, whether it counted or not. */
+    int turns = log_lines(&f, "rows ", "counted");
+    FX_WAIT(&f, SLOW_MS, log_lines(&f, "rows ", "counted") > turns,
+            "the gauges took no turn after the first event");
+    int skipped = log_lines(&f, NOT_COUNTED_LINE, NULL);
+    uint64_t end = it_now_ms() + 16000;
+    for (int i = 0; it_now_ms() < end; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "gauges-%d", i);
+        fx_deliver(&f, id, SLOW_MS);
+        FX_WAIT(&f, SLOW_MS, fx_done(&f, id, false), "%s not recorded", id);
+        it_sleep_ms(800);
+    }
+    ck_assert_msg(log_lines(&f, NOT_COUNTED_LINE, NULL) > skipped,
+                  "every turn of the gauges counted the rows");
+    ck_assert_double_eq(fx_rows(&f, "PENDING"), 0);
+    ck_assert_double_eq(fx_rows(&f, "DEAD"), 0);
+    it_db_exec(f.it.sql, "UPDATE outbox_event SET status = 'DEAD' WHERE "
+                         "event_id = 'gauges-0'");
+    it_db_exec(f.it.sql, "COMMIT");
+    /* Four turns at least (the minute's count would come later). */
+    FX_WAIT(&f, 20000, fx_rows(&f, "DEAD") == 1,
+            "a row made DEAD by another session was not counted in 20 s");
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+}
+END_TEST
+
 /*
  * A relay on the binlog server whose broker connection runs through px
  * (to stall its confirms or cut it), started, live, and warmed by one
@@ -1520,6 +1580,7 @@ it_wake_suite(void)
     tcase_add_unchecked_fixture(tc, NULL, reset_prepared_stmt_limit);
     tcase_add_test(tc, test_lean_steady_state);
     tcase_add_test(tc, test_lean_steady_state_delete);
+    tcase_add_test(tc, test_lean_gauges_count_others_writes);
     tcase_add_test(tc, test_lean_frozen_relay_taken_over);
     tcase_add_test(tc, test_lean_poison_row);
     tcase_add_test(tc, test_lean_broker_cut);
