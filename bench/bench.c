@@ -309,6 +309,64 @@ queue_reset(const struct settings *s)
     amqp_done(c);
 }
 
+/* A server thread's time on a CPU in ms (schedstat's nanoseconds: the
+ * clock ticks of stat are too coarse for a session at 10 events/s). */
+static double
+thread_ms(pid_t server, long long tid)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/proc/%d/task/%lld/schedstat", (int)server,
+             tid);
+    FILE *f = fopen(path, "r");
+    unsigned long long ns = 0;
+    if (f == NULL)
+        return 0;
+    if (fscanf(f, "%llu", &ns) != 1)
+        ns = 0;
+    fclose(f);
+    return (double)ns / 1e6;
+}
+
+void
+sessions_read(MYSQL *m, pid_t server, const char *producer, const char *relay,
+              struct sessions *out)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT ID, TID, USER, COMMAND FROM "
+             "information_schema.PROCESSLIST WHERE USER IN ('%s', '%s')",
+             producer ? producer : relay, relay);
+    if (mysql_query(m, sql) != 0)
+        die("SQL: %s: %s", mysql_error(m), sql);
+    MYSQL_RES *r = mysql_store_result(m);
+    MYSQL_ROW row;
+    out->n = 0;
+    while (r != NULL && (row = mysql_fetch_row(r)) != NULL &&
+           out->n < SESSIONS_MAX) {
+        struct session_cpu *c = &out->s[out->n++];
+        c->id = atoll(row[0]);
+        c->kind = strcmp(row[2], relay) != 0                ? SESSION_PRODUCER
+                  : strncmp(row[3], "Binlog Dump", 11) == 0 ? SESSION_DUMP
+                                                            : SESSION_RELAY;
+        c->ms = thread_ms(server, atoll(row[1]));
+    }
+    mysql_free_result(r);
+}
+
+/* A session's thread may have served another before it, and the
+ * relay's are all open before a window starts. */
+void
+sessions_used(const struct sessions *a, const struct sessions *b,
+              double used[SESSION_KINDS])
+{
+    for (int k = 0; k < SESSION_KINDS; k++)
+        used[k] = 0;
+    for (long i = 0; i < b->n; i++)
+        for (long j = 0; j < a->n; j++)
+            if (a->s[j].id == b->s[i].id)
+                used[b->s[i].kind] += b->s[i].ms - a->s[j].ms;
+}
+
 /* CPU time (user + system) a process has used, in milliseconds. */
 double
 cpu_ms(pid_t pid)

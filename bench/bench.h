@@ -97,6 +97,37 @@ long long db_questions(MYSQL *m);
 void db_create(const struct settings *s, const struct server *sv,
                const char *db);
 pid_t server_pid(const struct server *sv);
+
+/* The server threads of the accounts' sessions, by PROCESSLIST's TID:
+ * what each kind of session cost mariadbd, from /proc, on the server's
+ * own clock, where the difference of two windows also carries what the
+ * producer costs more or less from one window to the next. */
+enum session_kind {
+    SESSION_PRODUCER,
+    SESSION_RELAY,
+    SESSION_DUMP,
+    SESSION_KINDS
+};
+#define SESSIONS_MAX 64
+
+struct session_cpu {
+    long long id; /* the connection's */
+    enum session_kind kind;
+    double ms;
+};
+
+struct sessions {
+    long n;
+    struct session_cpu s[SESSIONS_MAX];
+};
+
+/* The sessions of producer (NULL: none) and relay, the relay's binlog
+ * dumps apart. */
+void sessions_read(MYSQL *m, pid_t server, const char *producer,
+                   const char *relay, struct sessions *out);
+/* Each kind's CPU over a window, of the sessions alive at both ends. */
+void sessions_used(const struct sessions *a, const struct sessions *b,
+                   double used[SESSION_KINDS]);
 double cpu_ms(pid_t pid);
 /* A process by its name (pidof -s), 0 if none runs. */
 pid_t pid_of(const char *name);

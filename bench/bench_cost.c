@@ -48,29 +48,6 @@ struct counters {
     double producer_ms, relay_ms;
 };
 
-/* The server threads of the accounts' sessions, by PROCESSLIST's TID:
- * what each kind of session cost mariadbd, from /proc, on the server's
- * own clock, where the difference of two windows also carries what the
- * producer costs more or less from one window to the next. */
-enum session_kind {
-    SESSION_PRODUCER,
-    SESSION_RELAY,
-    SESSION_DUMP,
-    SESSION_KINDS
-};
-#define SESSIONS_MAX 64
-
-struct session_cpu {
-    long long id; /* the connection's */
-    enum session_kind kind;
-    double ms;
-};
-
-struct sessions {
-    long n;
-    struct session_cpu s[SESSIONS_MAX];
-};
-
 /* The same over a window: the difference of two readings. */
 struct window {
     long events;
@@ -161,69 +138,12 @@ accounts_read(MYSQL *m, struct counters *c)
     mysql_free_result(r);
 }
 
-/* A server thread's time on a CPU in ms (schedstat's nanoseconds: the
- * clock ticks of stat are too coarse for a session at 10 events/s). */
-static double
-thread_ms(pid_t server, long long tid)
-{
-    char path[96];
-    snprintf(path, sizeof(path), "/proc/%d/task/%lld/schedstat", (int)server,
-             tid);
-    FILE *f = fopen(path, "r");
-    unsigned long long ns = 0;
-    if (f == NULL)
-        return 0;
-    if (fscanf(f, "%llu", &ns) != 1)
-        ns = 0;
-    fclose(f);
-    return (double)ns / 1e6;
-}
-
-static void
-sessions_read(MYSQL *m, pid_t server, struct sessions *out)
-{
-    const char *sql =
-        "SELECT ID, TID, USER, COMMAND FROM "
-        "information_schema.PROCESSLIST WHERE USER IN ('" PRODUCER_USER
-        "', '" RELAY_USER "')";
-    if (mysql_query(m, sql) != 0)
-        die("SQL: %s: %s", mysql_error(m), sql);
-    MYSQL_RES *r = mysql_store_result(m);
-    MYSQL_ROW row;
-    out->n = 0;
-    while (r != NULL && (row = mysql_fetch_row(r)) != NULL &&
-           out->n < SESSIONS_MAX) {
-        struct session_cpu *c = &out->s[out->n++];
-        c->id = atoll(row[0]);
-        c->kind = strcmp(row[2], PRODUCER_USER) == 0        ? SESSION_PRODUCER
-                  : strncmp(row[3], "Binlog Dump", 11) == 0 ? SESSION_DUMP
-                                                            : SESSION_RELAY;
-        c->ms = thread_ms(server, atoll(row[1]));
-    }
-    mysql_free_result(r);
-}
-
-/* Each kind's CPU over a window, of the sessions alive at both ends (a
- * session's thread may have served another before it, and the relay's
- * are all open before its window starts). */
-static void
-sessions_used(const struct sessions *a, const struct sessions *b,
-              double used[SESSION_KINDS])
-{
-    for (int k = 0; k < SESSION_KINDS; k++)
-        used[k] = 0;
-    for (long i = 0; i < b->n; i++)
-        for (long j = 0; j < a->n; j++)
-            if (a->s[j].id == b->s[i].id)
-                used[b->s[i].kind] += b->s[i].ms - a->s[j].ms;
-}
-
 /* Three statements of the bench's own; Questions counts them all. */
 static struct counters
 counters_read(MYSQL *m, pid_t server, pid_t outboxd, struct sessions *sessions)
 {
     struct counters c;
-    sessions_read(m, server, sessions);
+    sessions_read(m, server, PRODUCER_USER, RELAY_USER, sessions);
     accounts_read(m, &c);
     c.server_ms = cpu_ms(server);
     c.outboxd_ms = outboxd > 0 ? cpu_ms(outboxd) : 0;

@@ -579,6 +579,18 @@ print_cpu_per_event(const pid_t pids[3], const double before[3], long n)
         printf(", outboxd %.2f ms", (after[2] - before[2]) / (double)n);
 }
 
+/* What the relay's own sessions and its binlog dump cost mariadbd (its
+ * threads' time, from /proc), apart from the producers' sessions and
+ * the server's background in the process's figure. */
+static void
+print_relay_threads(const struct sessions *a, const struct sessions *b, long n)
+{
+    double used[SESSION_KINDS];
+    sessions_used(a, b, used);
+    printf(" (the relay's sessions %.2f ms, its binlog dump %.2f ms)",
+           used[SESSION_RELAY] / (double)n, used[SESSION_DUMP] / (double)n);
+}
+
 /*
  * The fast run's INSERTs with no relay running, before outboxd starts:
  * what the producer alone achieves and costs on this machine, so that
@@ -627,9 +639,14 @@ measure_tenants_latency(const struct tenants *t, const struct latency_run *run,
     int64_t *after = xcalloc((size_t)n, sizeof(*after));
     pid_t pids[3] = {server_pid(t->sv), pid_of("beam.smp"), relay};
     double cpu0[3];
+    MYSQL *m = db_connect(t->sv, NULL);
+    struct sessions sa, sb;
+    sessions_read(m, pids[0], NULL, TENANT_USER, &sa);
     cpu_now(pids, cpu0);
     double rate = insert_paced(run, t, trx);
     pthread_join(th, NULL);
+    sessions_read(m, pids[0], NULL, TENANT_USER, &sb);
+    mysql_close(m);
     if (c.received < c.expected)
         die("tenants latency: received %ld of %ld events", c.received,
             c.expected);
@@ -645,6 +662,7 @@ measure_tenants_latency(const struct tenants *t, const struct latency_run *run,
     print_quantiles("; from the INSERT (autocommit)", c.latency_us, n);
     print_quantiles("; the INSERTs themselves", trx, n);
     print_cpu_per_event(pids, cpu0, n);
+    print_relay_threads(&sa, &sb, n);
     printf("\n");
     free(c.latency_us);
     free(trx);
