@@ -54,6 +54,7 @@ store_new(const struct outbox_config *ob, struct dbsession *shared)
     /* Most outboxes start with nothing to send (a thousand tenants, say):
      * the first claim asks in one read, not in its four looks. */
     st->claim.probe_first = true;
+    st->claim.held_possible = true;
     store_join_init(st);
     return st;
 }

@@ -292,6 +292,8 @@ fin_items_of(struct store *st, const struct outbox_batch *b, size_t n)
             continue; /* store_mark_sent did it */
         st->fin.items[n].kind = store_classify(&b->rows[i], st->ob->max_retries,
                                                &st->fin.items[n].error);
+        if (st->fin.items[n].kind == FIN_RETRY)
+            st->claim.held_possible = true; /* its aggregate waits */
         if (b->lean && st->fin.items[n].kind == FIN_RELEASE)
             continue; /* PENDING, and its lock goes with the commit */
         st->fin.items[n++].id = b->rows[i].id;

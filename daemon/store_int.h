@@ -135,6 +135,9 @@ struct claim_scratch {
     bool lean_join;
     uint64_t lean_after;
     bool lean_heads, lean_expired_look, lean_delayed_look;
+    /* A RETRY or delayed row may hold an aggregate back: the lean read
+     * filters past them.  Cleared by a probe that saw neither. */
+    bool held_possible;
     uint64_t delayed_none_ms; /* when the last look for due delayed rows
                                  found none */
     unsigned char *drop;      /* candidates dropped by ordering */

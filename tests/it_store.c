@@ -1759,6 +1759,62 @@ START_TEST(test_lean_join_prepare_session_lost)
 }
 END_TEST
 
+/* A claim woken by the binlog, which skips the probe, lean if it may. */
+static void
+woken_claim(struct store *st, struct outbox_batch *b)
+{
+    store_set_woken(st, true);
+    batch_reset(b);
+    b->lean_allowed = true;
+    claim_ok(st, b);
+}
+
+/*
+ * The lean read leaves out the filter past aggregates held back by a
+ * RETRY or a delayed row while the last probe saw none: the held
+ * aggregate's next event it reads is still not published, and, as it
+ * waited, that claim goes leased; the lean reads filter from then on,
+ * and stay lean while the row holds its aggregate.
+ */
+START_TEST(test_lean_read_filters_once_a_row_is_held)
+{
+    struct fx *fx = fx_setup(0);
+    struct store *st = lean_store_open(fx);
+    struct outbox_batch *b = &fx->b;
+    claim_ok(st, b); /* a probe: no RETRY row, no delayed row */
+    ck_assert_uint_eq(b->n, 0);
+    it_db_exec(fx->sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status, retry_count, "
+               "next_retry_at, created_at) VALUES ('held', 'Order', 'h', "
+               "'OrderCreated', '{}', 'RETRY', 1, NOW(6) + INTERVAL 1 HOUR, "
+               "NOW(6) - INTERVAL 1 MINUTE), ('behind', 'Order', 'h', "
+               "'OrderCreated', '{}', 'PENDING', 0, NULL, "
+               "NOW(6) - INTERVAL 1 MINUTE)");
+    insert_event(fx, "b-1", "b");
+    woken_claim(st, b);
+    ck_assert(!b->lean);
+    ck_assert_uint_eq(b->n, 1);
+    ck_assert_str_eq(b->rows[0].event_id, "b-1");
+    ack_all(b);
+    finalize_ok(st, b);
+    for (int i = 0; i < 2; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "c-%d", i);
+        insert_event(fx, id, id);
+        woken_claim(st, b);
+        ck_assert_msg(b->lean, "claim %d after the held row is leased", i);
+        ck_assert_uint_eq(b->n, 1);
+        ck_assert_str_eq(b->rows[0].event_id, id);
+        ack_all(b);
+        finalize_ok(st, b);
+    }
+    ck_assert_int_eq(count_where(fx, "event_id = 'behind' AND status = "
+                                     "'PENDING' AND locked_by IS NULL"),
+                     1);
+}
+END_TEST
+
 /* The temporary tables the store's session has created so far. */
 static long long
 session_tmp_tables(struct store *st)
@@ -2558,6 +2614,7 @@ it_store_suite(void)
     tcase_add_test(tc, test_lean_join_prepared_follows_schema);
     tcase_add_test(tc, test_lean_join_prepare_session_lost);
     tcase_add_test(tc, test_lean_cycle_builds_no_temporary_table);
+    tcase_add_test(tc, test_lean_read_filters_once_a_row_is_held);
     tcase_add_loop_test(tc, test_statement_budget, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_woken_claim_skips_answered_looks, 0, NSCHEMAS);
     tcase_add_loop_test(tc, test_refused_last_record_commits_nothing, 0,
