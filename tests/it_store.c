@@ -1815,20 +1815,28 @@ START_TEST(test_lean_read_filters_once_a_row_is_held)
 }
 END_TEST
 
+/* One value the store's session answers: column col of sql's row. */
+static long long
+session_value(struct store *st, const char *sql, unsigned col)
+{
+    MYSQL *db = store_session(st);
+    ck_assert_ptr_nonnull(db);
+    ck_assert_int_eq(mysql_query(db, sql), 0);
+    MYSQL_RES *res = mysql_store_result(db);
+    MYSQL_ROW r = mysql_fetch_row(res);
+    ck_assert_ptr_nonnull(r);
+    long long v = atoll(r[col]);
+    mysql_free_result(res);
+    mysql_commit(db);
+    return v;
+}
+
 /* The temporary tables the store's session has created so far. */
 static long long
 session_tmp_tables(struct store *st)
 {
-    MYSQL *db = store_session(st);
-    ck_assert_ptr_nonnull(db);
-    ck_assert_int_eq(
-        mysql_query(db, "SHOW SESSION STATUS LIKE 'Created_tmp_tables'"), 0);
-    MYSQL_RES *res = mysql_store_result(db);
-    MYSQL_ROW r = mysql_fetch_row(res);
-    long long v = atoll(r[1]);
-    mysql_free_result(res);
-    mysql_commit(db);
-    return v;
+    return session_value(st, "SHOW SESSION STATUS LIKE 'Created_tmp_tables'",
+                         1);
 }
 
 /*
@@ -1857,16 +1865,8 @@ END_TEST
 static int
 session_checks(struct store *st)
 {
-    MYSQL *db = store_session(st);
-    ck_assert_ptr_nonnull(db);
-    ck_assert_int_eq(
-        mysql_query(db, "SELECT @@session.check_constraint_checks"), 0);
-    MYSQL_RES *res = mysql_store_result(db);
-    MYSQL_ROW r = mysql_fetch_row(res);
-    int v = atoi(r[0]);
-    mysql_free_result(res);
-    mysql_commit(db);
-    return v;
+    return (int)session_value(st, "SELECT @@session.check_constraint_checks",
+                              0);
 }
 
 /*
