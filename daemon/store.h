@@ -124,6 +124,12 @@ const char *store_hold_cond(const struct store *st);
  * need not probe for them. */
 void store_set_woken(struct store *st, bool woken);
 
+/* The binlog told of no write to the table since a count found nothing
+ * PENDING or PROCESSING but the relay's own lean events: no lease can
+ * have run out and no delayed row can be due, so a lean read need not
+ * look for either. */
+void store_set_quiet(struct store *st, bool quiet);
+
 /*
  * The one door for statements on the table from outside the store
  * (admin.c, stats_sql.c): store_sql_begin resets the store's statement

@@ -125,8 +125,9 @@ struct claim_scratch {
     bool probe_first;         /* the last claim did not fill its batch */
     /* The lean claim (lean_applies): allowed once a leased claim has
      * committed in this process; this claim is lean while lean_now
-     * holds; woken: the binlog told of new rows, no probe needed. */
-    bool lean_ok, lean_now, woken;
+     * holds; woken: the binlog told of new rows, no probe needed;
+     * quiet: nothing for the looks to find (store_set_quiet). */
+    bool lean_ok, lean_now, woken, quiet;
     uint64_t lean_gen; /* the session generation of the open lean claim */
     /* lock_lean's read: columns after the select list (0: none), and
      * which of them it asked for. */

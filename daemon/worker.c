@@ -130,6 +130,7 @@ run_cycle(struct worker *w)
     w->relay.linger = w->wake_live && pool_thread_load(w->thread) == 1;
     w->told_in_cycle = 0;
     store_set_woken(w->store, w->wake_live && worker_take_told(w) > 0);
+    store_set_quiet(w->store, worker_rows_unchanged(w));
     enum relay_result rc = relay_cycle(&w->relay);
     pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
     /* Each commit told is one change of the table, and so is this

@@ -51,10 +51,12 @@ stats_publish(struct worker *w, const struct outbox_counts *c)
  * RETRY, a DEAD, another relay, an operator) is one more change than
  * accounted for, and counts.  Writes the binlog leaves out (a session
  * with sql_log_bin off) show within STATS_QUIET_MS, as would the rare
- * other write that matched a record of the relay's not yet told.
+ * other write that matched a record of the relay's not yet told.  The
+ * lean read's looks rest on the same (store_set_quiet): with nothing
+ * leased and nothing delayed, none can have run out or fallen due.
  */
-static bool
-stats_unchanged(const struct worker *w)
+bool
+worker_rows_unchanged(const struct worker *w)
 {
     return w->wake_live && w->rows_known &&
            w->changes - w->stats_changes == w->stats_explained &&
@@ -103,7 +105,7 @@ worker_stats_cb(evutil_socket_t fd, short what, void *arg)
         w->rows_known = false;
         return;
     }
-    if (stats_unchanged(w)) {
+    if (worker_rows_unchanged(w)) {
         outbox_log(LOG_DEBUG, w->ob,
                    "rows not counted: no change unaccounted for");
         return;

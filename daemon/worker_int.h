@@ -150,6 +150,9 @@ uint64_t worker_wait_told(struct worker *w, uint64_t until_ms);
 /* worker_gauges.c: the gauges' counts and retention, each on a timer of
  * its own between cycles. */
 void worker_stats_schedule(struct worker *w);
+/* No write told since the last count but the relay's own lean events,
+ * and that count found nothing PENDING or PROCESSING. */
+bool worker_rows_unchanged(const struct worker *w);
 void worker_stats_cb(evutil_socket_t fd, short what, void *arg);
 void worker_retention_schedule(struct worker *w, uint64_t delay_ms);
 void worker_retention_cb(evutil_socket_t fd, short what, void *arg);

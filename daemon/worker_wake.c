@@ -44,6 +44,10 @@ static void
 binlog_state_cb(void *arg, bool live)
 {
     struct worker *w = arg;
+    /* A stream starts at the binlog's end: what was written while it was
+     * down is one change unaccounted for (worker_rows_unchanged). */
+    if (live)
+        w->changes++;
     w->wake_live = live;
     w->kick_state = true;
     outbox_log(LOG_DEBUG, w->ob, "woken by %s",

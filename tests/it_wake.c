@@ -1040,6 +1040,108 @@ fx_status_is(struct wake_fx *f, const char *id, const char *status)
                      id, status) == 1;
 }
 
+/* ---- the lean read's looks while the relay accounts for every write ---- */
+
+/* Delivers event id of a trickle: committed, received (a message named
+ * other on the way is counted in *others, any other fails) and
+ * recorded SENT. */
+static void
+trickle_one(struct wake_fx *f, const char *id, const char *other, int *others)
+{
+    fx_insert(f, id);
+    for (bool mine = false; !mine;) {
+        struct it_message m;
+        if (it_consumer_next(f->it.consumer, &m, SLOW_MS) != 1) {
+            it_daemon_dump_log(&f->it.d);
+            ck_abort_msg("%s not delivered", id);
+        }
+        mine = strcmp(m.message_id, id) == 0;
+        ck_assert_msg(mine ||
+                          (other != NULL && strcmp(m.message_id, other) == 0),
+                      "unexpected %s while %s was due", m.message_id, id);
+        if (!mine)
+            (*others)++;
+        it_message_free(&m);
+    }
+    FX_WAIT(f, SLOW_MS, fx_status_is(f, id, "SENT"), "%s not recorded", id);
+}
+
+/* Events q-<n> from *n, one every 200 ms, until a turn of the gauges
+ * counts nothing: every write since the last count is the relay's own,
+ * and its lean reads leave out the looks (store_set_quiet). */
+static void
+trickle_until_quiet(struct wake_fx *f, int *n)
+{
+    int skipped = log_lines(f, NOT_COUNTED_LINE, NULL);
+    uint64_t end = it_now_ms() + SLOW_MS;
+    while (log_lines(f, NOT_COUNTED_LINE, NULL) == skipped) {
+        char id[32];
+        ck_assert_msg(it_now_ms() < end,
+                      "no turn of the gauges went uncounted");
+        snprintf(id, sizeof(id), "q-%d", (*n)++);
+        trickle_one(f, id, NULL, NULL);
+        it_sleep_ms(200);
+    }
+}
+
+/* Events go on every 200 ms until other has arrived once and is SENT;
+ * fails after QUIET_FIND_MS (a relay that looked only when the gauges
+ * counted again would take a minute). */
+#define QUIET_FIND_MS 15000
+static void
+trickle_until_sent(struct wake_fx *f, int *n, const char *other,
+                   const char *why)
+{
+    int seen = 0;
+    uint64_t end = it_now_ms() + QUIET_FIND_MS;
+    while (seen == 0 || !fx_status_is(f, other, "SENT")) {
+        char id[32];
+        if (it_now_ms() >= end)
+            it_daemon_dump_log(&f->it.d);
+        ck_assert_msg(it_now_ms() < end, "%s: %s not sent within %d ms", why,
+                      other, QUIET_FIND_MS);
+        snprintf(id, sizeof(id), "q-%d", (*n)++);
+        trickle_one(f, id, other, &seen);
+        it_sleep_ms(200);
+    }
+    ck_assert_int_eq(seen, 1);
+}
+
+/*
+ * While every write of the table is the relay's own lean events, its
+ * lean reads leave out the looks for expired leases and due delayed
+ * rows, as nothing can be there for them.  Another session's write ends
+ * that at once: a lease left to run out (as a relay that died would
+ * leave it, written as an UPDATE, which wakes nothing) is reclaimed, and
+ * an event delayed by a second is sent, each while events keep coming
+ * and every claim is woken.
+ */
+START_TEST(test_lean_quiet_reads_see_others_writes)
+{
+    struct wake_fx f;
+    int n = 0;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, NULL);
+    it_fx_start(&f.it);
+    fx_wait_live(&f, 1, SLOW_MS);
+    trickle_until_quiet(&f, &n);
+    it_db_exec(f.it.sql, "UPDATE outbox_event SET status = 'PROCESSING', "
+                         "sent_at = NULL, locked_by = 'dead-relay', "
+                         "locked_until = NOW(6) + INTERVAL 1 SECOND WHERE "
+                         "event_id = 'q-0'");
+    it_db_exec(f.it.sql, "COMMIT");
+    trickle_until_sent(&f, &n, "q-0", "a lease that ran out");
+    ck_assert_int_eq(it_db_int(f.it.sql, "SELECT retry_count FROM outbox_event "
+                                         "WHERE event_id = 'q-0'"),
+                     1);
+    trickle_until_quiet(&f, &n);
+    fx_insert_row(&f, "late", "late", ", available_at",
+                  ", NOW(6) + INTERVAL 1 SECOND");
+    trickle_until_sent(&f, &n, "late", "a delayed event");
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+}
+END_TEST
+
 /*
  * A lean join leaves held-back rows to the ordering check: events committed
  * while a lean batch is out, behind a RETRY backing off and behind a
@@ -1584,6 +1686,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_steady_state);
     tcase_add_test(tc, test_lean_steady_state_delete);
     tcase_add_test(tc, test_lean_gauges_count_others_writes);
+    tcase_add_test(tc, test_lean_quiet_reads_see_others_writes);
     tcase_add_test(tc, test_lean_frozen_relay_taken_over);
     tcase_add_test(tc, test_lean_poison_row);
     tcase_add_test(tc, test_lean_broker_cut);
