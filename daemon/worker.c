@@ -108,6 +108,22 @@ claim_lost_race(struct worker *w)
     schedule(w, w->ob->poll_min_ms);
 }
 
+/* Whether this cycle's lean read leaves out its looks (store_set_quiet),
+ * said at debug when that changes. */
+static void
+set_claims_quiet(struct worker *w)
+{
+    bool quiet = worker_rows_unchanged(w, w->told_in_cycle);
+    if (quiet != w->claims_quiet)
+        outbox_log(LOG_DEBUG, w->ob, "%s",
+                   quiet ? "lean reads leave out their looks: no write "
+                           "unaccounted for"
+                         : "lean reads look for expired leases and due "
+                           "delayed rows again");
+    w->claims_quiet = quiet;
+    store_set_quiet(w->store, quiet);
+}
+
 static void
 run_cycle(struct worker *w)
 {
@@ -130,7 +146,7 @@ run_cycle(struct worker *w)
     w->relay.linger = w->wake_live && pool_thread_load(w->thread) == 1;
     w->told_in_cycle = 0;
     store_set_woken(w->store, w->wake_live && worker_take_told(w) > 0);
-    store_set_quiet(w->store, worker_rows_unchanged(w));
+    set_claims_quiet(w);
     enum relay_result rc = relay_cycle(&w->relay);
     pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
     /* Each commit told is one change of the table, and so is this

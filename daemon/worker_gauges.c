@@ -53,13 +53,17 @@ stats_publish(struct worker *w, const struct outbox_counts *c)
  * with sql_log_bin off) show within STATS_QUIET_MS, as would the rare
  * other write that matched a record of the relay's not yet told.  The
  * lean read's looks rest on the same (store_set_quiet): with nothing
- * leased and nothing delayed, none can have run out or fallen due.
+ * leased and nothing delayed, none can have run out or fallen due.  A
+ * claim asks with the inserts told that woke it (told_unclaimed), which
+ * it is about to account for; one that finds them not all leaves them
+ * unaccounted, and the next claim looks.
  */
 bool
-worker_rows_unchanged(const struct worker *w)
+worker_rows_unchanged(const struct worker *w, uint64_t told_unclaimed)
 {
     return w->wake_live && w->rows_known &&
-           w->changes - w->stats_changes == w->stats_explained &&
+           w->changes - w->stats_changes ==
+               w->stats_explained + told_unclaimed &&
            w->rows[OUTBOX_PENDING] == 0 && w->rows[OUTBOX_PROCESSING] == 0 &&
            clock_ms() - w->stats_ms < STATS_QUIET_MS;
 }
@@ -105,7 +109,7 @@ worker_stats_cb(evutil_socket_t fd, short what, void *arg)
         w->rows_known = false;
         return;
     }
-    if (worker_rows_unchanged(w)) {
+    if (worker_rows_unchanged(w, 0)) {
         outbox_log(LOG_DEBUG, w->ob,
                    "rows not counted: no change unaccounted for");
         return;

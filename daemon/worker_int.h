@@ -83,6 +83,7 @@ struct worker {
      * account for: the commits each sent in full, and its record. */
     uint64_t stats_explained;
     uint64_t stats_ms; /* clock_ms of the last count */
+    bool claims_quiet; /* the last claim left out its looks */
     _Atomic uint64_t empty_claims;
     /* Every failure, whatever the log said of it. */
     _Atomic uint64_t db_errors, db_read_only, broker_errors;
@@ -150,9 +151,10 @@ uint64_t worker_wait_told(struct worker *w, uint64_t until_ms);
 /* worker_gauges.c: the gauges' counts and retention, each on a timer of
  * its own between cycles. */
 void worker_stats_schedule(struct worker *w);
-/* No write told since the last count but the relay's own lean events,
- * and that count found nothing PENDING or PROCESSING. */
-bool worker_rows_unchanged(const struct worker *w);
+/* No write told since the last count but the relay's own lean events
+ * and told_unclaimed inserts more, and that count found nothing PENDING
+ * or PROCESSING. */
+bool worker_rows_unchanged(const struct worker *w, uint64_t told_unclaimed);
 void worker_stats_cb(evutil_socket_t fd, short what, void *arg);
 void worker_retention_schedule(struct worker *w, uint64_t delay_ms);
 void worker_retention_cb(evutil_socket_t fd, short what, void *arg);

@@ -1066,18 +1066,20 @@ trickle_one(struct wake_fx *f, const char *id, const char *other, int *others)
     FX_WAIT(f, SLOW_MS, fx_status_is(f, id, "SENT"), "%s not recorded", id);
 }
 
-/* Events q-<n> from *n, one every 200 ms, until a turn of the gauges
- * counts nothing: every write since the last count is the relay's own,
- * and its lean reads leave out the looks (store_set_quiet). */
+#define QUIET_LINE "lean reads leave out their looks"
+
+/* Events q-<n> from *n, one every 200 ms, until the relay's lean reads
+ * leave out their looks once more: every write since the gauges' last
+ * count is the relay's own (store_set_quiet). */
 static void
 trickle_until_quiet(struct wake_fx *f, int *n)
 {
-    int skipped = log_lines(f, NOT_COUNTED_LINE, NULL);
+    int quiet = log_lines(f, QUIET_LINE, NULL);
     uint64_t end = it_now_ms() + SLOW_MS;
-    while (log_lines(f, NOT_COUNTED_LINE, NULL) == skipped) {
+    while (log_lines(f, QUIET_LINE, NULL) == quiet) {
         char id[32];
         ck_assert_msg(it_now_ms() < end,
-                      "no turn of the gauges went uncounted");
+                      "the lean reads never left out their looks");
         snprintf(id, sizeof(id), "q-%d", (*n)++);
         trickle_one(f, id, NULL, NULL);
         it_sleep_ms(200);
