@@ -124,10 +124,10 @@ const char *store_hold_cond(const struct store *st);
  * need not probe for them. */
 void store_set_woken(struct store *st, bool woken);
 
-/* The binlog told of no write to the table since a count found nothing
- * PENDING or PROCESSING but the relay's own lean events: no lease can
- * have run out and no delayed row can be due, so a lean read need not
- * look for either. */
+/* Since a count found nothing PENDING or PROCESSING, the binlog told of
+ * no write to the table but the relay's own lean events: no lease can
+ * have run out and no delayed row fallen due, so a lean read need not
+ * look for either (worker_rows_unchanged). */
 void store_set_quiet(struct store *st, bool quiet);
 
 /*
