@@ -96,7 +96,10 @@ check:
 	$(MAKE) check-unit check-alerts check-man check-outboxctl \
 		check-layers check-version check-integration
 
-check-build: all $(BUILD)/check_unit $(BUILD)/check_integration
+# The bench is built too, so that a change the bench no longer compiles
+# against fails here rather than at the next measurement.
+check-build: all $(BUILD)/check_unit $(BUILD)/check_integration \
+	$(BUILD)/outboxd-bench
 
 # No call runs up the module map of docs/hacking.md (its table, read
 # against each object's symbols).
@@ -149,7 +152,8 @@ tests/cloudevents/node_modules/.package-lock.json: \
 	cd tests/cloudevents && npm ci --no-audit --no-fund
 
 $(BUILD)/outboxd-bench: $(BUILD)/bench/bench.o $(BUILD)/bench/bench_tenants.o \
-		$(BUILD)/bench/bench_cost.o $(BUILD)/daemon/util.o $(BUILD)/daemon/log.o
+		$(BUILD)/bench/bench_cost.o $(BUILD)/bench/bench_reader.o \
+		$(BUILD)/daemon/util.o $(BUILD)/daemon/log.o
 	$(LINK) -o $@ $^ $(LIBS)
 
 # docs/contract.md section 10: throughput as a ratio to the ceiling measured in the
@@ -239,8 +243,8 @@ check-version:
 	bash scripts/check-version.sh
 
 format:
-	clang-format -i daemon/*.c daemon/*.h tests/*.c tests/*.h tests/fuzz/*.c \
-		tests/fuzz/*.h
+	clang-format -i daemon/*.c daemon/*.h bench/*.c bench/*.h tests/*.c \
+		tests/*.h tests/fuzz/*.c tests/fuzz/*.h
 
 # valgrind: the unit tests, then one integration drain with the daemon
 # under valgrind (tests/it_leaks.c: a few thousand events, SIGTERM, exit

@@ -156,6 +156,11 @@ struct drain_result measure_drain_median(const struct settings *s,
                                          struct target to, const char *ordering,
                                          long sent, long held);
 
+/* bench_reader.c: mariadb-binlog streaming sv's binlog from its end, as
+ * a replica or Debezium does; started once the server shows it. */
+pid_t log_reader_start(const struct server *sv);
+void log_reader_stop(pid_t pid);
+
 /* bench_cost.c: BENCH_ONLY=cost. */
 void measure_cost(const struct settings *s);
 

@@ -2,8 +2,10 @@
  * bench_cost: BENCH_ONLY=cost (and part of `make bench`).  What relaying
  * costs the primary per event, as a new user would measure it: a producer
  * commits one event per transaction at a steady rate, first alone, then
- * with outboxd relaying the same stream; the relay's statements and the
- * mariadbd CPU it adds per event, as a ratio to the producer's own.
+ * (with a binary log) beside a bare log reader, then with outboxd
+ * relaying the same stream; the relay's statements and the mariadbd CPU
+ * it adds per event, as a ratio to the producer's own, beside what
+ * reading the binlog at all adds.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -60,7 +62,10 @@ struct window {
 };
 
 struct cost_result {
-    struct window alone, relayed;
+    /* On the binlog server, beside_reader is the producer's stream with a
+     * bare log reader attached: what a replica or Debezium costs alone. */
+    struct window alone, beside_reader, relayed;
+    bool read;
     long delivered;        /* distinct events the consumer received */
     long repeats;          /* and messages of them received again */
     long unfinished;       /* rows not SENT (mark) or not deleted at the end */
@@ -249,6 +254,26 @@ cost_alone(const struct settings *s, const struct cost_case *c)
     return w;
 }
 
+/*
+ * The producer beside a log reader and no relay: what any reader of the
+ * binlog costs the primary (its dump thread, and each commit's signal to
+ * it), which a primary with a replica pays already.
+ */
+static struct window
+cost_beside_reader(const struct settings *s, const struct cost_case *c)
+{
+    long n = events_of(s, c->rate);
+    int64_t *trx_us = xcalloc((size_t)n, sizeof(*trx_us));
+    cost_db_fresh(s, c->sv);
+    MYSQL *m = db_connect(c->sv, DB_NAME);
+    pid_t reader = log_reader_start(c->sv);
+    struct window w = window_run(m, c, n, 0, trx_us);
+    log_reader_stop(reader);
+    mysql_close(m);
+    free(trx_us);
+    return w;
+}
+
 /* ---- the relay ---- */
 
 /* outboxd's defaults but for on_sent, which the case sets. */
@@ -370,13 +395,27 @@ per_event(double v, const struct window *w)
     return v / (double)w->events;
 }
 
+/* mariadbd's /proc CPU per event in window w over that in base. */
+static double
+added_ms(const struct window *w, const struct window *base)
+{
+    return per_event(w->used.server_ms, w) -
+           per_event(base->used.server_ms, base);
+}
+
+/* That as a ratio to the producer's own, alone. */
+static double
+added_ratio(const struct cost_result *r, const struct window *w,
+            const struct window *base)
+{
+    return added_ms(w, base) / per_event(r->alone.used.server_ms, &r->alone);
+}
+
 /* The relay's mariadbd CPU per event, over the producer's own. */
 static double
 cost_ratio(const struct cost_result *r)
 {
-    double alone = per_event(r->alone.used.server_ms, &r->alone);
-    double added = per_event(r->relayed.used.server_ms, &r->relayed) - alone;
-    return added / alone;
+    return added_ratio(r, &r->relayed, &r->alone);
 }
 
 /*
@@ -395,6 +434,7 @@ static bool
 cost_disturbed(const struct cost_result *r)
 {
     return others_per_s(&r->alone) > COST_OTHERS_MAX ||
+           (r->read && others_per_s(&r->beside_reader) > COST_OTHERS_MAX) ||
            others_per_s(&r->relayed) > COST_OTHERS_MAX;
 }
 
@@ -431,6 +471,23 @@ print_cost_threads(const struct cost_result *r)
            per_event(a->session_ms[SESSION_PRODUCER], a),
            per_event(ms[SESSION_RELAY], w), per_event(ms[SESSION_DUMP], w),
            threads_ratio(w), rest_ms(a), rest_ms(w));
+}
+
+/* The headline beside what reading the binlog at all costs: a log
+ * reader pays that too, and a primary with a replica pays it already. */
+static void
+print_cost_reader(const struct cost_result *r)
+{
+    const struct window *b = &r->beside_reader;
+    if (!r->read)
+        return;
+    printf("  (beside a bare log reader, mariadb-binlog streaming as a "
+           "replica or Debezium does: the reader adds %.2f ms/event = %.1fx "
+           "the producer, whose session takes %.2f ms/event beside it; the "
+           "relay adds %.2f ms/event over the reader = %.1fx the producer)\n",
+           added_ms(b, &r->alone), added_ratio(r, b, &r->alone),
+           per_event(b->session_ms[SESSION_PRODUCER], b),
+           added_ms(&r->relayed, b), added_ratio(r, &r->relayed, b));
 }
 
 /* What the headline rests on, and what could blur it. */
@@ -476,6 +533,7 @@ print_cost(const struct cost_case *c, const struct cost_result *r)
     printf("\n");
     print_cost_detail(r);
     print_cost_threads(r);
+    print_cost_reader(r);
 }
 
 /* One case, taken again while other clients disturbed it; the last
@@ -487,6 +545,9 @@ cost_run(const struct settings *s, const struct cost_case *c)
     for (int tries = 1;; tries++) {
         r = (struct cost_result){0};
         r.alone = cost_alone(s, c);
+        r.read = c->sv->binlog;
+        if (r.read)
+            r.beside_reader = cost_beside_reader(s, c);
         cost_relayed(s, c, &r);
         bool lost = r.delivered < r.relayed.events; /* dies below */
         if (lost || !cost_disturbed(&r) || tries == COST_TRIES)
@@ -511,6 +572,8 @@ enum spread_figure {
     SPREAD_RATIO,   /* that over the producer alone: the headline */
     SPREAD_THREADS, /* the relay's server threads, ms */
     SPREAD_SAME,    /* those over the producer's session, same window */
+    SPREAD_READER,  /* a bare log reader's /proc CPU, over the producer */
+    SPREAD_OVER,    /* the relay's over that reader's, over the producer */
     SPREAD_FIGURES
 };
 
@@ -526,6 +589,9 @@ spread_figures(const struct cost_result *r, double v[SPREAD_FIGURES])
     v[SPREAD_RATIO] = cost_ratio(r);
     v[SPREAD_THREADS] = per_event(ms[SESSION_RELAY] + ms[SESSION_DUMP], w);
     v[SPREAD_SAME] = threads_ratio(w);
+    v[SPREAD_READER] =
+        r->read ? added_ratio(r, &r->beside_reader, &r->alone) : 0;
+    v[SPREAD_OVER] = r->read ? added_ratio(r, w, &r->beside_reader) : 0;
 }
 
 static int
@@ -579,7 +645,14 @@ print_spread(const struct cost_case *c, const struct cost_result *runs, long n)
     print_three("%.2f", f[SPREAD_ADDED], " ms/event = ");
     print_three("%.1f", f[SPREAD_RATIO], "x the producer; relay's threads ");
     print_three("%.2f", f[SPREAD_THREADS], " ms/event = ");
-    print_three("%.1f", f[SPREAD_SAME], "x the producer's session\n");
+    print_three("%.1f", f[SPREAD_SAME], "x the producer's session");
+    if (runs[0].read) {
+        printf("; a bare log reader adds ");
+        print_three("%.1f", f[SPREAD_READER],
+                    "x the producer, the relay over it ");
+        print_three("%.1f", f[SPREAD_OVER], "x");
+    }
+    printf("\n");
 }
 
 /* Whether word is one of list's comma-separated items. */
