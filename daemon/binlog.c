@@ -52,8 +52,13 @@ struct binlog_stream {
     struct binlog_tracker tracker; /* under watch_lock */
     struct binlog_payload payload; /* the stream thread's */
     bool live;                     /* under watch_lock */
-    uint64_t failovers;            /* under watch_lock: see failed_over */
-    uint64_t polled_at;            /* when failed_over last asked */
+    /* The server's binlog filters, read at each connect before the stream
+     * is live (under watch_lock): a watch in a schema they leave out is
+     * never told live, and its outbox polls. */
+    char do_db[1024], ignore_db[1024];
+    char filters_said[1024]; /* the stream thread's: its last warning */
+    uint64_t failovers;      /* under watch_lock: see failed_over */
+    uint64_t polled_at;      /* when failed_over last asked */
     pthread_t thread;
     bool started;
     pthread_mutex_t lock;
@@ -131,6 +136,35 @@ clients_failovers(const struct binlog_stream *s)
     return n;
 }
 
+/* Under the watch lock: whether the server logs w's commits. */
+static bool
+watch_logged(const struct binlog_stream *s, const struct binlog_watch *w)
+{
+    return binlog_filter_logs(s->do_db, s->ignore_db, w->schema);
+}
+
+/* Under the watch lock: the watches the filters leave out, saying so
+ * (at warn, or at debug when the same was said at the last connect). */
+static void
+say_unlogged(struct binlog_stream *s, size_t n, const char *schema,
+             const char *table, bool once)
+{
+    char msg[sizeof(s->filters_said)];
+    snprintf(msg, sizeof(msg),
+             "binlog: the server's binary log leaves out the schema of %zu "
+             "watched table%s, %.64s.%.64s among them (Binlog_Do_DB '%.200s', "
+             "Binlog_Ignore_DB '%.200s'): commits to them wake nothing, and "
+             "their outboxes poll (poll_interval)",
+             n, n == 1 ? "" : "s", schema, table, s->do_db, s->ignore_db);
+    if (once && strcmp(msg, s->filters_said) == 0) {
+        log_debug(LOG_KV("server", s->name), "%s", msg);
+        return;
+    }
+    log_warn(LOG_KV("server", s->name), "%s", msg);
+    if (once)
+        str_copy(s->filters_said, msg, sizeof(s->filters_said));
+}
+
 void
 binlog_stream_add(struct binlog_stream *s, const char *schema,
                   const char *table, const struct binlog_client *c)
@@ -138,12 +172,16 @@ binlog_stream_add(struct binlog_stream *s, const char *schema,
     struct binlog_client *own = xmalloc(sizeof(*own));
     *own = *c;
     pthread_mutex_lock(&s->watch_lock);
-    binlog_watch_add(&s->ws, schema, table, client_commit, own);
+    struct binlog_watch *w =
+        binlog_watch_add(&s->ws, schema, table, client_commit, own);
     /* Its failovers so far are no news: the stream already reads the
      * server they led to, or connects to it next. */
     s->failovers += client_failovers(own);
-    if (s->live)
+    bool logged = watch_logged(s, w);
+    if (s->live && logged)
         own->state(own->arg, true);
+    if (s->live && !logged)
+        say_unlogged(s, 1, schema, table, false);
     pthread_mutex_unlock(&s->watch_lock);
 }
 
@@ -187,7 +225,9 @@ binlog_stream_unreadable(const struct binlog_stream *s)
     return atomic_load_explicit(&s->unreadable, memory_order_relaxed);
 }
 
-/* Under the watch lock, so that a client added meanwhile is told once. */
+/* Under the watch lock, so that a client added meanwhile is told once.
+ * The filters change only while the stream is down: a watch left out is
+ * told neither up nor down. */
 static void
 set_live_locked(struct binlog_stream *s, bool live)
 {
@@ -196,7 +236,8 @@ set_live_locked(struct binlog_stream *s, bool live)
     s->live = live;
     for (size_t i = 0; i < s->ws.n; i++) {
         struct binlog_client *c = s->ws.all[i]->arg;
-        c->state(c->arg, live);
+        if (watch_logged(s, s->ws.all[i]))
+            c->state(c->arg, live);
     }
 }
 
@@ -543,6 +584,58 @@ publish_socket(struct binlog_stream *s, MYSQL *db)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Under the watch lock: says which watches the filters leave out. */
+static void
+check_filters_locked(struct binlog_stream *s)
+{
+    size_t n = 0;
+    const struct binlog_watch *first = NULL;
+    for (size_t i = 0; i < s->ws.n; i++)
+        if (!watch_logged(s, s->ws.all[i])) {
+            first = first != NULL ? first : s->ws.all[i];
+            n++;
+        }
+    if (n > 0)
+        say_unlogged(s, n, first->schema, first->table, true);
+    else
+        s->filters_said[0] = '\0';
+}
+
+/*
+ * The server's binlog filters (binlog_do_db and binlog_ignore_db, options
+ * of its command line): a schema they leave out is never in the stream.
+ * Read while the stream is down.  A server that does not say (the account
+ * lacks BINLOG MONITOR) is taken to log every schema.
+ */
+static void
+read_filters(struct binlog_stream *s, MYSQL *db)
+{
+    char do_db[sizeof(s->do_db)] = "", ignore_db[sizeof(s->ignore_db)] = "";
+    MYSQL_RES *res = NULL;
+    if (mysql_query(db, "SHOW MASTER STATUS") == 0 ||
+        (mysql_errno(db) == ERRNO_PARSE_ERROR &&
+         mysql_query(db, "SHOW BINARY LOG STATUS") == 0))
+        res = mysql_store_result(db);
+    MYSQL_ROW r =
+        res != NULL && mysql_num_fields(res) >= 4 ? mysql_fetch_row(res) : NULL;
+    if (r != NULL) {
+        str_copy(do_db, r[2] != NULL ? r[2] : "", sizeof(do_db));
+        str_copy(ignore_db, r[3] != NULL ? r[3] : "", sizeof(ignore_db));
+    } else {
+        log_debug(LOG_KV("server", s->name),
+                  "binlog: its filters unread, every schema taken as "
+                  "logged: %s",
+                  mysql_error(db));
+    }
+    if (res != NULL)
+        mysql_free_result(res);
+    pthread_mutex_lock(&s->watch_lock);
+    str_copy(s->do_db, do_db, sizeof(s->do_db));
+    str_copy(s->ignore_db, ignore_db, sizeof(s->ignore_db));
+    check_filters_locked(s);
+    pthread_mutex_unlock(&s->watch_lock);
+}
+
 /* Where the stream starts, for its "live" line; with hosts:, on which
  * of them. */
 static void
@@ -572,9 +665,11 @@ stream_once(struct binlog_stream *s, uint64_t *live_since, char *err,
     if (db == NULL)
         return;
     publish_socket(s, db);
-    if (read_position(s, db, file, sizeof(file), &pos, gtid, sizeof(gtid), err,
-                      errlen) == 0 &&
-        prepare_session(s, db, gtid, err, errlen) == 0 &&
+    bool ready = read_position(s, db, file, sizeof(file), &pos, gtid,
+                               sizeof(gtid), err, errlen) == 0;
+    if (ready)
+        read_filters(s, db);
+    if (ready && prepare_session(s, db, gtid, err, errlen) == 0 &&
         request_dump(s, db, file, pos, err, errlen) == 0) {
         describe_start(s, db, file, pos, gtid, from, sizeof(from));
         read_events(s, db, from, live_since, err, errlen);

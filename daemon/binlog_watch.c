@@ -193,3 +193,27 @@ binlog_watch_next_in_schema(const struct binlog_watchset *ws,
             return w;
     return NULL;
 }
+
+/* Whether list (comma-separated) names schema, letter case folded or not. */
+static bool
+list_names(const char *list, const char *schema, bool fold)
+{
+    size_t len = strlen(schema);
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (n == len &&
+            (fold ? strncasecmp(p, schema, n) : strncmp(p, schema, n)) == 0)
+            return true;
+        p = end != NULL ? end + 1 : NULL;
+    }
+    return false;
+}
+
+bool
+binlog_filter_logs(const char *do_db, const char *ignore_db, const char *schema)
+{
+    if (do_db != NULL && do_db[0] != '\0')
+        return list_names(do_db, schema, false);
+    return !list_names(ignore_db, schema, true);
+}

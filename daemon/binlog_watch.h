@@ -67,4 +67,17 @@ binlog_watch_next_in_schema(const struct binlog_watchset *ws,
                             const struct binlog_watch *prev, const char *schema,
                             size_t schema_len);
 
+/*
+ * Whether a server whose binary log filters are do_db and ignore_db
+ * (SHOW MASTER STATUS's Binlog_Do_DB and Binlog_Ignore_DB: comma-separated
+ * names, "" or NULL for none) logs the changes of tables in schema.  As
+ * the server decides: a do list names the schemas logged, else an ignore
+ * list those left out.  In doubt it says not logged, since an outbox that
+ * polls is late by a poll at most and one waiting for a wake that never
+ * comes by wake_poll_interval: a do list must name schema exactly, an
+ * ignore list in any letter case.
+ */
+bool binlog_filter_logs(const char *do_db, const char *ignore_db,
+                        const char *schema);
+
 #endif

@@ -322,6 +322,25 @@ START_TEST(test_other_tables_do_not_wake)
 }
 END_TEST
 
+/* The server's binlog filters, as SHOW MASTER STATUS gives them: a do
+ * list names what is logged, exactly; else an ignore list what is not,
+ * in any letter case (in doubt, not logged: the outbox polls). */
+START_TEST(test_filters_say_which_schemas_are_logged)
+{
+    ck_assert(binlog_filter_logs("", "", "shop"));
+    ck_assert(binlog_filter_logs(NULL, NULL, "shop"));
+    ck_assert(!binlog_filter_logs("", "shop", "shop"));
+    ck_assert(!binlog_filter_logs("", "audit,Shop,tmp", "shop"));
+    ck_assert(binlog_filter_logs("", "shopping,sho", "shop"));
+    ck_assert(binlog_filter_logs("billing,shop", "", "shop"));
+    ck_assert(!binlog_filter_logs("billing", "", "shop"));
+    ck_assert(!binlog_filter_logs("Shop", "", "shop"));
+    /* A do list makes the ignore list moot, as on the server. */
+    ck_assert(binlog_filter_logs("shop", "shop", "shop"));
+    ck_assert(!binlog_filter_logs("billing", "billing", "shop"));
+}
+END_TEST
+
 START_TEST(test_rollback_forgets)
 {
     struct fixture f;
@@ -1128,6 +1147,7 @@ binlog_suite(void)
     tcase_add_loop_test(tc, test_insert_told_at_commit, 0, 2);
     tcase_add_test(tc, test_rows_v2_and_table_id_reuse);
     tcase_add_test(tc, test_update_is_a_change_not_an_insert);
+    tcase_add_test(tc, test_filters_say_which_schemas_are_logged);
     tcase_add_test(tc, test_other_tables_do_not_wake);
     tcase_add_test(tc, test_rollback_forgets);
     tcase_add_test(tc, test_statements);

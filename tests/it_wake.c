@@ -145,15 +145,21 @@ fx_metric(struct wake_fx *f, const char *family)
     return fx_series(f, series);
 }
 
-/* outboxd_wake_source of source ("binlog" or "poll"). */
+/* outboxd_wake_source of outbox and source ("binlog" or "poll"). */
 static double
-fx_source(struct wake_fx *f, const char *source)
+fx_source_of(struct wake_fx *f, const char *outbox, const char *source)
 {
     char series[256];
     snprintf(series, sizeof(series),
-             "outboxd_wake_source{outbox=\"%s\",source=\"%s\"}", f->outbox,
+             "outboxd_wake_source{outbox=\"%s\",source=\"%s\"}", outbox,
              source);
     return fx_series(f, series);
+}
+
+static double
+fx_source(struct wake_fx *f, const char *source)
+{
+    return fx_source_of(f, f->outbox, source);
 }
 
 /* Lines of the daemon's log holding a, and b unless it is NULL. */
@@ -201,6 +207,54 @@ binlog_end(struct wake_fx *f)
     at = xasprintf("%s:%s", row[0], row[1]);
     mysql_free_result(res);
     return at;
+}
+
+/* tests/servers.sh starts the binlog server with this schema left out
+ * of the binary log (--binlog-ignore-db), as a user's filter would. */
+#define UNLOGGED_DB "outboxd_test_unlogged"
+#define UNLOGGED_OUTBOX "unlogged.outbox_event"
+#define UNLOGGED_LINE "binlog: the server's binary log leaves out the schema"
+
+/*
+ * A second database entry on the fixture's server and account: UNLOGGED_DB
+ * with sql/outbox.sql's table, publishing to the same exchange, with a
+ * wake_poll_interval a relay counting on a wake would idle for.
+ */
+static void
+fx_add_unlogged(struct wake_fx *f)
+{
+    static const char *const hosts[] = {"127.0.0.1", "localhost"};
+    ck_assert_msg(mysql_query(f->it.sql, "SHOW MASTER STATUS") == 0, "%s",
+                  mysql_error(f->it.sql));
+    MYSQL_RES *res = mysql_store_result(f->it.sql);
+    MYSQL_ROW row = res != NULL ? mysql_fetch_row(res) : NULL;
+    ck_assert_msg(row != NULL && row[3] != NULL &&
+                      strstr(row[3], UNLOGGED_DB) != NULL,
+                  "the binlog server does not leave out " UNLOGGED_DB
+                  ": restart it with tests/servers.sh restart-mariadb-binlog");
+    mysql_free_result(res);
+    it_db_create_port(f->it.db_port, UNLOGGED_DB,
+                      it_src_path("sql/outbox.sql"));
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(*hosts); i++)
+        it_db_exec(f->it.sql, "GRANT ALL ON `" UNLOGGED_DB "`.* TO '%s'@'%s'",
+                   f->it.user, hosts[i]);
+    char *conf = it_file_read(f->it.conf);
+    it_write_file(f->it.conf,
+                  "%s"
+                  "  unlogged:\n"
+                  "    host: 127.0.0.1\n"
+                  "    port: %u\n"
+                  "    user: %s\n"
+                  "    password: %s\n"
+                  "    database: " UNLOGGED_DB "\n"
+                  "    outboxes:\n"
+                  "      - table: outbox_event\n"
+                  "        broker: main\n"
+                  "        exchange: \"%s\"\n"
+                  "        poll_interval: 1s\n"
+                  "        wake_poll_interval: 60s\n",
+                  conf, f->it.db_port, f->it.user, f->it.password, f->it.ex);
+    free(conf);
 }
 
 /* ---- events ---- */
@@ -368,6 +422,43 @@ START_TEST(test_stream_killed)
     fx_wait_idle(&f);
     fx_assert_woken(&f, "back-1");
     it_fx_close(&f.it);
+}
+END_TEST
+
+/*
+ * A schema the server's binary log leaves out (binlog_ignore_db) cannot
+ * wake its outbox, though the stream of its server is live: the relay
+ * says so, and that outbox polls at its poll_interval rather than idle
+ * for its wake_poll_interval (60 s), while the other outbox of the same
+ * stream is still woken.
+ */
+START_TEST(test_unlogged_schema_polls)
+{
+    struct wake_fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
+    fx_add_unlogged(&f);
+    it_fx_start(&f.it);
+    fx_wait_live(&f, 1, SLOW_MS);
+    FX_WAIT(&f, SLOW_MS,
+            log_lines(&f, UNLOGGED_LINE,
+                      UNLOGGED_DB ".outbox_event among them") >= 1,
+            "the relay did not say that " UNLOGGED_DB " is not logged");
+    ck_assert_int_ge(
+        log_lines(&f, UNLOGGED_LINE, "Binlog_Ignore_DB '" UNLOGGED_DB "'"), 1);
+    FX_WAIT(&f, SLOW_MS, fx_source_of(&f, UNLOGGED_OUTBOX, "poll") == 1,
+            "wake_source poll of " UNLOGGED_OUTBOX " did not turn 1");
+    ck_assert(fx_source_of(&f, UNLOGGED_OUTBOX, "binlog") == 0);
+    MYSQL *u = it_db_connect_port(f.it.db_port, UNLOGGED_DB);
+    it_db_exec(u, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                  "aggregate_id, event_type, payload) VALUES ('unlogged-1', "
+                  "'Order', 'u1', 'OrderCreated', '{}')");
+    mysql_close(u);
+    /* Its poll, not the 60 s look a relay waiting for a wake makes. */
+    fx_receive(&f, "unlogged-1", 10000);
+    fx_assert_woken(&f, "logged-1");
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+    it_db_drop_port(IT_DB_BINLOG_PORT, UNLOGGED_DB);
 }
 END_TEST
 
@@ -1676,6 +1767,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_stream_killed);
     tcase_add_test(tc, test_stream_stalled);
     tcase_add_test(tc, test_server_restarted);
+    tcase_add_test(tc, test_unlogged_schema_polls);
     tcase_add_test(tc, test_no_binlog_polls);
     tcase_add_test(tc, test_no_privilege_polls);
     tcase_add_test(tc, test_other_table_no_wake);
