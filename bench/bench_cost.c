@@ -403,19 +403,20 @@ added_ms(const struct window *w, const struct window *base)
            per_event(base->used.server_ms, base);
 }
 
-/* That as a ratio to the producer's own, alone. */
+/* That as a ratio to what base costs: over the producer alone, the
+ * headline; over the producer beside a log reader, what the relay costs
+ * a primary whose binlog a replica reads already. */
 static double
-added_ratio(const struct cost_result *r, const struct window *w,
-            const struct window *base)
+added_ratio(const struct window *w, const struct window *base)
 {
-    return added_ms(w, base) / per_event(r->alone.used.server_ms, &r->alone);
+    return added_ms(w, base) / per_event(base->used.server_ms, base);
 }
 
 /* The relay's mariadbd CPU per event, over the producer's own. */
 static double
 cost_ratio(const struct cost_result *r)
 {
-    return added_ratio(r, &r->relayed, &r->alone);
+    return added_ratio(&r->relayed, &r->alone);
 }
 
 /*
@@ -484,10 +485,10 @@ print_cost_reader(const struct cost_result *r)
     printf("  (beside a bare log reader, mariadb-binlog streaming as a "
            "replica or Debezium does: the reader adds %.2f ms/event = %.1fx "
            "the producer, whose session takes %.2f ms/event beside it; the "
-           "relay adds %.2f ms/event over the reader = %.1fx the producer)\n",
-           added_ms(b, &r->alone), added_ratio(r, b, &r->alone),
+           "relay adds %.2f ms/event over the two = %.1fx what they cost)\n",
+           added_ms(b, &r->alone), added_ratio(b, &r->alone),
            per_event(b->session_ms[SESSION_PRODUCER], b),
-           added_ms(&r->relayed, b), added_ratio(r, &r->relayed, b));
+           added_ms(&r->relayed, b), added_ratio(&r->relayed, b));
 }
 
 /* What the headline rests on, and what could blur it. */
@@ -573,7 +574,7 @@ enum spread_figure {
     SPREAD_THREADS, /* the relay's server threads, ms */
     SPREAD_SAME,    /* those over the producer's session, same window */
     SPREAD_READER,  /* a bare log reader's /proc CPU, over the producer */
-    SPREAD_OVER,    /* the relay's over that reader's, over the producer */
+    SPREAD_OVER,    /* the relay's over the producer and reader's, over it */
     SPREAD_FIGURES
 };
 
@@ -589,9 +590,8 @@ spread_figures(const struct cost_result *r, double v[SPREAD_FIGURES])
     v[SPREAD_RATIO] = cost_ratio(r);
     v[SPREAD_THREADS] = per_event(ms[SESSION_RELAY] + ms[SESSION_DUMP], w);
     v[SPREAD_SAME] = threads_ratio(w);
-    v[SPREAD_READER] =
-        r->read ? added_ratio(r, &r->beside_reader, &r->alone) : 0;
-    v[SPREAD_OVER] = r->read ? added_ratio(r, w, &r->beside_reader) : 0;
+    v[SPREAD_READER] = r->read ? added_ratio(&r->beside_reader, &r->alone) : 0;
+    v[SPREAD_OVER] = r->read ? added_ratio(w, &r->beside_reader) : 0;
 }
 
 static int
@@ -649,8 +649,8 @@ print_spread(const struct cost_case *c, const struct cost_result *runs, long n)
     if (runs[0].read) {
         printf("; a bare log reader adds ");
         print_three("%.1f", f[SPREAD_READER],
-                    "x the producer, the relay over it ");
-        print_three("%.1f", f[SPREAD_OVER], "x");
+                    "x the producer, the relay over the two ");
+        print_three("%.1f", f[SPREAD_OVER], "x what they cost");
     }
     printf("\n");
 }
