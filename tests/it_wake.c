@@ -519,6 +519,25 @@ START_TEST(test_no_privilege_polls)
 }
 END_TEST
 
+/* An account with REPLICATION SLAVE but not BINLOG MONITOR cannot read
+ * SHOW MASTER STATUS: its stream starts by GTID, and wakes all the same. */
+START_TEST(test_no_binlog_monitor_starts_by_gtid)
+{
+    static const char *const hosts[] = {"127.0.0.1", "localhost"};
+    struct wake_fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, false, NULL, LONG_CEILINGS);
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(*hosts); i++)
+        it_db_exec(f.it.sql, "GRANT REPLICATION SLAVE ON *.* TO '%s'@'%s'",
+                   f.it.user, hosts[i]);
+    it_fx_start(&f.it);
+    fx_wait_live(&f, 1, SLOW_MS);
+    ck_assert_int_eq(log_lines(&f, LIVE_LINE " GTID", NULL), 1);
+    fx_wait_idle(&f);
+    fx_assert_woken(&f, "gtid-1");
+    it_fx_close(&f.it);
+}
+END_TEST
+
 /* Whether either counter moved from what was read. */
 static bool
 counters_moved(struct wake_fx *f, double wakes, double empty)
@@ -1774,6 +1793,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_unlogged_schema_polls);
     tcase_add_test(tc, test_no_binlog_polls);
     tcase_add_test(tc, test_no_privilege_polls);
+    tcase_add_test(tc, test_no_binlog_monitor_starts_by_gtid);
     tcase_add_test(tc, test_other_table_no_wake);
     tcase_add_test(tc, test_wake_poll);
     tcase_add_test(tc, test_wake_binlog_required);
