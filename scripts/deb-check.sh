@@ -84,7 +84,10 @@ for page in 8:outboxd 8:outboxctl 5:outboxd.yaml; do
     [[ -n $(man -l "$path" 2>/dev/null) ]] || die "man -l $path renders nothing"
     ok "man ${page/:/ }: $path"
 done
-dpkg-query -W -f='${Conffiles}\n' outboxd | grep -q ' /etc/outboxd/outboxd.yaml.example ' ||
+# Read whole, not piped into grep -q: under pipefail its early exit could
+# fail dpkg-query's next write.
+conffiles=$(dpkg-query -W -f='${Conffiles}\n' outboxd)
+[[ $conffiles == *' /etc/outboxd/outboxd.yaml.example '* ]] ||
     die "/etc/outboxd/outboxd.yaml.example is not a conffile"
 out=$(/usr/bin/outboxd --version)
 [[ $out == *" ${version%-*}" ]] || die "/usr/bin/outboxd --version says '$out', not ${version%-*}"

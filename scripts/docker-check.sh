@@ -56,10 +56,27 @@ closure() {
 
 # The package that owns a library path (usrmerge: try both spellings).
 owner() {
-    local path=$1 real
+    local path=$1 real line
     real=$(realpath "$path")
     for p in "$path" "$real" "${real#/usr}" "/usr$path"; do
-        dpkg-query -S "$p" 2>/dev/null | head -n1 | cut -d: -f1 && return
+        # No pipe into head: under pipefail its early exit could fail
+        # dpkg-query's next write, and with it the lookup.
+        line=$(dpkg-query -S "$p" 2>/dev/null) || continue
+        line=${line%%$'\n'*}
+        echo "${line%%:*}"
+        return
+    done
+    return 1
+}
+
+# Whether word is one of the other arguments.  Not printf | grep -q: under
+# pipefail, grep leaving at the first match could fail printf's next
+# write and the test with it (CI failed so, 2026-12-06).
+listed() {
+    local word=$1 x
+    shift
+    for x in "$@"; do
+        [[ $x == "$word" ]] && return 0
     done
     return 1
 }
@@ -108,7 +125,7 @@ modules=$(sed -n 's/^PKGS = //p' Makefile)
 for m in $modules; do
     pc=$(pkg-config --path "$m") || die "pkg-config does not know $m"
     p=$(owner "$pc") || die "no package owns $pc"
-    printf '%s\n' "${build_closure[@]}" | grep -qx "$p" ||
+    listed "$p" "${build_closure[@]}" ||
         die "pkg-config module $m comes from $p, which the build stage lacks"
 done
 
@@ -124,7 +141,7 @@ needed=()
 while read -r lib; do
     p=$(owner "$lib") || die "no package owns $lib"
     needed+=("$p")
-    printf '%s\n' "${run_closure[@]}" | grep -qx "$p" ||
+    listed "$p" "${run_closure[@]}" ||
         die "$BIN needs $lib from $p, which the runtime stage does not install"
 done < <(ldd "$BIN" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
 
