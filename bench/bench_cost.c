@@ -240,35 +240,23 @@ events_of(const struct settings *s, long rate)
     return n < COST_MIN_EVENTS ? COST_MIN_EVENTS : n;
 }
 
-/* The producer alone: no outboxd runs, the rows stay PENDING. */
-static struct window
-cost_alone(const struct settings *s, const struct cost_case *c)
-{
-    long n = events_of(s, c->rate);
-    int64_t *trx_us = xcalloc((size_t)n, sizeof(*trx_us));
-    cost_db_fresh(s, c->sv);
-    MYSQL *m = db_connect(c->sv, DB_NAME);
-    struct window w = window_run(m, c, n, 0, trx_us);
-    mysql_close(m);
-    free(trx_us);
-    return w;
-}
-
 /*
- * The producer beside a log reader and no relay: what any reader of the
- * binlog costs the primary (its dump thread, and each commit's signal to
- * it), which a primary with a replica pays already.
+ * The producer with no outboxd: the rows stay PENDING.  With a reader,
+ * beside a bare log reader: what any reader of the binlog costs the
+ * primary (its dump thread, and each commit's signal to it), which a
+ * primary with a replica pays already.
  */
 static struct window
-cost_beside_reader(const struct settings *s, const struct cost_case *c)
+cost_unrelayed(const struct settings *s, const struct cost_case *c, bool reader)
 {
     long n = events_of(s, c->rate);
     int64_t *trx_us = xcalloc((size_t)n, sizeof(*trx_us));
     cost_db_fresh(s, c->sv);
     MYSQL *m = db_connect(c->sv, DB_NAME);
-    pid_t reader = log_reader_start(c->sv);
+    pid_t pid = reader ? log_reader_start(c->sv) : 0;
     struct window w = window_run(m, c, n, 0, trx_us);
-    log_reader_stop(reader);
+    if (reader)
+        log_reader_stop(pid);
     mysql_close(m);
     free(trx_us);
     return w;
@@ -545,10 +533,10 @@ cost_run(const struct settings *s, const struct cost_case *c)
     struct cost_result r;
     for (int tries = 1;; tries++) {
         r = (struct cost_result){0};
-        r.alone = cost_alone(s, c);
+        r.alone = cost_unrelayed(s, c, false);
         r.read = c->sv->binlog;
         if (r.read)
-            r.beside_reader = cost_beside_reader(s, c);
+            r.beside_reader = cost_unrelayed(s, c, true);
         cost_relayed(s, c, &r);
         bool lost = r.delivered < r.relayed.events; /* dies below */
         if (lost || !cost_disturbed(&r) || tries == COST_TRIES)
