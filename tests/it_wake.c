@@ -215,13 +215,18 @@ binlog_end(struct wake_fx *f)
 #define UNLOGGED_OUTBOX "unlogged.outbox_event"
 #define UNLOGGED_LINE "binlog: the server's binary log leaves out the schema"
 
+/* The outbox of UNLOGGED_DB found by a database_like entry "unlogged". */
+#define UNLOGGED_TENANT "unlogged/" UNLOGGED_DB ".outbox_event"
+
 /*
  * A second database entry on the fixture's server and account: UNLOGGED_DB
  * with sql/outbox.sql's table, publishing to the same exchange, with a
- * wake_poll_interval a relay counting on a wake would idle for.
+ * wake_poll_interval a relay counting on a wake would idle for.  As a
+ * tenant (database_like, looked for every second), the schema is left
+ * for the test to create.
  */
 static void
-fx_add_unlogged(struct wake_fx *f)
+fx_add_unlogged(struct wake_fx *f, bool tenant)
 {
     static const char *const hosts[] = {"127.0.0.1", "localhost"};
     ck_assert_msg(mysql_query(f->it.sql, "SHOW MASTER STATUS") == 0, "%s",
@@ -233,8 +238,10 @@ fx_add_unlogged(struct wake_fx *f)
                   "the binlog server does not leave out " UNLOGGED_DB
                   ": restart it with tests/servers.sh restart-mariadb-binlog");
     mysql_free_result(res);
-    it_db_create_port(f->it.db_port, UNLOGGED_DB,
-                      it_src_path("sql/outbox.sql"));
+    it_db_drop_port(f->it.db_port, UNLOGGED_DB);
+    if (!tenant)
+        it_db_create_port(f->it.db_port, UNLOGGED_DB,
+                          it_src_path("sql/outbox.sql"));
     for (size_t i = 0; i < sizeof(hosts) / sizeof(*hosts); i++)
         it_db_exec(f->it.sql, "GRANT ALL ON `" UNLOGGED_DB "`.* TO '%s'@'%s'",
                    f->it.user, hosts[i]);
@@ -246,14 +253,18 @@ fx_add_unlogged(struct wake_fx *f)
                   "    port: %u\n"
                   "    user: %s\n"
                   "    password: %s\n"
-                  "    database: " UNLOGGED_DB "\n"
+                  "%s"
                   "    outboxes:\n"
                   "      - table: outbox_event\n"
                   "        broker: main\n"
                   "        exchange: \"%s\"\n"
                   "        poll_interval: 1s\n"
                   "        wake_poll_interval: 60s\n",
-                  conf, f->it.db_port, f->it.user, f->it.password, f->it.ex);
+                  conf, f->it.db_port, f->it.user, f->it.password,
+                  tenant ? "    database_like: 'outboxd\\_test\\_unlogged'\n"
+                           "    discover_interval: 1s\n"
+                         : "    database: " UNLOGGED_DB "\n",
+                  f->it.ex);
     free(conf);
 }
 
@@ -440,7 +451,7 @@ START_TEST(test_unlogged_schema_polls)
 {
     struct wake_fx f;
     fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
-    fx_add_unlogged(&f);
+    fx_add_unlogged(&f, false);
     it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
     FX_WAIT(&f, SLOW_MS,
@@ -460,6 +471,43 @@ START_TEST(test_unlogged_schema_polls)
     /* Its poll, not the 60 s look a relay waiting for a wake makes. */
     fx_receive(&f, "unlogged-1", 10000);
     fx_assert_woken(&f, "logged-1");
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+    it_db_drop_port(IT_DB_BINLOG_PORT, UNLOGGED_DB);
+}
+END_TEST
+
+/*
+ * The same for a watch added to a stream already live: a tenant whose
+ * schema is created once the relay runs is found by discovery and
+ * watched on the live stream, which says so in its own line and never
+ * tells that outbox live, without connecting again.
+ */
+START_TEST(test_unlogged_tenant_added_live)
+{
+    struct wake_fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
+    fx_add_unlogged(&f, true);
+    it_fx_start(&f.it);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_deliver(&f, "logged-1", SLOW_MS);
+    ck_assert_int_eq(log_lines(&f, UNLOGGED_LINE, NULL), 0);
+    it_db_create_port(f.it.db_port, UNLOGGED_DB, it_src_path("sql/outbox.sql"));
+    FX_WAIT(&f, SLOW_MS,
+            log_lines(&f, UNLOGGED_LINE,
+                      UNLOGGED_DB ".outbox_event among them") >= 1,
+            "the relay did not say that the new tenant is not logged");
+    FX_WAIT(&f, SLOW_MS, fx_source_of(&f, UNLOGGED_TENANT, "poll") == 1,
+            "wake_source poll of " UNLOGGED_TENANT " did not turn 1");
+    ck_assert(fx_source_of(&f, UNLOGGED_TENANT, "binlog") == 0);
+    ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 1);
+    MYSQL *u = it_db_connect_port(f.it.db_port, UNLOGGED_DB);
+    it_db_exec(u, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                  "aggregate_id, event_type, payload) VALUES ('unlogged-1', "
+                  "'Order', 'u1', 'OrderCreated', '{}')");
+    mysql_close(u);
+    fx_receive(&f, "unlogged-1", 10000);
+    fx_assert_woken(&f, "logged-2");
     fx_assert_clean_exit(&f);
     it_fx_close(&f.it);
     it_db_drop_port(IT_DB_BINLOG_PORT, UNLOGGED_DB);
@@ -1791,6 +1839,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_stream_stalled);
     tcase_add_test(tc, test_server_restarted);
     tcase_add_test(tc, test_unlogged_schema_polls);
+    tcase_add_test(tc, test_unlogged_tenant_added_live);
     tcase_add_test(tc, test_no_binlog_polls);
     tcase_add_test(tc, test_no_privilege_polls);
     tcase_add_test(tc, test_no_binlog_monitor_starts_by_gtid);
