@@ -63,8 +63,9 @@ struct window {
 
 struct cost_result {
     /* On the binlog server, beside_reader is the producer's stream with a
-     * bare log reader attached: what a replica or Debezium costs alone. */
-    struct window alone, beside_reader, relayed;
+     * bare log reader attached: what a replica or Debezium costs alone;
+     * least, the same with the least a relay does (struct least). */
+    struct window alone, beside_reader, least, relayed;
     bool read;
     long delivered;        /* distinct events the consumer received */
     long repeats;          /* and messages of them received again */
@@ -166,6 +167,72 @@ counters_diff(struct counters a, struct counters b)
         b.relay_ms - a.relay_ms};
 }
 
+/* ---- the least a relay does ---- */
+
+/* Events a least relay records in one statement and one commit: as many
+ * as outboxd's lean transactions take at a steady 200 events/s. */
+#define LEAST_EVENTS 16
+
+/*
+ * The least that a relay which locks each event as it commits asks of
+ * the database, done in the producer's stream on the relay's account:
+ * a locking read of each new row by id once its COMMIT answers, and
+ * every LEAST_EVENTS events one statement recording them (on_sent) and
+ * a commit.  No broker, no ordering, no stream of its own: beside the
+ * log reader, what any such relay must cost over reading the binlog,
+ * the floor that outboxd's own work is judged against.
+ */
+struct least {
+    MYSQL *m;
+    bool deletes; /* on_sent: delete */
+    unsigned long long ids[LEAST_EVENTS];
+    int n;
+};
+
+static void
+least_open(struct least *l, const struct cost_case *c)
+{
+    *l = (struct least){.deletes = strcmp(c->on_sent, "delete") == 0};
+    l->m = mysql_init(NULL);
+    if (!mysql_real_connect(l->m, "127.0.0.1", RELAY_USER, RELAY_USER, DB_NAME,
+                            (unsigned)c->sv->port, NULL, 0))
+        die("MariaDB on port %d as " RELAY_USER ": %s", c->sv->port,
+            mysql_error(l->m));
+    db_exec(l->m, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    mysql_autocommit(l->m, 0);
+}
+
+/* The held rows' outcomes in one statement, and the commit. */
+static void
+least_record(struct least *l)
+{
+    if (l->n == 0)
+        return;
+    struct strbuf q = {0};
+    strbuf_adds(&q, l->deletes ? "DELETE FROM outbox_event WHERE id IN ("
+                               : "UPDATE outbox_event SET status = 'SENT', "
+                                 "sent_at = NOW(6) WHERE id IN (");
+    for (int i = 0; i < l->n; i++)
+        strbuf_addf(&q, "%s%llu", i > 0 ? ", " : "", l->ids[i]);
+    strbuf_adds(&q, ")");
+    db_exec(l->m, "%s", q.p);
+    db_exec(l->m, "COMMIT");
+    strbuf_free(&q);
+    l->n = 0;
+}
+
+static void
+least_event(struct least *l, unsigned long long id)
+{
+    db_exec(l->m,
+            "SELECT id, event_id, payload FROM outbox_event WHERE id = %llu "
+            "FOR UPDATE",
+            id);
+    l->ids[l->n++] = id;
+    if (l->n == LEAST_EVENTS)
+        least_record(l);
+}
+
 /* The payload's pad: events of about PAYLOAD_BYTES, as the drain's. */
 static const char *
 payload_pad(void)
@@ -180,11 +247,12 @@ payload_pad(void)
 
 /*
  * n events at rate, each its own transaction (BEGIN; INSERT; COMMIT),
- * as an application writes them.  Each one's time from before its
- * INSERT to COMMIT's answer into trx_us; the rate achieved.
+ * as an application writes them, each then taken by least when given.
+ * Each one's time from before its INSERT to COMMIT's answer into trx_us;
+ * the rate achieved.
  */
 static double
-produce(MYSQL *m, long rate, long n, int64_t *trx_us)
+produce(MYSQL *m, long rate, long n, int64_t *trx_us, struct least *least)
 {
     double t0 = now_s();
     for (long i = 0; i < n; i++) {
@@ -201,6 +269,8 @@ produce(MYSQL *m, long rate, long n, int64_t *trx_us)
                 i, i % 1000, i, (long long)t, payload_pad());
         db_exec(m, "COMMIT");
         trx_us[i] = wall_us() - t;
+        if (least != NULL)
+            least_event(least, (unsigned long long)mysql_insert_id(m));
     }
     return (double)n / (now_s() - t0);
 }
@@ -212,7 +282,7 @@ produce(MYSQL *m, long rate, long n, int64_t *trx_us)
  */
 static struct window
 window_run(MYSQL *m, const struct cost_case *c, long n, pid_t outboxd,
-           int64_t *trx_us)
+           int64_t *trx_us, struct least *least)
 {
     struct window w = {.events = n};
     MYSQL *producer = producer_connect(c->sv);
@@ -224,7 +294,9 @@ window_run(MYSQL *m, const struct cost_case *c, long n, pid_t outboxd,
     double t0 = now_s();
     struct sessions sa, sb;
     struct counters a = counters_read(m, server, outboxd, &sa);
-    w.achieved = produce(producer, c->rate, n, trx_us);
+    w.achieved = produce(producer, c->rate, n, trx_us, least);
+    if (least != NULL)
+        least_record(least);
     sleep_s(COST_TAIL_S);
     w.used = counters_diff(a, counters_read(m, server, outboxd, &sb));
     sessions_used(&sa, &sb, w.session_ms);
@@ -240,22 +312,32 @@ events_of(const struct settings *s, long rate)
     return n < COST_MIN_EVENTS ? COST_MIN_EVENTS : n;
 }
 
+/* What stands beside the producer in a window without outboxd. */
+enum beside { BESIDE_NOTHING, BESIDE_READER, BESIDE_READER_AND_LEAST };
+
 /*
- * The producer with no outboxd: the rows stay PENDING.  With a reader,
- * beside a bare log reader: what any reader of the binlog costs the
- * primary (its dump thread, and each commit's signal to it), which a
- * primary with a replica pays already.
+ * The producer with no outboxd: the rows stay PENDING.  Beside a bare
+ * log reader: what any reader of the binlog costs the primary (its dump
+ * thread, and each commit's signal to it), which a primary with a
+ * replica pays already; and with the least a relay does (struct least).
  */
 static struct window
-cost_unrelayed(const struct settings *s, const struct cost_case *c, bool reader)
+cost_unrelayed(const struct settings *s, const struct cost_case *c,
+               enum beside beside)
 {
     long n = events_of(s, c->rate);
     int64_t *trx_us = xcalloc((size_t)n, sizeof(*trx_us));
     cost_db_fresh(s, c->sv);
     MYSQL *m = db_connect(c->sv, DB_NAME);
-    pid_t pid = reader ? log_reader_start(c->sv) : 0;
-    struct window w = window_run(m, c, n, 0, trx_us);
-    if (reader)
+    pid_t pid = beside != BESIDE_NOTHING ? log_reader_start(c->sv) : 0;
+    struct least least;
+    if (beside == BESIDE_READER_AND_LEAST)
+        least_open(&least, c);
+    struct window w = window_run(
+        m, c, n, 0, trx_us, beside == BESIDE_READER_AND_LEAST ? &least : NULL);
+    if (beside == BESIDE_READER_AND_LEAST)
+        mysql_close(least.m);
+    if (pid != 0)
         log_reader_stop(pid);
     mysql_close(m);
     free(trx_us);
@@ -353,7 +435,7 @@ cost_relayed(const struct settings *s, const struct cost_case *c,
     pthread_create(&th, NULL, consume_latencies, &con);
     wait_settled(s, c->sv); /* the consumer subscribes meanwhile */
     MYSQL *m = db_connect(c->sv, DB_NAME);
-    r->relayed = window_run(m, c, n, pid, trx_us);
+    r->relayed = window_run(m, c, n, pid, trx_us, NULL);
     r->unfinished = rows_unfinished(m, c, n);
     r->woken = woken_now();
     pthread_join(th, NULL);
@@ -424,6 +506,7 @@ cost_disturbed(const struct cost_result *r)
 {
     return others_per_s(&r->alone) > COST_OTHERS_MAX ||
            (r->read && others_per_s(&r->beside_reader) > COST_OTHERS_MAX) ||
+           (r->read && others_per_s(&r->least) > COST_OTHERS_MAX) ||
            others_per_s(&r->relayed) > COST_OTHERS_MAX;
 }
 
@@ -477,6 +560,14 @@ print_cost_reader(const struct cost_result *r)
            added_ms(b, &r->alone), added_ratio(b, &r->alone),
            per_event(b->session_ms[SESSION_PRODUCER], b),
            added_ms(&r->relayed, b), added_ratio(&r->relayed, b));
+    const struct window *l = &r->least;
+    printf("  (beside the same reader, the least a relay that locks each "
+           "event as it commits does: a locking read of each by id, a "
+           "record and a commit per %d; it adds %.1f stmts %.2f ms/event = "
+           "%.1fx what the producer and the reader cost, its session %.2f "
+           "ms/event)\n",
+           LEAST_EVENTS, per_event((double)l->used.relay, l), added_ms(l, b),
+           added_ratio(l, b), per_event(l->session_ms[SESSION_RELAY], l));
 }
 
 /* What the headline rests on, and what could blur it. */
@@ -533,10 +624,12 @@ cost_run(const struct settings *s, const struct cost_case *c)
     struct cost_result r;
     for (int tries = 1;; tries++) {
         r = (struct cost_result){0};
-        r.alone = cost_unrelayed(s, c, false);
+        r.alone = cost_unrelayed(s, c, BESIDE_NOTHING);
         r.read = c->sv->binlog;
-        if (r.read)
-            r.beside_reader = cost_unrelayed(s, c, true);
+        if (r.read) {
+            r.beside_reader = cost_unrelayed(s, c, BESIDE_READER);
+            r.least = cost_unrelayed(s, c, BESIDE_READER_AND_LEAST);
+        }
         cost_relayed(s, c, &r);
         bool lost = r.delivered < r.relayed.events; /* dies below */
         if (lost || !cost_disturbed(&r) || tries == COST_TRIES)
@@ -563,6 +656,7 @@ enum spread_figure {
     SPREAD_SAME,    /* those over the producer's session, same window */
     SPREAD_READER,  /* a bare log reader's /proc CPU, over the producer */
     SPREAD_OVER,    /* the relay's over the producer and reader's, over it */
+    SPREAD_LEAST,   /* the least relay's over the same */
     SPREAD_FIGURES
 };
 
@@ -580,6 +674,7 @@ spread_figures(const struct cost_result *r, double v[SPREAD_FIGURES])
     v[SPREAD_SAME] = threads_ratio(w);
     v[SPREAD_READER] = r->read ? added_ratio(&r->beside_reader, &r->alone) : 0;
     v[SPREAD_OVER] = r->read ? added_ratio(w, &r->beside_reader) : 0;
+    v[SPREAD_LEAST] = r->read ? added_ratio(&r->least, &r->beside_reader) : 0;
 }
 
 static int
@@ -638,7 +733,9 @@ print_spread(const struct cost_case *c, const struct cost_result *runs, long n)
         printf("; a bare log reader adds ");
         print_three("%.1f", f[SPREAD_READER],
                     "x the producer, the relay over the two ");
-        print_three("%.1f", f[SPREAD_OVER], "x what they cost");
+        print_three("%.1f", f[SPREAD_OVER],
+                    "x what they cost, the least relay ");
+        print_three("%.1f", f[SPREAD_LEAST], "x");
     }
     printf("\n");
 }
