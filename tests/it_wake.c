@@ -441,6 +441,33 @@ START_TEST(test_stream_killed)
 END_TEST
 
 /*
+ * The relay said that UNLOGGED_DB is left out of the binlog, and outbox
+ * there polls: an event committed to it arrives by that poll, not by the
+ * 60 s look of a relay waiting for a wake.  The fixture's own outbox is
+ * still woken (event logged), and the relay exits clean.
+ */
+static void
+fx_assert_unlogged_polls(struct wake_fx *f, const char *outbox,
+                         const char *logged)
+{
+    FX_WAIT(f, SLOW_MS,
+            log_lines(f, UNLOGGED_LINE,
+                      UNLOGGED_DB ".outbox_event among them") >= 1,
+            "the relay did not say that %s is not logged", outbox);
+    FX_WAIT(f, SLOW_MS, fx_source_of(f, outbox, "poll") == 1,
+            "wake_source poll of %s did not turn 1", outbox);
+    ck_assert(fx_source_of(f, outbox, "binlog") == 0);
+    MYSQL *u = it_db_connect_port(f->it.db_port, UNLOGGED_DB);
+    it_db_exec(u, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                  "aggregate_id, event_type, payload) VALUES ('unlogged-1', "
+                  "'Order', 'u1', 'OrderCreated', '{}')");
+    mysql_close(u);
+    fx_receive(f, "unlogged-1", 10000);
+    fx_assert_woken(f, logged);
+    fx_assert_clean_exit(f);
+}
+
+/*
  * A schema the server's binary log leaves out (binlog_ignore_db) cannot
  * wake its outbox, though the stream of its server is live: the relay
  * says so, and that outbox polls at its poll_interval rather than idle
@@ -454,24 +481,9 @@ START_TEST(test_unlogged_schema_polls)
     fx_add_unlogged(&f, false);
     it_fx_start(&f.it);
     fx_wait_live(&f, 1, SLOW_MS);
-    FX_WAIT(&f, SLOW_MS,
-            log_lines(&f, UNLOGGED_LINE,
-                      UNLOGGED_DB ".outbox_event among them") >= 1,
-            "the relay did not say that " UNLOGGED_DB " is not logged");
+    fx_assert_unlogged_polls(&f, UNLOGGED_OUTBOX, "logged-1");
     ck_assert_int_ge(
         log_lines(&f, UNLOGGED_LINE, "Binlog_Ignore_DB '" UNLOGGED_DB "'"), 1);
-    FX_WAIT(&f, SLOW_MS, fx_source_of(&f, UNLOGGED_OUTBOX, "poll") == 1,
-            "wake_source poll of " UNLOGGED_OUTBOX " did not turn 1");
-    ck_assert(fx_source_of(&f, UNLOGGED_OUTBOX, "binlog") == 0);
-    MYSQL *u = it_db_connect_port(f.it.db_port, UNLOGGED_DB);
-    it_db_exec(u, "INSERT INTO outbox_event (event_id, aggregate_type, "
-                  "aggregate_id, event_type, payload) VALUES ('unlogged-1', "
-                  "'Order', 'u1', 'OrderCreated', '{}')");
-    mysql_close(u);
-    /* Its poll, not the 60 s look a relay waiting for a wake makes. */
-    fx_receive(&f, "unlogged-1", 10000);
-    fx_assert_woken(&f, "logged-1");
-    fx_assert_clean_exit(&f);
     it_fx_close(&f.it);
     it_db_drop_port(IT_DB_BINLOG_PORT, UNLOGGED_DB);
 }
@@ -493,22 +505,8 @@ START_TEST(test_unlogged_tenant_added_live)
     fx_deliver(&f, "logged-1", SLOW_MS);
     ck_assert_int_eq(log_lines(&f, UNLOGGED_LINE, NULL), 0);
     it_db_create_port(f.it.db_port, UNLOGGED_DB, it_src_path("sql/outbox.sql"));
-    FX_WAIT(&f, SLOW_MS,
-            log_lines(&f, UNLOGGED_LINE,
-                      UNLOGGED_DB ".outbox_event among them") >= 1,
-            "the relay did not say that the new tenant is not logged");
-    FX_WAIT(&f, SLOW_MS, fx_source_of(&f, UNLOGGED_TENANT, "poll") == 1,
-            "wake_source poll of " UNLOGGED_TENANT " did not turn 1");
-    ck_assert(fx_source_of(&f, UNLOGGED_TENANT, "binlog") == 0);
+    fx_assert_unlogged_polls(&f, UNLOGGED_TENANT, "logged-2");
     ck_assert_int_eq(log_lines(&f, LIVE_LINE, NULL), 1);
-    MYSQL *u = it_db_connect_port(f.it.db_port, UNLOGGED_DB);
-    it_db_exec(u, "INSERT INTO outbox_event (event_id, aggregate_type, "
-                  "aggregate_id, event_type, payload) VALUES ('unlogged-1', "
-                  "'Order', 'u1', 'OrderCreated', '{}')");
-    mysql_close(u);
-    fx_receive(&f, "unlogged-1", 10000);
-    fx_assert_woken(&f, "logged-2");
-    fx_assert_clean_exit(&f);
     it_fx_close(&f.it);
     it_db_drop_port(IT_DB_BINLOG_PORT, UNLOGGED_DB);
 }
