@@ -545,6 +545,16 @@ print_cost_threads(const struct cost_result *r)
            threads_ratio(w), rest_ms(a), rest_ms(w));
 }
 
+/* The relay's sessions over the least relay's, per event: the steadier
+ * comparison, each a thread's own CPU. */
+static double
+sessions_over_least(const struct cost_result *r)
+{
+    const struct window *w = &r->relayed, *l = &r->least;
+    return per_event(w->session_ms[SESSION_RELAY], w) /
+           per_event(l->session_ms[SESSION_RELAY], l);
+}
+
 /* The headline beside what reading the binlog at all costs: a log
  * reader pays that too, and a primary with a replica pays it already. */
 static void
@@ -565,9 +575,10 @@ print_cost_reader(const struct cost_result *r)
            "event as it commits does: a locking read of each by id, a "
            "record and a commit per %d; it adds %.1f stmts %.2f ms/event = "
            "%.1fx what the producer and the reader cost, its session %.2f "
-           "ms/event)\n",
+           "ms/event, the relay's sessions %.1fx that)\n",
            LEAST_EVENTS, per_event((double)l->used.relay, l), added_ms(l, b),
-           added_ratio(l, b), per_event(l->session_ms[SESSION_RELAY], l));
+           added_ratio(l, b), per_event(l->session_ms[SESSION_RELAY], l),
+           sessions_over_least(r));
 }
 
 /* What the headline rests on, and what could blur it. */
@@ -649,14 +660,15 @@ cost_run(const struct settings *s, const struct cost_case *c)
 
 /* The figures a run of a case is judged by, per event. */
 enum spread_figure {
-    SPREAD_STMTS,   /* the relay's statements */
-    SPREAD_ADDED,   /* mariadbd's /proc CPU added over the producer alone */
-    SPREAD_RATIO,   /* that over the producer alone: the headline */
-    SPREAD_THREADS, /* the relay's server threads, ms */
-    SPREAD_SAME,    /* those over the producer's session, same window */
-    SPREAD_READER,  /* a bare log reader's /proc CPU, over the producer */
-    SPREAD_OVER,    /* the relay's over the producer and reader's, over it */
-    SPREAD_LEAST,   /* the least relay's over the same */
+    SPREAD_STMTS,    /* the relay's statements */
+    SPREAD_ADDED,    /* mariadbd's /proc CPU added over the producer alone */
+    SPREAD_RATIO,    /* that over the producer alone: the headline */
+    SPREAD_THREADS,  /* the relay's server threads, ms */
+    SPREAD_SAME,     /* those over the producer's session, same window */
+    SPREAD_READER,   /* a bare log reader's /proc CPU, over the producer */
+    SPREAD_OVER,     /* the relay's over the producer and reader's, over it */
+    SPREAD_LEAST,    /* the least relay's over the same */
+    SPREAD_SESSIONS, /* the relay's sessions over the least relay's */
     SPREAD_FIGURES
 };
 
@@ -675,6 +687,7 @@ spread_figures(const struct cost_result *r, double v[SPREAD_FIGURES])
     v[SPREAD_READER] = r->read ? added_ratio(&r->beside_reader, &r->alone) : 0;
     v[SPREAD_OVER] = r->read ? added_ratio(w, &r->beside_reader) : 0;
     v[SPREAD_LEAST] = r->read ? added_ratio(&r->least, &r->beside_reader) : 0;
+    v[SPREAD_SESSIONS] = r->read ? sessions_over_least(r) : 0;
 }
 
 static int
@@ -735,7 +748,9 @@ print_spread(const struct cost_case *c, const struct cost_result *runs, long n)
                     "x the producer, the relay over the two ");
         print_three("%.1f", f[SPREAD_OVER],
                     "x what they cost, the least relay ");
-        print_three("%.1f", f[SPREAD_LEAST], "x");
+        print_three("%.1f", f[SPREAD_LEAST],
+                    "x; the relay's sessions over the least relay's ");
+        print_three("%.1f", f[SPREAD_SESSIONS], "x");
     }
     printf("\n");
 }
