@@ -113,10 +113,17 @@ binlog_stream_serves(const struct binlog_stream *s,
 }
 
 static void
-client_commit(void *arg, bool inserted)
+client_commit(void *arg, bool inserted, const struct binlog_ids *ids)
 {
     struct binlog_client *c = arg;
-    c->commit(c->arg, inserted);
+    c->commit(c->arg, inserted, ids);
+}
+
+static int
+client_id_column(void *arg, unsigned *ncolumns)
+{
+    struct binlog_client *c = arg;
+    return c->id_column != NULL ? c->id_column(c->arg, ncolumns) : -1;
 }
 
 static uint64_t
@@ -174,6 +181,7 @@ binlog_stream_add(struct binlog_stream *s, const char *schema,
     pthread_mutex_lock(&s->watch_lock);
     struct binlog_watch *w =
         binlog_watch_add(&s->ws, schema, table, client_commit, own);
+    w->id_column = client_id_column;
     /* Its failovers so far are no news: the stream already reads the
      * server they led to, or connects to it next. */
     s->failovers += client_failovers(own);

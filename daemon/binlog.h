@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "binlog_watch.h"
 #include "config.h"
 
 /* Heartbeats asked of the server while it has nothing to send, and how
@@ -23,8 +24,12 @@
  * the work), and none may call binlog_stream_add or _remove. */
 struct binlog_client {
     /* A transaction that wrote the table committed; inserted: it
-     * inserted rows (else it only updated or deleted some). */
-    void (*commit)(void *arg, bool inserted);
+     * inserted rows (else it only updated or deleted some), ids: theirs,
+     * where known. */
+    void (*commit)(void *arg, bool inserted, const struct binlog_ids *ids);
+    /* The table's id column and column count (binlog_watch.h); NULL:
+     * never known. */
+    int (*id_column)(void *arg, unsigned *ncolumns);
     /* The stream went live, or down: poll with the matching ceiling.
      * A client added to a live stream is told live at once, from the
      * thread that adds it. */

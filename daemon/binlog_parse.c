@@ -191,19 +191,45 @@ parse_table_map(const struct binlog_format *fmt, const unsigned char *b,
     ev->table = (const char *)b + i;
     ev->table_len = tlen;
     ev->kind = BINLOG_TABLE_MAP;
+    ev->body = b;
+    ev->body_len = n;
+    ev->columns_at = i + tlen + 1; /* past its NUL */
     return 0;
 }
 
+static bool
+is_write_type(uint8_t t)
+{
+    return t == EV_WRITE_V1 || t == EV_WRITE_V2 ||
+           t == EV_WRITE_COMPRESSED_V1 || t == EV_WRITE_COMPRESSED;
+}
+
+static bool
+is_change_type(uint8_t t)
+{
+    return t == EV_UPDATE_V1 || t == EV_DELETE_V1 || t == EV_UPDATE_V2 ||
+           t == EV_DELETE_V2 || t == EV_PARTIAL_UPDATE ||
+           (t >= EV_UPDATE_COMPRESSED_V1 && t <= EV_DELETE_COMPRESSED_V1) ||
+           t == EV_UPDATE_COMPRESSED || t == EV_DELETE_COMPRESSED;
+}
+
+/* A rows event; an uncompressed write read whole keeps its body, from
+ * which binlog_rows.h reads the ids it inserted. */
 static int
 parse_rows(const struct binlog_format *fmt, uint8_t type,
-           const unsigned char *b, size_t n, struct binlog_event *ev,
-           bool write)
+           const unsigned char *b, size_t n, bool cut, struct binlog_event *ev)
 {
     uint8_t plen = post_len(fmt, type, 8);
     if (plen < 6 || n < plen)
         return -1;
     ev->table_id = table_id_at(b, plen);
-    ev->kind = write ? BINLOG_ROWS_WRITE : BINLOG_ROWS_CHANGE;
+    ev->kind = is_write_type(type) ? BINLOG_ROWS_WRITE : BINLOG_ROWS_CHANGE;
+    if ((type == EV_WRITE_V1 || type == EV_WRITE_V2) && !cut) {
+        ev->body = b;
+        ev->body_len = n;
+        ev->post_len = plen;
+        ev->rows_v2 = type == EV_WRITE_V2;
+    }
     return 0;
 }
 
@@ -341,22 +367,6 @@ is_harmless_type(uint8_t t)
     }
 }
 
-static bool
-is_write_type(uint8_t t)
-{
-    return t == EV_WRITE_V1 || t == EV_WRITE_V2 ||
-           t == EV_WRITE_COMPRESSED_V1 || t == EV_WRITE_COMPRESSED;
-}
-
-static bool
-is_change_type(uint8_t t)
-{
-    return t == EV_UPDATE_V1 || t == EV_DELETE_V1 || t == EV_UPDATE_V2 ||
-           t == EV_DELETE_V2 || t == EV_PARTIAL_UPDATE ||
-           (t >= EV_UPDATE_COMPRESSED_V1 && t <= EV_DELETE_COMPRESSED_V1) ||
-           t == EV_UPDATE_COMPRESSED || t == EV_DELETE_COMPRESSED;
-}
-
 /* Events that are not a table's rows nor a statement, by type. */
 static int
 parse_control(uint8_t type, uint16_t flags, const unsigned char *b, size_t n,
@@ -390,10 +400,14 @@ static int
 parse_body(const struct binlog_format *fmt, uint8_t type, uint16_t flags,
            const unsigned char *b, size_t n, bool cut, struct binlog_event *ev)
 {
-    if (type == EV_TABLE_MAP)
-        return parse_table_map(fmt, b, n, ev);
+    if (type == EV_TABLE_MAP) {
+        int rc = parse_table_map(fmt, b, n, ev);
+        if (cut)
+            ev->body = NULL; /* its columns may be cut too */
+        return rc;
+    }
     if (is_write_type(type) || is_change_type(type))
-        return parse_rows(fmt, type, b, n, ev, is_write_type(type));
+        return parse_rows(fmt, type, b, n, cut, ev);
     if (type == EV_QUERY || type == EV_QUERY_COMPRESSED ||
         type == EV_EXECUTE_LOAD_QUERY)
         return parse_query(fmt, type, b, n, cut, ev);
@@ -495,7 +509,8 @@ forget(struct binlog_tracker *t)
     struct binlog_watch *w = t->watches->touched;
     while (w != NULL) {
         struct binlog_watch *next = w->next_touched;
-        w->touched = w->inserted = false;
+        w->touched = w->inserted = w->ids_lost = false;
+        w->nids = 0;
         w->next_touched = NULL;
         w = next;
     }
@@ -537,6 +552,10 @@ map_table(struct binlog_tracker *t, const struct binlog_event *ev)
     t->map[slot].hash =
         binlog_watch_hash(t->map[slot].schema, t->map[slot].schema_len,
                           t->map[slot].table, t->map[slot].table_len);
+    t->map[slot].columns.n = 0;
+    if (ev->body != NULL)
+        (void)binlog_columns_read(&t->map[slot].columns, ev->body, ev->body_len,
+                                  ev->columns_at);
 }
 
 static void
@@ -550,15 +569,45 @@ touch(struct binlog_tracker *t, struct binlog_watch *w, bool inserted)
     w->inserted = w->inserted || inserted;
 }
 
-/* Touches every watch of schema.table. */
+/* The ids an insert's rows event wrote into w's table, added to w's:
+ * read by the column the watch names, and only where the table has as
+ * many columns as the map says, so that a table altered since its
+ * columns were counted reads as unknown rather than misread. */
+static void
+note_ids(struct binlog_watch *w, const struct binlog_columns *columns,
+         const struct binlog_event *ev)
+{
+    unsigned ncolumns = 0;
+    int col = w->id_column != NULL ? w->id_column(w->arg, &ncolumns) : -1;
+    size_t got = 0;
+    if (w->ids_lost || col < 0 || ev->body == NULL || ncolumns != columns->n ||
+        binlog_rows_ids(columns, (unsigned)col, ev->body, ev->body_len,
+                        ev->post_len, ev->rows_v2, w->ids + w->nids,
+                        BINLOG_IDS_MAX - w->nids, &got) < 0) {
+        w->ids_lost = true;
+        return;
+    }
+    w->nids += got;
+}
+
+/* Touches every watch of schema.table; rows inserted are read for their
+ * ids from rows (by columns), or unknown without it (a statement). */
 static void
 touch_named(struct binlog_tracker *t, const char *schema, size_t slen,
-            const char *table, size_t tlen, bool inserted)
+            const char *table, size_t tlen, bool inserted,
+            const struct binlog_columns *columns,
+            const struct binlog_event *rows)
 {
     uint64_t h = binlog_watch_hash(schema, slen, table, tlen);
     for (struct binlog_watch *w = NULL;
-         (w = binlog_watch_next(t->watches, w, h, schema, slen, table, tlen));)
+         (w = binlog_watch_next(t->watches, w, h, schema, slen, table,
+                                tlen));) {
         touch(t, w, inserted);
+        if (inserted && rows != NULL)
+            note_ids(w, columns, rows);
+        else if (inserted)
+            w->ids_lost = true;
+    }
 }
 
 static void
@@ -568,7 +617,7 @@ rows_seen(struct binlog_tracker *t, const struct binlog_event *ev)
         if (t->map[i].table_id == ev->table_id) {
             touch_named(t, t->map[i].schema, t->map[i].schema_len,
                         t->map[i].table, t->map[i].table_len,
-                        ev->kind == BINLOG_ROWS_WRITE);
+                        ev->kind == BINLOG_ROWS_WRITE, &t->map[i].columns, ev);
             return;
         }
 }
@@ -628,8 +677,10 @@ statement_seen(struct binlog_tracker *t, const struct binlog_event *ev)
     if (ev->text_unknown) {
         for (struct binlog_watch *w = NULL;
              (w = binlog_watch_next_in_schema(t->watches, w, ev->schema,
-                                              ev->schema_len));)
+                                              ev->schema_len));) {
             touch(t, w, true);
+            w->ids_lost = true;
+        }
         return;
     }
     if (!ev->text_inserts)
@@ -638,9 +689,10 @@ statement_seen(struct binlog_tracker *t, const struct binlog_event *ev)
     struct ident prev = {0}, id;
     while (next_ident(&p, end, &id)) {
         if (id.dotted && prev.s != NULL)
-            touch_named(t, prev.s, prev.n, id.s, id.n, true);
+            touch_named(t, prev.s, prev.n, id.s, id.n, true, NULL, NULL);
         else
-            touch_named(t, ev->schema, ev->schema_len, id.s, id.n, true);
+            touch_named(t, ev->schema, ev->schema_len, id.s, id.n, true, NULL,
+                        NULL);
         prev = id;
     }
 }
@@ -651,12 +703,16 @@ static void
 commit(struct binlog_tracker *t)
 {
     if (t->wake_all) {
+        const struct binlog_ids unknown = {.known = false};
         for (size_t i = 0; i < t->watches->n; i++)
-            t->watches->all[i]->notify(t->watches->all[i]->arg, true);
+            t->watches->all[i]->notify(t->watches->all[i]->arg, true, &unknown);
     } else {
         for (struct binlog_watch *w = t->watches->touched; w != NULL;
-             w = w->next_touched)
-            w->notify(w->arg, w->inserted);
+             w = w->next_touched) {
+            const struct binlog_ids ids = {
+                .id = w->ids, .n = w->nids, .known = !w->ids_lost};
+            w->notify(w->arg, w->inserted, &ids);
+        }
     }
     forget(t);
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "binlog_rows.h"
 #include "binlog_watch.h"
 #include "util.h"
 
@@ -55,8 +56,13 @@ struct binlog_event {
     size_t text_len;
     bool text_inserts; /* STATEMENT: INSERT, REPLACE or LOAD DATA */
     bool text_unknown; /* STATEMENT: compressed or cut, the text unread */
-    const unsigned char *body; /* PAYLOAD: between header and checksum */
+    /* PAYLOAD: between header and checksum.  TABLE_MAP and an uncompressed
+     * write rows event read whole: the same, for binlog_rows.h. */
+    const unsigned char *body;
     size_t body_len;
+    size_t columns_at; /* TABLE_MAP: past the table's name, in body */
+    uint8_t post_len;  /* rows: the post-header's length */
+    bool rows_v2;      /* rows: version 2, extra data after it */
 };
 
 /*
@@ -93,6 +99,7 @@ struct binlog_tracker {
         uint64_t hash; /* binlog_watch_hash of the names */
         uint8_t schema_len, table_len;
         char schema[BINLOG_NAME_MAX], table[BINLOG_NAME_MAX];
+        struct binlog_columns columns; /* for the ids of its inserts */
     } map[BINLOG_MAP_SLOTS];
     size_t nmap, map_next;
     bool in_trx;
@@ -108,7 +115,8 @@ struct binlog_tracker {
  * change between events (not during one). */
 void binlog_tracker_init(struct binlog_tracker *t, struct binlog_watchset *ws);
 /* Feeds one event; calls the watches' notify at each commit, in no
- * particular order, each touched watch once. */
+ * particular order, each touched watch once, with the ids its inserts
+ * wrote where the rows events told them (binlog_rows.h). */
 void binlog_tracker_feed(struct binlog_tracker *t,
                          const struct binlog_event *ev);
 /* Something of the open transaction cannot be read (why): its commit,

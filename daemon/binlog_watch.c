@@ -93,7 +93,9 @@ grow(struct binlog_watchset *ws)
 
 struct binlog_watch *
 binlog_watch_add(struct binlog_watchset *ws, const char *schema,
-                 const char *table, void (*notify)(void *, bool), void *arg)
+                 const char *table,
+                 void (*notify)(void *, bool, const struct binlog_ids *),
+                 void *arg)
 {
     struct binlog_watch *w = xcalloc(1, sizeof(*w));
     w->schema = xstrdup(schema);

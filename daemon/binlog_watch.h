@@ -11,14 +11,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The ids a transaction inserted into a watched table: the claim woken
+ * by its commit locks them by primary key.  More rows than fit, or any
+ * the tracker could not read, and known is false. */
+#define BINLOG_IDS_MAX 16
+struct binlog_ids {
+    const uint64_t *id;
+    size_t n;
+    bool known; /* id holds every row the transaction inserted */
+};
+
 /* One watched table and whom to tell of its commits. */
 struct binlog_watch {
     char *schema; /* copies, NUL-terminated */
     char *table;
     /* At the commit of a transaction that wrote the table: inserted is
-     * true when it inserted rows, false when it only changed some.  On
-     * the stream's thread: must not block. */
-    void (*notify)(void *arg, bool inserted);
+     * true when it inserted rows, false when it only changed some, and
+     * ids the ids of the rows it inserted.  On the stream's thread: must
+     * not block. */
+    void (*notify)(void *arg, bool inserted, const struct binlog_ids *ids);
+    /* Which column of the table holds its id (0: the first), the table
+     * having *ncolumns; -1 while not known.  Asked at each insert's rows
+     * event, on the stream's thread.  NULL (binlog_watch_add): never
+     * known, and no ids are read. */
+    int (*id_column)(void *arg, unsigned *ncolumns);
     void *arg;
     /* Set-private: the hashes, the chains and the slot in all. */
     uint64_t hash, schema_hash;
@@ -27,6 +43,9 @@ struct binlog_watch {
     /* Tracker-private: what the open transaction did to the table. */
     bool touched, inserted;
     struct binlog_watch *next_touched;
+    uint64_t ids[BINLOG_IDS_MAX];
+    size_t nids;
+    bool ids_lost;
 };
 
 struct binlog_watchset {
@@ -44,9 +63,9 @@ void binlog_watchset_clear(struct binlog_watchset *ws);
 
 /* Watches schema.table for notify(arg); the names are copied.  The same
  * table may be watched more than once, by different args. */
-struct binlog_watch *binlog_watch_add(struct binlog_watchset *ws,
-                                      const char *schema, const char *table,
-                                      void (*notify)(void *, bool), void *arg);
+struct binlog_watch *binlog_watch_add(
+    struct binlog_watchset *ws, const char *schema, const char *table,
+    void (*notify)(void *, bool, const struct binlog_ids *), void *arg);
 /* Unlinks w from every index and from the touched list, and frees it. */
 void binlog_watch_remove(struct binlog_watchset *ws, struct binlog_watch *w);
 

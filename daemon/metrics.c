@@ -175,6 +175,14 @@ const struct counter_family metrics_counters[] = {
     {"outboxd_batches_lean_total",
      "Batches claimed lean: locked while published, one write per row.",
      OM(lean_batches)},
+    {"outboxd_joins_total",
+     "Reads that joined the commits the binlog told of to the open lean "
+     "transaction.",
+     OM(joins)},
+    {"outboxd_joins_by_id_total",
+     "Of those, the ones that locked the one row told by its id, read from "
+     "the binlog, rather than reading the range past the transaction's rows.",
+     OM(joins_by_id)},
     {"outboxd_wakes_total",
      "Committed inserts into the outbox table told by the binlog stream.",
      OM(wakes)},

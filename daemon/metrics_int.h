@@ -8,7 +8,7 @@
 #include "metrics.h"
 
 /* The uint64_t counters of struct outbox_metrics with a family each. */
-#define METRICS_NCOUNTERS 16
+#define METRICS_NCOUNTERS 18
 
 struct counter_family {
     const char *name, *help;

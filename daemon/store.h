@@ -19,6 +19,7 @@
 #include "batch.h"
 #include "config.h"
 #include "dbsession.h"
+#include "told.h"
 
 struct store;
 struct strbuf;
@@ -91,6 +92,9 @@ bool store_last_error_is_lock_wait(const struct store *st);
 bool store_claim_lost_race(const struct store *st);
 /* Claim attempts that lost such a race, since store_new (any thread). */
 uint64_t store_claim_conflicts(struct store *st);
+/* Lean joins since store_new, and those by the id the binlog told
+ * (store_told_ids), from any thread. */
+void store_joins(struct store *st, uint64_t *joins, uint64_t *by_id);
 /* Statements this store sent since store_new (the claim's cost, for
  * tests); the session's own setup counts in dbsession_statement_count. */
 uint64_t store_statement_count(const struct store *st);
@@ -121,8 +125,19 @@ struct dbsession *store_dbsession(const struct store *st);
 const char *store_hold_cond(const struct store *st);
 
 /* The binlog told of rows committed since the last claim: a lean claim
- * need not probe for them. */
+ * need not probe for them.  Called before each claim, on the thread of
+ * store_told_ids: the ids told so far are the claim's to read. */
 void store_set_woken(struct store *st, bool woken);
+
+/* The ids of the rows the binlog told inserted since the store's last
+ * read (told.h): a lean join locks them by primary key rather than
+ * reading the range past its transaction's last row. */
+void store_told_ids(struct store *st, const struct told_ids *ids);
+
+/* Where the table's id is among its *ncolumns columns (0: the first),
+ * for the binlog stream's thread; -1 until a schema check found it.
+ * From any thread. */
+int store_id_column(const struct store *st, unsigned *ncolumns);
 
 /* Since a count found nothing PENDING or PROCESSING, the binlog told of
  * no write to the table but the relay's own lean events: no lease can

@@ -1163,6 +1163,7 @@ void
 store_set_woken(struct store *st, bool woken)
 {
     st->claim.woken = woken;
+    st->claim.told = (struct told_ids){0}; /* the claim reads them all */
 }
 
 void

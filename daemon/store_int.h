@@ -132,9 +132,12 @@ struct claim_scratch {
     /* lock_lean's read: columns after the select list (0: none), and
      * which of them it asked for. */
     unsigned lean_extras;
-    /* store_claim_more's read: a join, past the transaction's last id. */
+    /* store_claim_more's read: a join, past the transaction's last id,
+     * and the ids the binlog told since the last read (store_told_ids),
+     * which it locks by primary key where there is one. */
     bool lean_join;
     uint64_t lean_after;
+    struct told_ids told;
     bool lean_heads, lean_expired_look, lean_delayed_look;
     /* A RETRY or delayed row may hold an aggregate back: the lean read
      * filters past them.  Cleared by a probe that saw neither. */
@@ -163,15 +166,22 @@ struct claim_scratch {
     size_t heads_cap, nheads;
 };
 
-/* The lean join's prepared read on this store's session (store_join.c):
- * its name, unique in the process; the session generation it was
+/* A lean join's two reads: past the transaction's last row, or the one
+ * row the binlog told of, by primary key. */
+enum join_form { JOIN_RANGE, JOIN_POINT, JOIN_FORMS };
+
+/* The lean join's prepared reads on this store's session (store_join.c),
+ * each: its name, unique in the process; the session generation it was
  * prepared under (0: none, or the plan rebuilt since: its text is the
  * plan's and the config's, which changes only with a restart); a
  * session that refused to prepare it; joins sent as text so far. */
-struct join_prep {
-    char name[32];
+struct join_form_prep {
+    char name[40];
     uint64_t prepared_gen, refused_gen, texts_gen;
     unsigned texts;
+};
+struct join_prep {
+    struct join_form_prep form[JOIN_FORMS];
 };
 
 /* Finalize's scratch (store_finalize.c). */
@@ -204,6 +214,12 @@ struct store {
      * failed so, every attempt (store_claim_lost_race). */
     _Atomic uint64_t conflicts;
     bool lost_race;
+    /* Where the table's id is among its columns, for the binlog stream's
+     * thread (store_id_column): the column count above 32 bits, the
+     * position plus one below; 0: not known. */
+    _Atomic uint64_t id_column;
+    /* Lean joins read, by form (store_joins). */
+    _Atomic uint64_t joins[JOIN_FORMS];
 };
 
 /* The session's connection: NULL while it is closed. */
@@ -212,6 +228,9 @@ store_db(const struct store *st)
 {
     return dbsession_db(st->conn.sess);
 }
+
+/* store_schema.c: what store_id_column answers. */
+void store_set_id_column(struct store *st, int id_column, unsigned ncolumns);
 
 /* store_sql.c: scratch arrays, building (on util's strbuf) and running
  * statements (the runners and commit: store.h). */
@@ -254,10 +273,11 @@ const char *store_unfinished_cond(const struct store *st);
 int store_row_cmp_id(const void *a, const void *b);
 struct outbox_row *store_find_row(struct outbox_batch *b, uint64_t id);
 
-/* store_join.c: a lean join's read, in st->sql: the rows past after,
- * at most window, prepared once it joins often (EXECUTE).  -1 when the
- * PREPARE failed the session or the table; forget deallocates it from
- * a session that stays open for others. */
+/* store_join.c: a lean join's read, in st->sql: the row the binlog told
+ * of (st->claim.told), or the rows past after, at most window; prepared
+ * once it joins often (EXECUTE).  -1 when the PREPARE failed the session
+ * or the table; forget deallocates them from a session that stays open
+ * for others. */
 void store_join_init(struct store *st);
 void store_join_plan_changed(struct store *st);
 int store_join_sql(struct store *st, uint64_t after, size_t window, char *err,

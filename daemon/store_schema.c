@@ -46,6 +46,7 @@ struct schema {
     unsigned locked_by_len, last_error_len;
     enum text_charset last_error_charset;
     unsigned ncolumns;
+    int id_column;          /* its position, 0 for the first; -1: none */
     bool unfinished;        /* the generated column sql/outbox.sql defines */
     const char **generated; /* generated columns' names (in the result) */
     size_t ngenerated;
@@ -108,6 +109,8 @@ note_column(const struct store *st, struct schema *sc, MYSQL_ROW r)
     const char *name = r[INFO_COLUMN_NAME] ? r[INFO_COLUMN_NAME] : "";
     const char *max = r[INFO_MAX_LENGTH];
     unsigned len = max ? (unsigned)strtoul(max, NULL, 10) : 0;
+    if (strcasecmp(name, "id") == 0)
+        sc->id_column = (int)sc->ncolumns;
     sc->ncolumns++;
     for (size_t i = 0; i < NREQUIRED; i++)
         if (strcasecmp(name, required_columns[i]) == 0)
@@ -187,7 +190,8 @@ load_schema_rows(struct store *st, const char *key, struct schema_rows *own,
                        "SELECT COLUMN_NAME, CHARACTER_MAXIMUM_LENGTH, "
                        "CHARACTER_SET_NAME, GENERATION_EXPRESSION, "
                        "COLLATION_NAME FROM information_schema.COLUMNS",
-                       "", &own->columns, err, errlen) < 0)
+                       " ORDER BY ORDINAL_POSITION", &own->columns, err,
+                       errlen) < 0)
         return -1;
     return read_info_rows(st,
                           "SELECT INDEX_NAME, COLUMN_NAME, SUB_PART, "
@@ -745,6 +749,24 @@ apply_schema(struct store *st, const struct schema *sc, const char *order)
     st->plan.error_chars =
         ec > 0 && ec < STORE_ERROR_CHARS ? ec : STORE_ERROR_CHARS;
     st->plan.error_charset = sc->last_error_charset;
+    store_set_id_column(st, sc->id_column, sc->ncolumns);
+}
+
+void
+store_set_id_column(struct store *st, int id_column, unsigned ncolumns)
+{
+    uint64_t v = id_column < 0 ? 0
+                               : (uint64_t)ncolumns << 32 |
+                                     (uint64_t)(unsigned)(id_column + 1);
+    atomic_store_explicit(&st->id_column, v, memory_order_relaxed);
+}
+
+int
+store_id_column(const struct store *st, unsigned *ncolumns)
+{
+    uint64_t v = atomic_load_explicit(&st->id_column, memory_order_relaxed);
+    *ncolumns = (unsigned)(v >> 32);
+    return (int)(v & 0xffffffffu) - 1;
 }
 
 /* One EXPLAIN: the server checks the privilege and runs nothing. */
@@ -814,6 +836,7 @@ check_schema(struct store *st, char *err, size_t errlen)
 {
     struct schema sc = {0};
     sc.extra = xcalloc(st->ob->ncolumns + 1, sizeof(bool));
+    sc.id_column = -1;
     struct strbuf create = {0}, key = {0};
     struct schema_rows own = {0};
     const struct schema_rows *rows = NULL;

@@ -1,6 +1,7 @@
 /*
  * told: a count of commits told, and a wait for the next one that costs
- * the telling thread a lock only while someone waits.
+ * the telling thread a lock only while someone waits; and the ids those
+ * commits inserted, under a lock of their own that nobody holds long.
  */
 #include "told.h"
 
@@ -16,6 +17,8 @@ told_init(struct told *t)
     atomic_init(&t->waiting, false);
     pthread_mutex_init(&t->lock, NULL);
     monotonic_cond_init(&t->cond);
+    pthread_mutex_init(&t->ids_lock, NULL);
+    t->ids = (struct told_ids){0};
 }
 
 void
@@ -23,6 +26,27 @@ told_free(struct told *t)
 {
     pthread_cond_destroy(&t->cond);
     pthread_mutex_destroy(&t->lock);
+    pthread_mutex_destroy(&t->ids_lock);
+}
+
+void
+told_ids_add(struct told_ids *to, const uint64_t *ids, size_t n, bool known)
+{
+    if (!known || n > TOLD_IDS - to->n) {
+        to->lost = true;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        to->id[to->n++] = ids[i];
+}
+
+void
+told_take_ids(struct told *t, struct told_ids *out)
+{
+    pthread_mutex_lock(&t->ids_lock);
+    told_ids_add(out, t->ids.id, t->ids.n, !t->ids.lost);
+    t->ids = (struct told_ids){0};
+    pthread_mutex_unlock(&t->ids_lock);
 }
 
 /*
@@ -32,8 +56,12 @@ told_free(struct told *t)
  * waiter holds from its read until it sleeps, so it cannot fall between.
  */
 void
-told_commit(struct told *t)
+told_commit(struct told *t, const uint64_t *ids, size_t n, bool known)
 {
+    /* The ids first: a taker that sees the commit finds them. */
+    pthread_mutex_lock(&t->ids_lock);
+    told_ids_add(&t->ids, ids, n, known);
+    pthread_mutex_unlock(&t->ids_lock);
     atomic_fetch_add(&t->commits, 1);
     if (atomic_load(&t->waiting)) {
         pthread_mutex_lock(&t->lock);

@@ -7,6 +7,18 @@
 
 #include "log.h"
 #include "outbox_log.h"
+#include "store.h"
+
+/* The ids the commits told inserted go to the store, for its next
+ * join. */
+static void
+take_told_ids(struct worker *w)
+{
+    struct told_ids ids = {0};
+    told_take_ids(&w->told, &ids);
+    if (ids.n > 0 || ids.lost)
+        store_told_ids(w->store, &ids);
+}
 
 /* Commits the binlog told since the last call: the claims of this cycle
  * take them (run_cycle, and relay.c extend_lean). */
@@ -14,6 +26,7 @@ uint64_t
 worker_take_told(struct worker *w)
 {
     uint64_t told = told_take(&w->told);
+    take_told_ids(w);
     w->told_in_cycle += told;
     return told;
 }
@@ -25,19 +38,28 @@ uint64_t
 worker_wait_told(struct worker *w, uint64_t until_ms)
 {
     uint64_t told = told_wait(&w->told, until_ms);
+    take_told_ids(w);
     w->told_in_cycle += told;
     return told;
 }
 
 static void
-binlog_commit_cb(void *arg, bool inserted)
+binlog_commit_cb(void *arg, bool inserted, const struct binlog_ids *ids)
 {
     struct worker *w = arg;
     w->changes++;
     if (!inserted)
         return;
-    told_commit(&w->told);
+    told_commit(&w->told, ids->id, ids->n, ids->known);
     event_active(w->kick, 0, 0);
+}
+
+/* The stream's thread asks where the table keeps its id (store.h). */
+static int
+binlog_id_column_cb(void *arg, unsigned *ncolumns)
+{
+    struct worker *w = arg;
+    return store_id_column(w->store, ncolumns);
 }
 
 static void
@@ -68,6 +90,7 @@ struct binlog_client
 worker_binlog_client(struct worker *w)
 {
     return (struct binlog_client){.commit = binlog_commit_cb,
+                                  .id_column = binlog_id_column_cb,
                                   .state = binlog_state_cb,
                                   .failovers = binlog_failovers_cb,
                                   .arg = w};

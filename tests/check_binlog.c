@@ -161,16 +161,26 @@ build_bare(struct pkt *p, unsigned type, bool crc)
 
 struct seen {
     int commits, inserts;
+    /* The ids of the last commit that inserted, and whether known. */
+    uint64_t ids[BINLOG_IDS_MAX];
+    size_t nids;
+    bool ids_known;
 };
 
 static struct seen seen[2];
 
 static void
-notify(void *arg, bool inserted)
+notify(void *arg, bool inserted, const struct binlog_ids *ids)
 {
     struct seen *s = arg;
     s->commits++;
     s->inserts += inserted;
+    if (!inserted)
+        return;
+    s->ids_known = ids->known;
+    s->nids = ids->known ? ids->n : 0;
+    for (size_t i = 0; i < s->nids; i++)
+        s->ids[i] = ids->id[i];
 }
 
 struct fixture {
@@ -207,14 +217,20 @@ fx_free(struct fixture *f)
 }
 
 static enum binlog_kind
-feed(struct fixture *f, struct pkt *p)
+feed_bytes(struct fixture *f, const unsigned char *b, size_t n)
 {
     struct binlog_event ev;
     char err[ERR_LEN];
-    ck_assert_msg(binlog_parse(&f->fmt, p->b, p->n, &ev, err, sizeof(err)) == 0,
-                  "%s", err);
+    ck_assert_msg(binlog_parse(&f->fmt, b, n, &ev, err, sizeof(err)) == 0, "%s",
+                  err);
     binlog_payload_feed(&f->payload, &f->fmt, &ev, &f->t);
     return ev.kind;
+}
+
+static enum binlog_kind
+feed(struct fixture *f, struct pkt *p)
+{
+    return feed_bytes(f, p->b, p->n);
 }
 
 static void
@@ -517,16 +533,15 @@ feed_file(struct fixture *f, const char *path)
 {
     FILE *in = fopen(path, "rb");
     ck_assert_msg(in != NULL, "cannot open %s", path);
-    unsigned char buf[8192];
+    static unsigned char buf[65536];
     size_t len = fread(buf, 1, sizeof(buf), in);
     fclose(in);
+    ck_assert_uint_lt(len, sizeof(buf));
     size_t at = 0, events = 0;
     while (at + 2 <= len) {
         size_t n = buf[at] | (size_t)buf[at + 1] << 8;
         ck_assert_uint_le(at + 2 + n, len);
-        struct pkt p = {.n = n};
-        memcpy(p.b, buf + at + 2, n);
-        feed(f, &p);
+        feed_bytes(f, buf + at + 2, n);
         at += 2 + n;
         events++;
     }
@@ -551,6 +566,276 @@ START_TEST(test_real_stream)
     ck_assert_int_eq(seen[0].inserts, 2);
     ck_assert_int_eq(seen[0].commits, 3);
     ck_assert_int_eq(seen[1].commits, 0);
+    fx_free(&f);
+}
+END_TEST
+
+/* ---- the ids of the rows inserted (binlog_rows.h) ---- */
+
+/* Every commit one watch was told of, in order. */
+struct told_log {
+    int n;
+    struct {
+        bool inserted, known;
+        size_t nids;
+        uint64_t ids[BINLOG_IDS_MAX];
+    } c[8];
+    /* What the watch answers for its table's id column. */
+    int id_column;
+    unsigned ncolumns;
+};
+
+static void
+log_commit(void *arg, bool inserted, const struct binlog_ids *ids)
+{
+    struct told_log *l = arg;
+    ck_assert_int_lt(l->n, 8);
+    l->c[l->n].inserted = inserted;
+    l->c[l->n].known = ids->known;
+    l->c[l->n].nids = ids->known ? ids->n : 0;
+    for (size_t i = 0; i < l->c[l->n].nids; i++)
+        l->c[l->n].ids[i] = ids->id[i];
+    l->n++;
+}
+
+static int
+log_id_column(void *arg, unsigned *ncolumns)
+{
+    struct told_log *l = arg;
+    *ncolumns = l->ncolumns;
+    return l->id_column;
+}
+
+static void
+watch_logged(struct fixture *f, const char *db, const char *table,
+             struct told_log *l)
+{
+    struct binlog_watch *w = binlog_watch_add(&f->ws, db, table, log_commit, l);
+    w->id_column = log_id_column;
+}
+
+static void
+assert_told_ids(const struct told_log *l, int commit, const uint64_t *ids,
+                size_t n)
+{
+    ck_assert_int_lt(commit, l->n);
+    ck_assert_msg(l->c[commit].inserted && l->c[commit].known,
+                  "commit %d: ids not known", commit);
+    ck_assert_uint_eq(l->c[commit].nids, n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_eq(l->c[commit].ids[i], ids[i]);
+}
+
+/*
+ * A real stream of MariaDB 10.11 (tests/data/binlog_rows.bin): into
+ * rows_sample.typed, whose id is its 23rd of 25 columns behind one of
+ * nearly every type (DECIMAL, a CHAR past 255 bytes, ENUM, SET, BIT,
+ * TIME(3), DATETIME(6), TIMESTAMP(2), TEXT, BLOB, JSON, a virtual
+ * column), three rows in one statement, NULLs in every other column of
+ * one, then one more; into sql/outbox.sql's table, the row 42, then 43,
+ * 44 and 45 in one transaction of two statements, then 42 updated.
+ */
+START_TEST(test_real_rows_ids)
+{
+    struct fixture f;
+    fx_init(&f, false);
+    memset(&f.fmt, 0, sizeof(f.fmt));
+    struct told_log typed = {.id_column = 22, .ncolumns = 25};
+    struct told_log outbox = {.id_column = 0, .ncolumns = 21};
+    watch_logged(&f, "rows_sample", "typed", &typed);
+    watch_logged(&f, "rows_sample", "outbox_event", &outbox);
+    feed_file(&f, "data/binlog_rows.bin");
+    ck_assert_uint_eq(f.t.unreadable, 0);
+    ck_assert_int_eq(typed.n, 2);
+    assert_told_ids(&typed, 0, (uint64_t[]){5, 6, 300000}, 3);
+    assert_told_ids(&typed, 1, (uint64_t[]){300001}, 1);
+    ck_assert_int_eq(outbox.n, 3);
+    assert_told_ids(&outbox, 0, (uint64_t[]){42}, 1);
+    assert_told_ids(&outbox, 1, (uint64_t[]){43, 44, 45}, 3);
+    ck_assert(!outbox.c[2].inserted); /* the update */
+    fx_free(&f);
+}
+END_TEST
+
+/* A watch that names the wrong column, or a wrong count, gets no ids
+ * rather than wrong ones; so does one that knows no column. */
+START_TEST(test_real_rows_ids_unknown)
+{
+    static const struct {
+        int id_column;
+        unsigned ncolumns;
+    } wrong[] = {{22, 24}, {1, 25}, {-1, 25}, {25, 25}, {5, 25}};
+    struct fixture f;
+    fx_init(&f, false);
+    memset(&f.fmt, 0, sizeof(f.fmt));
+    struct told_log typed = {.id_column = wrong[_i].id_column,
+                             .ncolumns = wrong[_i].ncolumns};
+    watch_logged(&f, "rows_sample", "typed", &typed);
+    feed_file(&f, "data/binlog_rows.bin");
+    ck_assert_int_eq(typed.n, 2);
+    ck_assert(typed.c[0].inserted && !typed.c[0].known);
+    ck_assert(typed.c[1].inserted && !typed.c[1].known);
+    fx_free(&f);
+}
+END_TEST
+
+/*
+ * Every write rows event of the real stream, cut at each of its bytes
+ * and copied to a buffer of that size (so that ASan sees an overread):
+ * read as unknown, or as a whole number of the first rows; never more.
+ */
+START_TEST(test_real_rows_cut_anywhere)
+{
+    FILE *in = fopen("data/binlog_rows.bin", "rb");
+    ck_assert(in != NULL);
+    static unsigned char buf[65536];
+    size_t len = fread(buf, 1, sizeof(buf), in), at = 0, events = 0;
+    fclose(in);
+    struct binlog_format fmt = {0};
+    struct binlog_columns cols = {0};
+    while (at + 2 <= len) {
+        size_t n = buf[at] | (size_t)buf[at + 1] << 8;
+        struct binlog_event ev;
+        ck_assert_int_eq(binlog_parse(&fmt, buf + at + 2, n, &ev, NULL, 0), 0);
+        at += 2 + n;
+        if (ev.kind == BINLOG_TABLE_MAP)
+            ck_assert_int_eq(
+                binlog_columns_read(&cols, ev.body, ev.body_len, ev.columns_at),
+                0);
+        if (ev.kind != BINLOG_ROWS_WRITE)
+            continue;
+        unsigned id_col = cols.n == 25 ? 22 : 0;
+        uint64_t ids[8];
+        size_t whole, got;
+        ck_assert_int_eq(binlog_rows_ids(&cols, id_col, ev.body, ev.body_len,
+                                         ev.post_len, ev.rows_v2, ids, 8,
+                                         &whole),
+                         0);
+        for (size_t cut = 0; cut < ev.body_len; cut++) {
+            unsigned char *b = malloc(cut ? cut : 1);
+            memcpy(b, ev.body, cut);
+            int rc = binlog_rows_ids(&cols, id_col, b, cut, ev.post_len,
+                                     ev.rows_v2, ids, 8, &got);
+            ck_assert(rc == -1 || got < whole);
+            free(b);
+        }
+        events++;
+    }
+    ck_assert_uint_eq(events, 5);
+}
+END_TEST
+
+/* A table map of one column, an unsigned BIGINT id. */ /* A table map of one
+                                                           column, an unsigned
+                                                           BIGINT id. */
+static void
+build_id_map(struct pkt *p, uint64_t table_id, bool crc)
+{
+    start(p, T_TABLE_MAP);
+    put_le(p, table_id, 6);
+    put_le(p, 0, 2);
+    put_le(p, 4, 1);
+    put(p, "shop", 5);
+    put_le(p, 12, 1);
+    put(p, "outbox_event", 13);
+    put_le(p, 1, 1);
+    put_le(p, 8, 1); /* LONGLONG, no metadata */
+    put_le(p, 0, 1);
+    put_le(p, 0, 1); /* NULL bitmap */
+    finish(p, crc);
+}
+
+/* A write rows event of those ids (0: a NULL id), v2 with extra data. */
+static void
+build_id_rows(struct pkt *p, unsigned type, uint64_t table_id,
+              const uint64_t *ids, size_t n, bool crc)
+{
+    start(p, type);
+    put_le(p, table_id, 6);
+    put_le(p, 1, 2);
+    if (type == T_WRITE_V2) {
+        put_le(p, 2 + 3, 2);
+        put(p, "\x00\x01\x00", 3);
+    }
+    put_le(p, 1, 1);    /* columns */
+    put_le(p, 0x01, 1); /* present */
+    for (size_t i = 0; i < n; i++) {
+        put_le(p, ids[i] == 0 ? 1 : 0, 1);
+        if (ids[i] != 0)
+            put_le(p, ids[i], 8);
+    }
+    finish(p, crc);
+}
+
+static void
+feed_id_rows(struct fixture *f, unsigned type, const uint64_t *ids, size_t n)
+{
+    struct pkt p;
+    build_id_map(&p, 90, f->crc);
+    ck_assert_int_eq(feed(f, &p), BINLOG_TABLE_MAP);
+    build_id_rows(&p, type, 90, ids, n, f->crc);
+    ck_assert_int_eq(feed(f, &p), BINLOG_ROWS_WRITE);
+}
+
+/* Built to the documented layout: v1 and v2 events, several per
+ * transaction, ids up to 2^64 - 1. */
+START_TEST(test_ids_built)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    struct told_log l = {.id_column = 0, .ncolumns = 1};
+    watch_logged(&f, "shop", "outbox_event", &l);
+    feed_query(&f, "shop", "BEGIN");
+    feed_id_rows(&f, T_WRITE, (uint64_t[]){7, 8}, 2);
+    feed_id_rows(&f, T_WRITE_V2, (uint64_t[]){UINT64_MAX}, 1);
+    feed_xid(&f);
+    assert_told_ids(&l, 0, (uint64_t[]){7, 8, UINT64_MAX}, 3);
+    fx_free(&f);
+}
+END_TEST
+
+/* What leaves a commit's ids unknown: a NULL id, more rows than
+ * BINLOG_IDS_MAX, an insert logged as a statement beside the rows, a
+ * row cut short; the next transaction's are known again. */
+START_TEST(test_ids_unknown)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    struct told_log l = {.id_column = 0, .ncolumns = 1};
+    watch_logged(&f, "shop", "outbox_event", &l);
+    uint64_t many[BINLOG_IDS_MAX + 1];
+    for (size_t i = 0; i < BINLOG_IDS_MAX + 1; i++)
+        many[i] = i + 1;
+    feed_query(&f, "shop", "BEGIN");
+    switch (_i) {
+    case 0:
+        feed_id_rows(&f, T_WRITE, (uint64_t[]){7, 0}, 2);
+        break;
+    case 1:
+        feed_id_rows(&f, T_WRITE, many, BINLOG_IDS_MAX);
+        feed_id_rows(&f, T_WRITE, many, 1);
+        break;
+    case 2:
+        feed_id_rows(&f, T_WRITE, many, 1);
+        feed_query(&f, "shop", "INSERT INTO outbox_event VALUES (9)");
+        break;
+    default: {
+        struct pkt p;
+        build_id_map(&p, 90, f.crc);
+        feed(&f, &p);
+        build_id_rows(&p, T_WRITE, 90, many, 2, false);
+        p.n -= 3; /* the second id cut short */
+        finish(&p, f.crc);
+        feed(&f, &p);
+    }
+    }
+    feed_xid(&f);
+    ck_assert_int_eq(l.n, 1);
+    ck_assert(l.c[0].inserted && !l.c[0].known);
+    feed_query(&f, "shop", "BEGIN");
+    feed_id_rows(&f, T_WRITE, many, BINLOG_IDS_MAX);
+    feed_xid(&f);
+    assert_told_ids(&l, 1, many, BINLOG_IDS_MAX);
     fx_free(&f);
 }
 END_TEST
@@ -1103,9 +1388,9 @@ START_TEST(test_watch_schema_index)
 END_TEST
 
 static void
-client_commit_cb(void *arg, bool inserted)
+client_commit_cb(void *arg, bool inserted, const struct binlog_ids *ids)
 {
-    notify(arg, inserted);
+    notify(arg, inserted, ids);
 }
 
 static void
@@ -1157,6 +1442,13 @@ binlog_suite(void)
     tcase_add_test(tc, test_map_overflow);
     tcase_add_test(tc, test_malformed);
     tcase_add_test(tc, test_real_stream);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("ids");
+    tcase_add_test(tc, test_real_rows_ids);
+    tcase_add_loop_test(tc, test_real_rows_ids_unknown, 0, 5);
+    tcase_add_test(tc, test_real_rows_cut_anywhere);
+    tcase_add_test(tc, test_ids_built);
+    tcase_add_loop_test(tc, test_ids_unknown, 0, 4);
     suite_add_tcase(s, tc);
     tc = tcase_create("mysql8");
     tcase_add_test(tc, test_mysql_control_events);

@@ -1,6 +1,7 @@
 /*
  * check_told: the commits told to an outbox, taken once each, and the
- * wait for the next one, woken by it rather than by its deadline.
+ * wait for the next one, woken by it rather than by its deadline; the
+ * ids they inserted, taken once each, or lost as a whole.
  */
 #include <check.h>
 #include <pthread.h>
@@ -28,9 +29,9 @@ teardown(void)
 START_TEST(test_take_counts_each_commit_once)
 {
     ck_assert(!told_pending(&t));
-    told_commit(&t);
-    told_commit(&t);
-    told_commit(&t);
+    told_commit(&t, NULL, 0, false);
+    told_commit(&t, NULL, 0, false);
+    told_commit(&t, NULL, 0, false);
     ck_assert(told_pending(&t));
     ck_assert_uint_eq(told_take(&t), 3);
     ck_assert(!told_pending(&t));
@@ -38,10 +39,45 @@ START_TEST(test_take_counts_each_commit_once)
 }
 END_TEST
 
+/* The ids of the commits told since the last take, in order; a commit
+ * whose ids are unknown, or that would not fit, loses them all until
+ * the next take, which starts afresh. */
+START_TEST(test_ids_taken_once_or_lost)
+{
+    struct told_ids ids = {0};
+    told_commit(&t, (uint64_t[]){7}, 1, true);
+    told_commit(&t, (uint64_t[]){8, 9}, 2, true);
+    told_take_ids(&t, &ids);
+    ck_assert(!ids.lost);
+    ck_assert_uint_eq(ids.n, 3);
+    ck_assert_uint_eq(ids.id[0], 7);
+    ck_assert_uint_eq(ids.id[2], 9);
+    ids = (struct told_ids){0};
+    told_take_ids(&t, &ids);
+    ck_assert(!ids.lost && ids.n == 0);
+
+    told_commit(&t, (uint64_t[]){10}, 1, true);
+    told_commit(&t, NULL, 0, false);
+    told_take_ids(&t, &ids);
+    ck_assert(ids.lost);
+
+    uint64_t many[TOLD_IDS];
+    for (size_t i = 0; i < TOLD_IDS; i++)
+        many[i] = i + 1;
+    ids = (struct told_ids){0};
+    told_commit(&t, many, TOLD_IDS, true);
+    told_take_ids(&t, &ids);
+    ck_assert(!ids.lost && ids.n == TOLD_IDS);
+    told_commit(&t, many, 1, true); /* one past what the taker holds */
+    told_take_ids(&t, &ids);
+    ck_assert(ids.lost);
+}
+END_TEST
+
 /* A commit told before the wait is taken at once. */
 START_TEST(test_wait_takes_a_pending_commit_at_once)
 {
-    told_commit(&t);
+    told_commit(&t, NULL, 0, false);
     uint64_t until = clock_ms() + 10000;
     ck_assert_uint_eq(told_wait(&t, until), 1);
     ck_assert_uint_lt(clock_ms(), until);
@@ -64,7 +100,7 @@ tell_while_waiting(void *arg)
     uint64_t give_up = clock_ms() + 10000;
     while (!atomic_load(&t.waiting) && clock_ms() < give_up)
         sched_yield();
-    told_commit(&t);
+    told_commit(&t, NULL, 0, false);
     return NULL;
 }
 
@@ -87,7 +123,7 @@ tell_many(void *arg)
 {
     (void)arg;
     for (int i = 0; i < MANY; i++)
-        told_commit(&t);
+        told_commit(&t, NULL, 0, false);
     return NULL;
 }
 
@@ -117,6 +153,7 @@ told_suite(void)
     TCase *tc = tcase_create("told");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_take_counts_each_commit_once);
+    tcase_add_test(tc, test_ids_taken_once_or_lost);
     tcase_add_test(tc, test_wait_takes_a_pending_commit_at_once);
     tcase_add_test(tc, test_wait_without_commit_ends_at_its_deadline);
     tcase_add_test(tc, test_wait_woken_by_a_commit);
