@@ -60,8 +60,8 @@ store_told_ids(struct store *st, const struct told_ids *ids)
  * there, in id order whatever the table's indexes (LIMIT bounds its
  * locks): a read through the status index locks each row twice, its
  * entry and the row, and cost the join about a fifth more.  The row the
- * binlog told of is one step down the primary key, not a walk: a tenth
- * less again for the read.
+ * binlog told of is one step down the primary key, not a walk: a fifth
+ * less again for the read on an idle server.
  */
 static void
 add_join_text(const struct store *st, struct strbuf *q, enum join_form form,
