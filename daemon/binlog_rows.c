@@ -72,18 +72,23 @@ packed_int(const unsigned char *b, size_t n, size_t *i, uint64_t *v)
 }
 
 /* How many metadata bytes a table map gives a column of type t. */
+/* The types whose value follows a length of as many bytes as their
+ * metadata says (1 to 4). */
+static bool
+is_blob(uint8_t t)
+{
+    return t == TY_BLOB || t == TY_TINY_BLOB || t == TY_MEDIUM_BLOB ||
+           t == TY_LONG_BLOB || t == TY_GEOMETRY || t == TY_JSON;
+}
+
 static size_t
 meta_len(uint8_t t)
 {
+    if (is_blob(t))
+        return 1;
     switch (t) {
     case TY_FLOAT:
     case TY_DOUBLE:
-    case TY_BLOB:
-    case TY_TINY_BLOB:
-    case TY_MEDIUM_BLOB:
-    case TY_LONG_BLOB:
-    case TY_GEOMETRY:
-    case TY_JSON:
     case TY_TIMESTAMP2:
     case TY_DATETIME2:
     case TY_TIME2:
@@ -246,21 +251,13 @@ value_size(uint8_t t, uint16_t meta, const unsigned char *p, size_t left)
     case TY_VAR_STRING:
         size = prefixed_size(p, left, meta > 255 ? 2 : 1);
         break;
-    case TY_BLOB:
-    case TY_TINY_BLOB:
-    case TY_MEDIUM_BLOB:
-    case TY_LONG_BLOB:
-    case TY_GEOMETRY:
-    case TY_JSON:
-        size = prefixed_size(p, left, meta);
-        break;
     case TY_STRING:
     case TY_ENUM:
     case TY_SET:
         size = string_size(meta, p, left);
         break;
     default:
-        size = fixed_size(t);
+        size = is_blob(t) ? prefixed_size(p, left, meta) : fixed_size(t);
         break;
     }
     return size != NO_SIZE && size <= left ? size : NO_SIZE;
