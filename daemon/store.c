@@ -55,6 +55,7 @@ store_new(const struct outbox_config *ob, struct dbsession *shared)
      * the first claim asks in one read, not in its four looks. */
     st->claim.probe_first = true;
     st->claim.held_possible = true;
+    st->id_column = -1;
     store_join_init(st);
     return st;
 }

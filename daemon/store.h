@@ -135,8 +135,8 @@ void store_set_woken(struct store *st, bool woken);
 void store_told_ids(struct store *st, const struct told_ids *ids);
 
 /* Where the table's id is among its *ncolumns columns (0: the first),
- * for the binlog stream's thread; -1 until a schema check found it.
- * From any thread. */
+ * as the last schema check found it; -1 before one did.  Not while a
+ * claim may run beside (the relay's job). */
 int store_id_column(const struct store *st, unsigned *ncolumns);
 
 /* Since a count found nothing PENDING or PROCESSING, the binlog told of

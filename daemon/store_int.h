@@ -214,10 +214,10 @@ struct store {
      * failed so, every attempt (store_claim_lost_race). */
     _Atomic uint64_t conflicts;
     bool lost_race;
-    /* Where the table's id is among its columns, for the binlog stream's
-     * thread (store_id_column): the column count above 32 bits, the
-     * position plus one below; 0: not known. */
-    _Atomic uint64_t id_column;
+    /* Where the table's id is among its ncolumns (store_id_column);
+     * -1: not known. */
+    int id_column;
+    unsigned ncolumns;
     /* Lean joins read, by form (store_joins). */
     _Atomic uint64_t joins[JOIN_FORMS];
 };

@@ -755,18 +755,15 @@ apply_schema(struct store *st, const struct schema *sc, const char *order)
 void
 store_set_id_column(struct store *st, int id_column, unsigned ncolumns)
 {
-    uint64_t v = id_column < 0 ? 0
-                               : (uint64_t)ncolumns << 32 |
-                                     (uint64_t)(unsigned)(id_column + 1);
-    atomic_store_explicit(&st->id_column, v, memory_order_relaxed);
+    st->id_column = id_column;
+    st->ncolumns = ncolumns;
 }
 
 int
 store_id_column(const struct store *st, unsigned *ncolumns)
 {
-    uint64_t v = atomic_load_explicit(&st->id_column, memory_order_relaxed);
-    *ncolumns = (unsigned)(v >> 32);
-    return (int)(v & 0xffffffffu) - 1;
+    *ncolumns = st->ncolumns;
+    return st->id_column;
 }
 
 /* One EXPLAIN: the server checks the privilege and runs nothing. */

@@ -148,6 +148,7 @@ run_cycle(struct worker *w)
     store_set_woken(w->store, w->wake_live && worker_take_told(w) > 0);
     set_claims_quiet(w);
     enum relay_result rc = relay_cycle(&w->relay);
+    worker_note_id_column(w);
     pool_thread_set_busy(w->thread, &w->busy, rc == RELAY_FULL);
     /* Each commit told is one change of the table, and so is this
      * cycle's record of them, one COMMIT: the gauges need no count. */

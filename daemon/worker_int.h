@@ -78,7 +78,11 @@ struct worker {
     struct told told;         /* committed inserts told, and taken */
     uint64_t told_in_cycle;   /* commits told that this cycle's claims took */
     _Atomic uint64_t changes; /* committed writes of any kind told */
-    uint64_t stats_changes;   /* changes at the last count */
+    /* The table's id column for the stream's thread (worker_wake.c):
+     * its count of columns above 32 bits, its position plus one below;
+     * 0 while not known. */
+    _Atomic uint64_t id_column;
+    uint64_t stats_changes; /* changes at the last count */
     /* Changes since the last count that the relay's own lean cycles
      * account for: the commits each sent in full, and its record. */
     uint64_t stats_explained;
@@ -147,6 +151,9 @@ uint64_t worker_take_told(struct worker *w);
 /* The same, sleeping until one is told or until_ms (clock_ms) when none
  * was: a lean transaction's linger (relay.c told_until). */
 uint64_t worker_wait_told(struct worker *w, uint64_t until_ms);
+/* After a cycle: where the table keeps its id, as its schema check
+ * found it, for the stream to read the ids of its inserts by. */
+void worker_note_id_column(struct worker *w);
 
 /* worker_gauges.c: the gauges' counts and retention, each on a timer of
  * its own between cycles. */

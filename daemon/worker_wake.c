@@ -54,12 +54,26 @@ binlog_commit_cb(void *arg, bool inserted, const struct binlog_ids *ids)
     event_active(w->kick, 0, 0);
 }
 
-/* The stream's thread asks where the table keeps its id (store.h). */
+/* The stream's thread asks where the table keeps its id: as the last
+ * cycle's schema check found it (worker_note_id_column). */
 static int
 binlog_id_column_cb(void *arg, unsigned *ncolumns)
 {
     struct worker *w = arg;
-    return store_id_column(w->store, ncolumns);
+    uint64_t v = atomic_load_explicit(&w->id_column, memory_order_relaxed);
+    *ncolumns = (unsigned)(v >> 32);
+    return (int)(v & 0xffffffffu) - 1;
+}
+
+void
+worker_note_id_column(struct worker *w)
+{
+    unsigned ncolumns;
+    int col = store_id_column(w->store, &ncolumns);
+    uint64_t v =
+        col < 0 ? 0 : (uint64_t)ncolumns << 32 | (uint64_t)(unsigned)col;
+    atomic_store_explicit(&w->id_column, col < 0 ? 0 : v + 1,
+                          memory_order_relaxed);
 }
 
 static void
