@@ -182,6 +182,7 @@ binlog_stream_add(struct binlog_stream *s, const char *schema,
     struct binlog_watch *w =
         binlog_watch_add(&s->ws, schema, table, client_commit, own);
     w->id_column = client_id_column;
+    binlog_tracker_watch_added(&s->tracker, w);
     /* Its failovers so far are no news: the stream already reads the
      * server they led to, or connects to it next. */
     s->failovers += client_failovers(own);

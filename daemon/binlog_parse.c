@@ -517,6 +517,7 @@ forget(struct binlog_tracker *t)
     t->watches->touched = NULL;
     t->nmap = t->map_next = 0;
     t->in_trx = false;
+    t->trx++;
     t->wake_all = false;
 }
 
@@ -524,6 +525,12 @@ void
 binlog_tracker_reset(struct binlog_tracker *t)
 {
     forget(t);
+}
+
+void
+binlog_tracker_watch_added(struct binlog_tracker *t, struct binlog_watch *w)
+{
+    w->partial_trx = t->in_trx ? t->trx + 1 : 0;
 }
 
 static void
@@ -709,8 +716,9 @@ commit(struct binlog_tracker *t)
     } else {
         for (struct binlog_watch *w = t->watches->touched; w != NULL;
              w = w->next_touched) {
+            bool partial = w->partial_trx == t->trx + 1;
             const struct binlog_ids ids = {
-                .id = w->ids, .n = w->nids, .known = !w->ids_lost};
+                .id = w->ids, .n = w->nids, .known = !w->ids_lost && !partial};
             w->notify(w->arg, w->inserted, &ids);
         }
     }

@@ -103,6 +103,7 @@ struct binlog_tracker {
     } map[BINLOG_MAP_SLOTS];
     size_t nmap, map_next;
     bool in_trx;
+    uint64_t trx; /* transactions forgotten so far: names the open one */
     /* Something of the open transaction could not be read: its commit
      * wakes every watch.  unreadable counts such transactions, why says
      * what the last one was. */
@@ -126,6 +127,11 @@ void binlog_tracker_unreadable(struct binlog_tracker *t, const char *why);
 /* A TRANSACTION_PAYLOAD's events were all fed: the payload held a whole
  * committed transaction, so it commits, whether its end was read or not. */
 void binlog_tracker_payload_end(struct binlog_tracker *t);
+/* w was just added to the tracker's watches: added while a transaction
+ * is open, it saw only some of its rows, and that transaction's ids are
+ * unknown to it. */
+void binlog_tracker_watch_added(struct binlog_tracker *t,
+                                struct binlog_watch *w);
 /* Forgets an open transaction (the stream broke in its middle). */
 void binlog_tracker_reset(struct binlog_tracker *t);
 

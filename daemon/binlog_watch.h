@@ -46,6 +46,7 @@ struct binlog_watch {
     uint64_t ids[BINLOG_IDS_MAX];
     size_t nids;
     bool ids_lost;
+    uint64_t partial_trx; /* the tracker's trx + 1 it was added in, or 0 */
 };
 
 struct binlog_watchset {

@@ -612,6 +612,7 @@ watch_logged(struct fixture *f, const char *db, const char *table,
 {
     struct binlog_watch *w = binlog_watch_add(&f->ws, db, table, log_commit, l);
     w->id_column = log_id_column;
+    binlog_tracker_watch_added(&f->t, w);
 }
 
 static void
@@ -790,6 +791,28 @@ START_TEST(test_ids_built)
     feed_id_rows(&f, T_WRITE_V2, (uint64_t[]){UINT64_MAX}, 1);
     feed_xid(&f);
     assert_told_ids(&l, 0, (uint64_t[]){7, 8, UINT64_MAX}, 3);
+    fx_free(&f);
+}
+END_TEST
+
+/* A watch added between two rows events of one transaction saw only
+ * the second: that transaction's ids are unknown, the next one's known. */
+START_TEST(test_ids_watch_added_mid_transaction)
+{
+    struct fixture f;
+    fx_init(&f, true);
+    struct told_log l = {.id_column = 0, .ncolumns = 1};
+    feed_query(&f, "shop", "BEGIN");
+    feed_id_rows(&f, T_WRITE, (uint64_t[]){7}, 1);
+    watch_logged(&f, "shop", "outbox_event", &l);
+    feed_id_rows(&f, T_WRITE, (uint64_t[]){8}, 1);
+    feed_xid(&f);
+    ck_assert_int_eq(l.n, 1);
+    ck_assert(l.c[0].inserted && !l.c[0].known);
+    feed_query(&f, "shop", "BEGIN");
+    feed_id_rows(&f, T_WRITE, (uint64_t[]){9}, 1);
+    feed_xid(&f);
+    assert_told_ids(&l, 1, (uint64_t[]){9}, 1);
     fx_free(&f);
 }
 END_TEST
@@ -1448,6 +1471,7 @@ binlog_suite(void)
     tcase_add_loop_test(tc, test_real_rows_ids_unknown, 0, 5);
     tcase_add_test(tc, test_real_rows_cut_anywhere);
     tcase_add_test(tc, test_ids_built);
+    tcase_add_test(tc, test_ids_watch_added_mid_transaction);
     tcase_add_loop_test(tc, test_ids_unknown, 0, 4);
     suite_add_tcase(s, tc);
     tc = tcase_create("mysql8");
