@@ -1088,6 +1088,32 @@ START_TEST(test_payload_wakes_its_table)
 }
 END_TEST
 
+/* The ids of rows inserted inside a payload, v2 rows events without
+ * checksums, compressed or not, as outside one. */
+START_TEST(test_payload_ids)
+{
+    unsigned compression = _i == 0 ? ZSTD : NONE;
+    struct fixture f;
+    mysql_init(&f);
+    struct told_log l = {.id_column = 0, .ncolumns = 1};
+    watch_logged(&f, "shop", "outbox_event", &l);
+    struct blob bl = {0};
+    struct pkt p;
+    build_query(&p, T_QUERY, "shop", "BEGIN", false);
+    blob_add(&bl, &p);
+    build_id_map(&p, 90, false);
+    blob_add(&bl, &p);
+    build_id_rows(&p, T_WRITE_V2, 90, (uint64_t[]){11, 12}, 2, false);
+    blob_add(&bl, &p);
+    build_bare(&p, T_XID, false);
+    blob_add(&bl, &p);
+    feed_payload(&f, compression, &bl, 0);
+    assert_told_ids(&l, 0, (uint64_t[]){11, 12}, 2);
+    free(bl.b);
+    fx_free(&f);
+}
+END_TEST
+
 /* A payload holds a whole committed transaction: its end commits, its
  * XID read or not. */
 START_TEST(test_payload_is_a_transaction)
@@ -1477,6 +1503,7 @@ binlog_suite(void)
     tc = tcase_create("mysql8");
     tcase_add_test(tc, test_mysql_control_events);
     tcase_add_loop_test(tc, test_payload_wakes_its_table, 0, 2);
+    tcase_add_loop_test(tc, test_payload_ids, 0, 2);
     tcase_add_test(tc, test_payload_is_a_transaction);
     tcase_add_loop_test(tc, test_payload_unreadable, 0, 5);
     tcase_add_test(tc, test_payload_large_events);
