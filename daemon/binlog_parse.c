@@ -559,8 +559,14 @@ map_table(struct binlog_tracker *t, const struct binlog_event *ev)
     t->map[slot].hash =
         binlog_watch_hash(t->map[slot].schema, t->map[slot].schema_len,
                           t->map[slot].table, t->map[slot].table_len);
+    /* Columns only for a watched table: the stream maps every table the
+     * server writes.  A watch added after the map sees the transaction
+     * in part, its ids unknown anyway (binlog_tracker_watch_added). */
     t->map[slot].columns.n = 0;
-    if (ev->body != NULL)
+    if (ev->body != NULL &&
+        binlog_watch_next(t->watches, NULL, t->map[slot].hash,
+                          t->map[slot].schema, t->map[slot].schema_len,
+                          t->map[slot].table, t->map[slot].table_len) != NULL)
         (void)binlog_columns_read(&t->map[slot].columns, ev->body, ev->body_len,
                                   ev->columns_at);
 }

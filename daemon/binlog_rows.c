@@ -98,8 +98,6 @@ meta_len(uint8_t t)
     case TY_BIT:
     case TY_NEWDECIMAL:
     case TY_STRING:
-    case TY_ENUM:
-    case TY_SET:
         return 2;
     default:
         return 0;
@@ -115,7 +113,7 @@ meta_value(uint8_t t, const unsigned char *p, size_t len)
         return p[0];
     if (len == 0)
         return 0;
-    if (t == TY_NEWDECIMAL || t == TY_STRING || t == TY_ENUM || t == TY_SET)
+    if (t == TY_NEWDECIMAL || t == TY_STRING)
         return (uint16_t)(p[0] << 8 | p[1]);
     return (uint16_t)(p[0] | p[1] << 8);
 }
@@ -251,9 +249,7 @@ value_size(uint8_t t, uint16_t meta, const unsigned char *p, size_t left)
     case TY_VAR_STRING:
         size = prefixed_size(p, left, meta > 255 ? 2 : 1);
         break;
-    case TY_STRING:
-    case TY_ENUM:
-    case TY_SET:
+    case TY_STRING: /* CHAR, and ENUM and SET, by the metadata */
         size = string_size(meta, p, left);
         break;
     default:

@@ -778,6 +778,15 @@ feed_id_rows(struct fixture *f, unsigned type, const uint64_t *ids, size_t n)
     ck_assert_int_eq(feed(f, &p), BINLOG_ROWS_WRITE);
 }
 
+/* One transaction inserting ids, in one v1 rows event. */
+static void
+feed_id_trx(struct fixture *f, const uint64_t *ids, size_t n)
+{
+    feed_query(f, "shop", "BEGIN");
+    feed_id_rows(f, T_WRITE, ids, n);
+    feed_xid(f);
+}
+
 /* Built to the documented layout: v1 and v2 events, several per
  * transaction, ids up to 2^64 - 1. */
 START_TEST(test_ids_built)
@@ -809,9 +818,7 @@ START_TEST(test_ids_watch_added_mid_transaction)
     feed_xid(&f);
     ck_assert_int_eq(l.n, 1);
     ck_assert(l.c[0].inserted && !l.c[0].known);
-    feed_query(&f, "shop", "BEGIN");
-    feed_id_rows(&f, T_WRITE, (uint64_t[]){9}, 1);
-    feed_xid(&f);
+    feed_id_trx(&f, (uint64_t[]){9}, 1);
     assert_told_ids(&l, 1, (uint64_t[]){9}, 1);
     fx_free(&f);
 }
@@ -855,9 +862,7 @@ START_TEST(test_ids_unknown)
     feed_xid(&f);
     ck_assert_int_eq(l.n, 1);
     ck_assert(l.c[0].inserted && !l.c[0].known);
-    feed_query(&f, "shop", "BEGIN");
-    feed_id_rows(&f, T_WRITE, many, BINLOG_IDS_MAX);
-    feed_xid(&f);
+    feed_id_trx(&f, many, BINLOG_IDS_MAX);
     assert_told_ids(&l, 1, many, BINLOG_IDS_MAX);
     fx_free(&f);
 }
