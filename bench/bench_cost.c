@@ -346,10 +346,12 @@ cost_unrelayed(const struct settings *s, const struct cost_case *c,
 
 /* ---- the relay ---- */
 
-/* outboxd's defaults but for on_sent, which the case sets. */
+/* outboxd's defaults but for on_sent, which the case sets, and ordering,
+ * which BENCH_COST_ORDERING may (to weigh what order per aggregate costs). */
 static void
 cost_config(const struct cost_case *c)
 {
+    const char *ordering = getenv("BENCH_COST_ORDERING");
     FILE *f = config_open(COST_CONF);
     fprintf(f,
             "  " DB_NAME ":\n    user: " RELAY_USER
@@ -358,6 +360,8 @@ cost_config(const struct cost_case *c)
             "    outboxes:\n      - table: outbox_event\n"
             "        exchange: " EXCHANGE "\n        on_sent: %s\n",
             c->sv->port, c->on_sent);
+    if (ordering != NULL && *ordering != '\0')
+        fprintf(f, "        ordering: %s\n", ordering);
     fclose(f);
 }
 
