@@ -224,6 +224,9 @@ parse_rows(const struct binlog_format *fmt, uint8_t type,
         return -1;
     ev->table_id = table_id_at(b, plen);
     ev->kind = is_write_type(type) ? BINLOG_ROWS_WRITE : BINLOG_ROWS_CHANGE;
+    ev->rows_update = type != EV_DELETE_V1 && type != EV_DELETE_V2 &&
+                      type != EV_DELETE_COMPRESSED_V1 &&
+                      type != EV_DELETE_COMPRESSED && !is_write_type(type);
     if ((type == EV_WRITE_V1 || type == EV_WRITE_V2) && !cut) {
         ev->body = b;
         ev->body_len = n;
@@ -509,7 +512,7 @@ forget(struct binlog_tracker *t)
     struct binlog_watch *w = t->watches->touched;
     while (w != NULL) {
         struct binlog_watch *next = w->next_touched;
-        w->touched = w->inserted = w->ids_lost = false;
+        w->touched = w->inserted = w->reopens = w->ids_lost = false;
         w->nids = 0;
         w->next_touched = NULL;
         w = next;
@@ -582,6 +585,9 @@ touch(struct binlog_tracker *t, struct binlog_watch *w, bool inserted)
     w->inserted = w->inserted || inserted;
 }
 
+/* How a rows event or a statement touched a table. */
+enum touch_kind { TOUCH_INSERT, TOUCH_DELETE, TOUCH_REOPEN };
+
 /* The ids an insert's rows event wrote into w's table, added to w's:
  * read by the column the watch names, and only where the table has as
  * many columns as the map says, so that a table altered since its
@@ -607,15 +613,17 @@ note_ids(struct binlog_watch *w, const struct binlog_columns *columns,
  * ids from rows (by columns), or unknown without it (a statement). */
 static void
 touch_named(struct binlog_tracker *t, const char *schema, size_t slen,
-            const char *table, size_t tlen, bool inserted,
+            const char *table, size_t tlen, enum touch_kind kind,
             const struct binlog_columns *columns,
             const struct binlog_event *rows)
 {
+    bool inserted = kind == TOUCH_INSERT;
     uint64_t h = binlog_watch_hash(schema, slen, table, tlen);
     for (struct binlog_watch *w = NULL;
          (w = binlog_watch_next(t->watches, w, h, schema, slen, table,
                                 tlen));) {
         touch(t, w, inserted);
+        w->reopens = w->reopens || kind == TOUCH_REOPEN;
         if (inserted && rows != NULL)
             note_ids(w, columns, rows);
         else if (inserted)
@@ -626,11 +634,14 @@ touch_named(struct binlog_tracker *t, const char *schema, size_t slen,
 static void
 rows_seen(struct binlog_tracker *t, const struct binlog_event *ev)
 {
+    enum touch_kind kind = ev->kind == BINLOG_ROWS_WRITE ? TOUCH_INSERT
+                           : ev->rows_update             ? TOUCH_REOPEN
+                                                         : TOUCH_DELETE;
     for (size_t i = 0; i < t->nmap; i++)
         if (t->map[i].table_id == ev->table_id) {
             touch_named(t, t->map[i].schema, t->map[i].schema_len,
-                        t->map[i].table, t->map[i].table_len,
-                        ev->kind == BINLOG_ROWS_WRITE, &t->map[i].columns, ev);
+                        t->map[i].table, t->map[i].table_len, kind,
+                        &t->map[i].columns, ev);
             return;
         }
 }
@@ -682,8 +693,10 @@ next_ident(const char **p, const char *end, struct ident *id)
 }
 
 /* A statement logged as text: a hint by name, which a false match only
- * costs one claim.  Each identifier is a table of the default schema, or
- * of the one before it with a dot between. */
+ * costs one claim, or one join that reads the head of the aggregate.
+ * Each identifier is a table of the default schema, or of the one before
+ * it with a dot between.  An insert inserts; any other statement may
+ * have made some row unfinished again. */
 static void
 statement_seen(struct binlog_tracker *t, const struct binlog_event *ev)
 {
@@ -692,19 +705,18 @@ statement_seen(struct binlog_tracker *t, const struct binlog_event *ev)
              (w = binlog_watch_next_in_schema(t->watches, w, ev->schema,
                                               ev->schema_len));) {
             touch(t, w, true);
-            w->ids_lost = true;
+            w->ids_lost = w->reopens = true;
         }
         return;
     }
-    if (!ev->text_inserts)
-        return;
+    enum touch_kind kind = ev->text_inserts ? TOUCH_INSERT : TOUCH_REOPEN;
     const char *p = ev->text, *end = ev->text + ev->text_len;
     struct ident prev = {0}, id;
     while (next_ident(&p, end, &id)) {
         if (id.dotted && prev.s != NULL)
-            touch_named(t, prev.s, prev.n, id.s, id.n, true, NULL, NULL);
+            touch_named(t, prev.s, prev.n, id.s, id.n, kind, NULL, NULL);
         else
-            touch_named(t, ev->schema, ev->schema_len, id.s, id.n, true, NULL,
+            touch_named(t, ev->schema, ev->schema_len, id.s, id.n, kind, NULL,
                         NULL);
         prev = id;
     }
@@ -716,15 +728,17 @@ static void
 commit(struct binlog_tracker *t)
 {
     if (t->wake_all) {
-        const struct binlog_ids unknown = {.known = false};
+        const struct binlog_ids unknown = {.known = false, .reopens = true};
         for (size_t i = 0; i < t->watches->n; i++)
             t->watches->all[i]->notify(t->watches->all[i]->arg, true, &unknown);
     } else {
         for (struct binlog_watch *w = t->watches->touched; w != NULL;
              w = w->next_touched) {
             bool partial = w->partial_trx == t->trx + 1;
-            const struct binlog_ids ids = {
-                .id = w->ids, .n = w->nids, .known = !w->ids_lost && !partial};
+            const struct binlog_ids ids = {.id = w->ids,
+                                           .n = w->nids,
+                                           .known = !w->ids_lost && !partial,
+                                           .reopens = w->reopens || partial};
             w->notify(w->arg, w->inserted, &ids);
         }
     }

@@ -63,6 +63,7 @@ struct binlog_event {
     size_t columns_at; /* TABLE_MAP: past the table's name, in body */
     uint8_t post_len;  /* rows: the post-header's length */
     bool rows_v2;      /* rows: version 2, extra data after it */
+    bool rows_update;  /* rows: updated, not inserted or deleted */
 };
 
 /*

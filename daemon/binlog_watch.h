@@ -19,6 +19,9 @@ struct binlog_ids {
     const uint64_t *id;
     size_t n;
     bool known; /* id holds every row the transaction inserted */
+    /* It updated rows, or ran a statement naming the table other than an
+     * insert: some row it did not insert may be unfinished again. */
+    bool reopens;
 };
 
 /* One watched table and whom to tell of its commits. */
@@ -41,7 +44,7 @@ struct binlog_watch {
     struct binlog_watch *next, *next_schema;
     size_t slot;
     /* Tracker-private: what the open transaction did to the table. */
-    bool touched, inserted;
+    bool touched, inserted, reopens;
     struct binlog_watch *next_touched;
     uint64_t ids[BINLOG_IDS_MAX];
     size_t nids;

@@ -45,7 +45,16 @@ told_take_ids(struct told *t, struct told_ids *out)
 {
     pthread_mutex_lock(&t->ids_lock);
     told_ids_add(out, t->ids.id, t->ids.n, !t->ids.lost);
+    out->doubt = out->doubt || t->ids.doubt;
     t->ids = (struct told_ids){0};
+    pthread_mutex_unlock(&t->ids_lock);
+}
+
+void
+told_doubt(struct told *t)
+{
+    pthread_mutex_lock(&t->ids_lock);
+    t->ids.doubt = true;
     pthread_mutex_unlock(&t->ids_lock);
 }
 

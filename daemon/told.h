@@ -20,6 +20,10 @@ struct told_ids {
     uint64_t id[TOLD_IDS];
     size_t n;
     bool lost; /* some commit's ids were not all known, or did not fit */
+    /* Some commit may have made a row unfinished other than by the
+     * inserts told (an update, a statement), or some may have gone
+     * untold (the stream restarted at the binlog's end). */
+    bool doubt;
 };
 
 struct told {
@@ -37,6 +41,8 @@ void told_free(struct told *t);
 /* The stream's thread: one more commit, which inserted the n rows of
  * ids when known (else ids are not all known). */
 void told_commit(struct told *t, const uint64_t *ids, size_t n, bool known);
+/* The stream's thread: a doubt (struct told_ids) for the next take. */
+void told_doubt(struct told *t);
 /* The taker's thread: the ids told since the last call, added to out. */
 void told_take_ids(struct told *t, struct told_ids *out);
 /* Adds n ids to to, or, when they are not known or do not fit, marks

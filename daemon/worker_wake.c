@@ -16,7 +16,7 @@ take_told_ids(struct worker *w)
 {
     struct told_ids ids = {0};
     told_take_ids(&w->told, &ids);
-    if (ids.n > 0 || ids.lost)
+    if (ids.n > 0 || ids.lost || ids.doubt)
         store_told_ids(w->store, &ids);
 }
 
@@ -48,6 +48,8 @@ binlog_commit_cb(void *arg, bool inserted, const struct binlog_ids *ids)
 {
     struct worker *w = arg;
     w->changes++;
+    if (ids->reopens)
+        told_doubt(&w->told);
     if (!inserted)
         return;
     told_commit(&w->told, ids->id, ids->n, ids->known);
@@ -82,8 +84,10 @@ binlog_state_cb(void *arg, bool live)
     struct worker *w = arg;
     /* A stream starts at the binlog's end: what was written while it was
      * down is one change unaccounted for (worker_rows_unchanged). */
-    if (live)
+    if (live) {
         w->changes++;
+        told_doubt(&w->told); /* and commits untold: no join heads-free */
+    }
     w->wake_live = live;
     w->kick_state = true;
     outbox_log(LOG_DEBUG, w->ob, "woken by %s",

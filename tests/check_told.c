@@ -74,6 +74,27 @@ START_TEST(test_ids_taken_once_or_lost)
 }
 END_TEST
 
+/* A doubt (a change, a stream restarted) goes with the next take alone,
+ * with the ids told beside it, and wakes nobody: no commit is counted. */
+START_TEST(test_doubt_taken_once)
+{
+    struct told_ids ids = {0};
+    told_commit(&t, (uint64_t[]){7}, 1, true);
+    told_doubt(&t);
+    ck_assert_uint_eq(told_take(&t), 1);
+    told_take_ids(&t, &ids);
+    ck_assert(ids.doubt && !ids.lost);
+    ck_assert_uint_eq(ids.n, 1);
+    ids = (struct told_ids){0};
+    told_take_ids(&t, &ids);
+    ck_assert(!ids.doubt);
+    told_doubt(&t);
+    ck_assert(!told_pending(&t));
+    told_take_ids(&t, &ids);
+    ck_assert(ids.doubt && ids.n == 0);
+}
+END_TEST
+
 /* A commit told before the wait is taken at once. */
 START_TEST(test_wait_takes_a_pending_commit_at_once)
 {
@@ -154,6 +175,7 @@ told_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_take_counts_each_commit_once);
     tcase_add_test(tc, test_ids_taken_once_or_lost);
+    tcase_add_test(tc, test_doubt_taken_once);
     tcase_add_test(tc, test_wait_takes_a_pending_commit_at_once);
     tcase_add_test(tc, test_wait_without_commit_ends_at_its_deadline);
     tcase_add_test(tc, test_wait_woken_by_a_commit);
