@@ -183,6 +183,10 @@ const struct counter_family metrics_counters[] = {
      "Of those, the ones that locked the one row told by its id, read from "
      "the binlog, rather than reading the range past the transaction's rows.",
      OM(joins_by_id)},
+    {"outboxd_joins_head_free_total",
+     "Of those, the ones that left out the read of the aggregate's earlier "
+     "events: the transaction held every row committed since its claim.",
+     OM(joins_head_free)},
     {"outboxd_wakes_total",
      "Committed inserts into the outbox table told by the binlog stream.",
      OM(wakes)},

@@ -63,9 +63,9 @@ struct outbox_metrics {
     uint64_t db_errors, db_read_only, broker_errors;
     /* Claim attempts that lost a race (store_claim_conflicts). */
     uint64_t claim_conflicts;
-    /* Lean joins, and those that locked the row told by its id
-     * (store_joins). */
-    uint64_t joins, joins_by_id;
+    /* Lean joins, those that locked the row told by its id, and of those
+     * the ones without the head of the aggregate (store_joins). */
+    uint64_t joins, joins_by_id, joins_head_free;
     /* Broker confirms that came after their wave gave up (publisher.h). */
     uint64_t late_confirms;
     double poll_wait_s; /* the wait before the next claim */

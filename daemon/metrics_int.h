@@ -8,7 +8,7 @@
 #include "metrics.h"
 
 /* The uint64_t counters of struct outbox_metrics with a family each. */
-#define METRICS_NCOUNTERS 18
+#define METRICS_NCOUNTERS 19
 
 struct counter_family {
     const char *name, *help;

@@ -92,9 +92,11 @@ bool store_last_error_is_lock_wait(const struct store *st);
 bool store_claim_lost_race(const struct store *st);
 /* Claim attempts that lost such a race, since store_new (any thread). */
 uint64_t store_claim_conflicts(struct store *st);
-/* Lean joins since store_new, and those by the id the binlog told
- * (store_told_ids), from any thread. */
-void store_joins(struct store *st, uint64_t *joins, uint64_t *by_id);
+/* Lean joins since store_new, those by the id the binlog told
+ * (store_told_ids), and of those the ones without the head of the
+ * aggregate (store_join.c), from any thread. */
+void store_joins(struct store *st, uint64_t *joins, uint64_t *by_id,
+                 uint64_t *head_free);
 /* Statements this store sent since store_new (the claim's cost, for
  * tests); the session's own setup counts in dbsession_statement_count. */
 uint64_t store_statement_count(const struct store *st);

@@ -432,8 +432,9 @@ lock_lean(struct store *st, struct outbox_batch *b, size_t window,
           size_t *nread, char *err, size_t errlen)
 {
     bool join = st->claim.lean_join;
-    st->claim.lean_heads =
-        st->plan.head_sql != NULL && ordering_applies(st, SRC_PENDING);
+    st->claim.lean_heads = st->plan.head_sql != NULL &&
+                           ordering_applies(st, SRC_PENDING) &&
+                           !(join && st->claim.join_form == JOIN_POINT_FREE);
     bool looks = !join && !st->claim.quiet;
     st->claim.lean_expired_look = looks && expired_look_due(st);
     st->claim.lean_delayed_look = looks && delayed_look_due(st);
@@ -1110,7 +1111,7 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
     if (b->n > 0 && st->claim.lean_now) {
         b->lean = true; /* the transaction stays open: finalize ends it */
         st->claim.lean_gen = dbsession_generation(st->conn.sess);
-        return 0;
+        return store_join_open(st, b, err, errlen);
     }
     if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
         return -1;
@@ -1142,8 +1143,10 @@ store_claim_more(struct store *st, const struct outbox_batch *first,
     st->claim.nheads = 0;
     st->claim.cut_short = false;
     st->claim.seen_bytes = st->claim.seen_rows = 0;
+    store_join_pick(st, first, st->claim.lean_after);
     if (fetch_candidates(st, b, SRC_PENDING, cap, err, errlen) < 0)
         return -1;
+    store_join_read(st, first, b);
     b->candidates = st->claim.cut_short ? cap : b->n;
     if (!st->claim.lean_now) {
         b->n = 0; /* locked till the commit, taken by the next claim */

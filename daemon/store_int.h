@@ -138,6 +138,15 @@ struct claim_scratch {
     bool lean_join;
     uint64_t lean_after;
     struct told_ids told;
+    /* The head-free join (store_join.c): the lean claim that opened the
+     * transaction found no unfinished row it had not locked; unheld, the
+     * ids told since that it has not locked (all of them while they fit
+     * and no doubt came).  join_form: the read this join makes. */
+    bool head_free;
+    uint64_t unheld[TOLD_IDS];
+    size_t nunheld;
+    int join_form;
+    uint64_t join_point;
     bool lean_heads, lean_expired_look, lean_delayed_look;
     /* A RETRY or delayed row may hold an aggregate back: the lean read
      * filters past them.  Cleared by a probe that saw neither. */
@@ -166,9 +175,10 @@ struct claim_scratch {
     size_t heads_cap, nheads;
 };
 
-/* A lean join's two reads: past the transaction's last row, or the one
- * row the binlog told of, by primary key. */
-enum join_form { JOIN_RANGE, JOIN_POINT, JOIN_FORMS };
+/* A lean join's reads: past the transaction's last row, or the one row
+ * the binlog told of, by primary key, with the head of its aggregate or,
+ * proven needless, without. */
+enum join_form { JOIN_RANGE, JOIN_POINT, JOIN_POINT_FREE, JOIN_FORMS };
 
 /* The lean join's prepared reads on this store's session (store_join.c),
  * each: its name, unique in the process; the session generation it was
@@ -280,6 +290,14 @@ struct outbox_row *store_find_row(struct outbox_batch *b, uint64_t id);
  * for others. */
 void store_join_init(struct store *st);
 void store_join_plan_changed(struct store *st);
+/* The lean claim's count that may make its transaction's joins
+ * head-free; the form of the next join; what its read held. */
+int store_join_open(struct store *st, const struct outbox_batch *b, char *err,
+                    size_t errlen);
+void store_join_pick(struct store *st, const struct outbox_batch *first,
+                     uint64_t after);
+void store_join_read(struct store *st, const struct outbox_batch *first,
+                     const struct outbox_batch *b);
 int store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
                    size_t errlen);
 void store_join_forget(struct store *st);
@@ -294,6 +312,8 @@ const char *store_dead_locked_until(const struct store *st);
 const char *store_expired_locked_by(const struct store *st);
 
 /* store_ordering.c */
+bool store_aggregate_alone(const struct store *st, const struct outbox_row *row,
+                           const struct outbox_batch *first);
 int store_ordering_filter(struct store *st, struct outbox_batch *b, char *err,
                           size_t errlen);
 

@@ -6,6 +6,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "store_int.h"
 
@@ -21,7 +22,7 @@ store_join_init(struct store *st)
 {
     unsigned n =
         atomic_fetch_add_explicit(&join_names, 1, memory_order_relaxed);
-    static const char *const forms[JOIN_FORMS] = {"range", "point"};
+    static const char *const forms[JOIN_FORMS] = {"range", "point", "free"};
     for (int f = 0; f < JOIN_FORMS; f++)
         snprintf(st->join.form[f].name, sizeof(st->join.form[f].name),
                  "outboxd_join_%s_%u", forms[f], n + 1);
@@ -34,10 +35,95 @@ store_join_plan_changed(struct store *st)
         st->join.form[f].prepared_gen = 0;
 }
 
+/* The ids told since the lean claim's count, for the head-free joins: a
+ * doubt, a lost id or more than fit, and the transaction's joins read the
+ * head of the aggregate to its end. */
+static void
+note_unheld(struct store *st, const struct told_ids *ids)
+{
+    struct claim_scratch *c = &st->claim;
+    if (!c->head_free)
+        return;
+    if (ids->lost || ids->doubt || ids->n > TOLD_IDS - c->nunheld) {
+        c->head_free = false;
+        return;
+    }
+    for (size_t i = 0; i < ids->n; i++)
+        c->unheld[c->nunheld++] = ids->id[i];
+}
+
 void
 store_told_ids(struct store *st, const struct told_ids *ids)
 {
     told_ids_add(&st->claim.told, ids->id, ids->n, !ids->lost);
+    note_unheld(st, ids);
+}
+
+/* Where the head-free join may apply: order per aggregate that the head
+ * column keeps, with no held DEAD rows (a finished row that still holds
+ * its aggregate), rows found by id, and aggregates that the relay can
+ * tell apart as the server does (compared as bytes). */
+static bool
+head_free_applies(const struct store *st)
+{
+    return st->ob->ordering == ORDERING_AGGREGATE &&
+           st->plan.head_sql != NULL && st->ob->on_dead != ON_DEAD_HOLD &&
+           st->plan.id_primary && st->plan.binary_aggregate;
+}
+
+/*
+ * The proof the head-free join starts from (docs/design.md): the rows the
+ * lean claim locked are all the table's unfinished rows.  Read after the
+ * locks, without locks of its own, as committed: a row committed between
+ * the claim and this read counts too, and only denies the proof.  From
+ * then on the binlog tells every commit in commit order; while each one
+ * only inserts rows that the transaction goes on to lock, no event
+ * earlier than a joined row can be unfinished outside the transaction.
+ */
+int
+store_join_open(struct store *st, const struct outbox_batch *b, char *err,
+                size_t errlen)
+{
+    st->claim.head_free = false;
+    st->claim.nunheld = 0;
+    if (!head_free_applies(st))
+        return 0;
+    strbuf_reset(&st->sql);
+    strbuf_addf(&st->sql,
+                "SELECT COUNT(*) FROM (SELECT 1 FROM %s WHERE `status` IN "
+                "('PENDING', 'RETRY', 'PROCESSING') LIMIT %zu) `u`",
+                st->table, b->n + 1);
+    MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW r = mysql_fetch_row(res);
+    st->claim.head_free =
+        r != NULL && r[0] != NULL && strtoull(r[0], NULL, 10) == b->n;
+    mysql_free_result(res);
+    return 0;
+}
+
+/* Whether the transaction (first and its lean_next) holds row id. */
+static bool
+holds(const struct outbox_batch *first, uint64_t id)
+{
+    for (const struct outbox_batch *x = first; x != NULL; x = x->lean_next)
+        for (size_t i = 0; i < x->n; i++)
+            if (x->rows[i].id == id)
+                return true;
+    return false;
+}
+
+/* The told ids the transaction came to hold leave unheld. */
+static void
+prune_unheld(struct store *st, const struct outbox_batch *first)
+{
+    struct claim_scratch *c = &st->claim;
+    size_t kept = 0;
+    for (size_t i = 0; i < c->nunheld; i++)
+        if (!holds(first, c->unheld[i]))
+            c->unheld[kept++] = c->unheld[i];
+    c->nunheld = kept;
 }
 
 /*
@@ -69,13 +155,13 @@ add_join_text(const struct store *st, struct strbuf *q, enum join_form form,
 {
     bool ordering = st->ob->ordering == ORDERING_AGGREGATE;
     strbuf_adds(q, st->plan.select_list);
-    if (st->claim.lean_heads)
+    if (st->claim.lean_heads && form != JOIN_POINT_FREE)
         strbuf_adds(q, st->plan.head_sql);
     strbuf_addf(q, ", `c`.`created_at` >= NOW(6) - INTERVAL %d SECOND",
                 STORE_LEAN_YOUNG_S);
     strbuf_addf(q, " FROM %s `c` FORCE INDEX (PRIMARY) WHERE %s", st->table,
                 st->plan.claim_cond[SRC_PENDING]);
-    if (form == JOIN_POINT)
+    if (form != JOIN_RANGE)
         strbuf_addf(q, " AND `c`.`id` = %s AND `c`.`id` > %s%s", point, after,
                     ordering ? st->plan.hold_sql : "");
     else
@@ -157,20 +243,62 @@ told_point(const struct store *st, uint64_t after)
     return point;
 }
 
+/*
+ * The join's form.  Head-free when the proof of store_join_open still
+ * holds and the one id told that the transaction does not hold is the
+ * row it is about to lock: every commit told before that row's is then
+ * one of its own rows (the binlog's order is the commit order).
+ */
+void
+store_join_pick(struct store *st, const struct outbox_batch *first,
+                uint64_t after)
+{
+    struct claim_scratch *c = &st->claim;
+    c->join_point = told_point(st, after);
+    c->told = (struct told_ids){0};
+    prune_unheld(st, first);
+    if (c->join_point == 0)
+        c->join_form = JOIN_RANGE;
+    else if (c->head_free && c->nunheld == 1 && c->unheld[0] == c->join_point)
+        c->join_form = JOIN_POINT_FREE;
+    else
+        c->join_form = JOIN_POINT;
+}
+
+/*
+ * After a head-free join: the row it read leads its aggregate unless the
+ * transaction holds another of the same aggregate, which it published
+ * first and may yet fail: then the ordering check reads the counts and
+ * drops it.  The row leaves unheld only once it is in the transaction's
+ * batches (prune_unheld): one dropped (by the ordering, or as not young)
+ * stays locked but unpublished, and a later event of its aggregate must
+ * not pass it, so the joins after read the head again.
+ */
+void
+store_join_read(struct store *st, const struct outbox_batch *first,
+                const struct outbox_batch *b)
+{
+    struct claim_scratch *c = &st->claim;
+    if (c->join_form != JOIN_POINT_FREE)
+        return;
+    for (size_t i = 0; i < b->n; i++)
+        if (store_aggregate_alone(st, &b->rows[i], first))
+            c->heads[c->nheads++] = b->rows[i].id;
+}
+
 int
 store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
                size_t errlen)
 {
     uint64_t gen = dbsession_generation(st->conn.sess);
-    uint64_t point = told_point(st, after);
-    enum join_form form = point != 0 ? JOIN_POINT : JOIN_RANGE;
-    st->claim.told = (struct told_ids){0};
+    enum join_form form = (enum join_form)st->claim.join_form;
+    uint64_t point = st->claim.join_point;
     atomic_fetch_add_explicit(&st->joins[form], 1, memory_order_relaxed);
     if (join_prepares(st, form, gen) &&
         prepare_join(st, form, gen, err, errlen) < 0)
         return -1;
     strbuf_reset(&st->sql);
-    if (join_prepared(st, form) && form == JOIN_POINT) {
+    if (join_prepared(st, form) && form != JOIN_RANGE) {
         strbuf_addf(&st->sql, "EXECUTE %s USING %" PRIu64 ", %" PRIu64,
                     st->join.form[form].name, point, after);
         return 0;
@@ -190,9 +318,13 @@ store_join_sql(struct store *st, uint64_t after, size_t window, char *err,
 }
 
 void
-store_joins(struct store *st, uint64_t *joins, uint64_t *by_id)
+store_joins(struct store *st, uint64_t *joins, uint64_t *by_id,
+            uint64_t *head_free)
 {
-    *by_id = atomic_load_explicit(&st->joins[JOIN_POINT], memory_order_relaxed);
+    *head_free =
+        atomic_load_explicit(&st->joins[JOIN_POINT_FREE], memory_order_relaxed);
+    *by_id = *head_free +
+             atomic_load_explicit(&st->joins[JOIN_POINT], memory_order_relaxed);
     *joins = *by_id +
              atomic_load_explicit(&st->joins[JOIN_RANGE], memory_order_relaxed);
 }

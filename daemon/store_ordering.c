@@ -81,8 +81,30 @@ group_candidates(struct store *st, size_t n)
 static bool
 ends_in_space(const char *s)
 {
-    size_t len = strlen(s);
+    size_t len = s != NULL ? strlen(s) : 0;
     return len > 0 && s[len - 1] == ' ';
+}
+
+/* Whether the server surely sees row's aggregate apart from that of
+ * every row of the batches from first on (its lean_next): compared as
+ * bytes (a _bin collation), no value ending in a space (which the
+ * collation's padding ignores). */
+bool
+store_aggregate_alone(const struct store *st, const struct outbox_row *row,
+                      const struct outbox_batch *first)
+{
+    if (!st->plan.binary_aggregate || ends_in_space(row->aggregate_type) ||
+        ends_in_space(row->aggregate_id))
+        return false;
+    for (const struct outbox_batch *x = first; x != NULL; x = x->lean_next)
+        for (size_t i = 0; i < x->n; i++) {
+            const struct outbox_row *held = &x->rows[i];
+            if (same_aggregate(held, row) ||
+                ends_in_space(held->aggregate_type) ||
+                ends_in_space(held->aggregate_id))
+                return false;
+        }
+    return true;
 }
 
 /*

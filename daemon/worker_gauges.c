@@ -210,7 +210,7 @@ worker_metrics(struct worker *w, struct outbox_metrics *m)
     m->db_errors = w->db_errors;
     m->db_read_only = w->db_read_only;
     m->claim_conflicts = store_claim_conflicts(w->store);
-    store_joins(w->store, &m->joins, &m->joins_by_id);
+    store_joins(w->store, &m->joins, &m->joins_by_id, &m->joins_head_free);
     m->broker_errors = w->broker_errors;
     m->late_confirms = publisher_late_confirms(w->pub);
     m->poll_wait_s = (double)w->poll_wait_ms / 1e3;

@@ -1444,6 +1444,94 @@ START_TEST(test_lean_join_keeps_held_back_rows)
 }
 END_TEST
 
+/* Holds 'first' in an open lean transaction, its confirm stalled. */
+static void
+fx_hold_first(struct wake_fx *f, struct it_proxy *px)
+{
+    px->stall_replies = true;
+    fx_insert(f, "first");
+    FX_WAIT(f, SLOW_MS, row_locked(f, "first"), "first never held");
+}
+
+/* The joins so far, and those head-free (the metrics count them once
+ * their transaction ends). */
+static void
+fx_joins(struct wake_fx *f, double *joins, double *head_free)
+{
+    *joins = fx_metric(f, "outboxd_joins_total");
+    *head_free = fx_metric(f, "outboxd_joins_head_free_total");
+}
+
+/*
+ * The head-free join's first premise: the claim that opens the lean
+ * transaction holds every unfinished row.  A RETRY row waiting before
+ * it opens (not due for an hour) is one it does not hold, so a later
+ * event of its aggregate, joined, is held back by the head of the
+ * aggregate, and goes out after it.
+ */
+START_TEST(test_lean_head_free_needs_every_unfinished_row)
+{
+    struct wake_fx f;
+    struct it_proxy px;
+    fx_start_proxied_warm(&f, &px, "");
+    fx_insert_row(&f, "retry-1", "r", ", status, retry_count, next_retry_at",
+                  ", 'RETRY', 1, NOW(6) + INTERVAL 1 HOUR");
+    double joins, head_free, now_joins, now_free;
+    fx_joins(&f, &joins, &head_free);
+    fx_hold_first(&f, &px);
+    fx_insert_row(&f, "r-2", "r", "", "");
+    px.stall_replies = false; /* first confirmed, r-2 joined */
+    fx_receive(&f, "first", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "first", "SENT"), "first not SENT");
+    FX_WAIT(&f, SLOW_MS,
+            (fx_joins(&f, &now_joins, &now_free), now_joins > joins),
+            "the join not counted");
+    ck_assert_double_eq(now_free, head_free);
+    struct it_message m;
+    ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
+    ck_assert(fx_status_is(&f, "r-2", "PENDING"));
+    it_db_exec(f.it.sql, "UPDATE outbox_event SET next_retry_at = NOW(6) "
+                         "WHERE event_id = 'retry-1'");
+    it_db_exec(f.it.sql, "COMMIT");
+    fx_receive(&f, "retry-1", SLOW_MS);
+    fx_receive(&f, "r-2", SLOW_MS);
+    fx_end_proxied(&f, &px);
+}
+END_TEST
+
+/*
+ * The second: every commit the binlog tells while the transaction is
+ * open only inserts rows it goes on to hold.  A DEAD row sent back to
+ * PENDING meanwhile (what `outboxctl dead retry` writes) is unfinished
+ * again outside it, though it was finished when the transaction opened:
+ * its later joins read the head of the aggregate, so the event after it
+ * waits, and arrives after it.
+ */
+START_TEST(test_lean_head_free_doubts_an_update)
+{
+    struct wake_fx f;
+    struct it_proxy px;
+    fx_start_proxied_warm(&f, &px, "");
+    fx_insert_row(&f, "dead-1", "d", ", status, retry_count", ", 'DEAD', 9");
+    double joins, head_free, now_joins, now_free;
+    fx_joins(&f, &joins, &head_free);
+    fx_hold_first(&f, &px);
+    it_db_exec(f.it.sql, "UPDATE outbox_event SET status = 'PENDING', "
+                         "retry_count = 0 WHERE event_id = 'dead-1'");
+    it_db_exec(f.it.sql, "COMMIT");
+    fx_insert_row(&f, "d-2", "d", "", "");
+    px.stall_replies = false; /* first confirmed, d-2 joined */
+    fx_receive(&f, "first", SLOW_MS);
+    fx_receive(&f, "dead-1", SLOW_MS);
+    fx_receive(&f, "d-2", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS,
+            (fx_joins(&f, &now_joins, &now_free), now_joins > joins),
+            "the join not counted");
+    ck_assert_double_eq(now_free, head_free);
+    fx_end_proxied(&f, &px);
+}
+END_TEST
+
 /*
  * More rows held back behind a RETRY than a claim's window, committed
  * in the steady state, do not stall the events committed after them:
@@ -1666,6 +1754,11 @@ START_TEST(test_lean_join_prepared)
     double by_id = fx_metric(&f, "outboxd_joins_by_id_total");
     ck_assert_msg(joins > 0 && by_id >= joins / 2,
                   "%.0f of %.0f joins by the id told", by_id, joins);
+    /* One relay, nothing else writing: its claims found no unfinished row
+     * but their own, so its joins by id need not read the head. */
+    double head_free = fx_metric(&f, "outboxd_joins_head_free_total");
+    ck_assert_msg(head_free >= by_id / 2, "%.0f of %.0f joins by id head-free",
+                  head_free, by_id);
     ck_assert_double_gt(fx_metric(&f, "outboxd_batches_lean_total") - lean,
                         N / 2);
     long long prepares = global_status(&f, "COM_PREPARE_SQL");
@@ -1959,6 +2052,8 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_join_prepared);
     tcase_add_test(tc, test_lean_join_prepare_refused);
     tcase_add_test(tc, test_lean_join_late_commit);
+    tcase_add_test(tc, test_lean_head_free_needs_every_unfinished_row);
+    tcase_add_test(tc, test_lean_head_free_doubts_an_update);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
     tc = tcase_create("watch_list");
