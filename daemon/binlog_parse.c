@@ -280,6 +280,8 @@ classify_statement(struct binlog_event *ev)
         ev->kind = BINLOG_COMMIT;
     else if (keyword_is(k, end, "ROLLBACK"))
         ev->kind = BINLOG_ROLLBACK;
+    else if (keyword_is(k, end, "XA"))
+        ev->text_xa = true;
     else
         ev->text_inserts = keyword_is(k, end, "INSERT") ||
                            keyword_is(k, end, "REPLACE") ||
@@ -700,6 +702,15 @@ next_ident(const char **p, const char *end, struct ident *id)
 static void
 statement_seen(struct binlog_tracker *t, const struct binlog_event *ev)
 {
+    if (ev->text_xa) {
+        /* An XA transaction's rows were logged at its XA PREPARE, and are
+         * seen only now, at a commit that names no table: any watch's. */
+        for (size_t i = 0; i < t->watches->n; i++) {
+            touch(t, t->watches->all[i], true);
+            t->watches->all[i]->ids_lost = t->watches->all[i]->reopens = true;
+        }
+        return;
+    }
     if (ev->text_unknown) {
         for (struct binlog_watch *w = NULL;
              (w = binlog_watch_next_in_schema(t->watches, w, ev->schema,

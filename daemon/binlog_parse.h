@@ -56,6 +56,7 @@ struct binlog_event {
     size_t text_len;
     bool text_inserts; /* STATEMENT: INSERT, REPLACE or LOAD DATA */
     bool text_unknown; /* STATEMENT: compressed or cut, the text unread */
+    bool text_xa;      /* STATEMENT: XA COMMIT and the like, by xid alone */
     /* PAYLOAD: between header and checksum.  TABLE_MAP and an uncompressed
      * write rows event read whole: the same, for binlog_rows.h. */
     const unsigned char *body;

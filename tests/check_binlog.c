@@ -413,6 +413,15 @@ START_TEST(test_statements)
     feed_query(&f, "shop", "INSERT INTO outbox_event_archive VALUES (3)");
     feed_query(&f, "other", "INSERT INTO outbox_event VALUES (3)");
     ck_assert_int_eq(seen[0].inserts, 1);
+    /* An XA transaction's rows, logged at its prepare, are seen at its
+     * XA COMMIT, which names no table: every watch is told, in doubt. */
+    int reopens[2] = {seen[0].reopens, seen[1].reopens};
+    feed_query(&f, "", "XA COMMIT X'31',X'',1");
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(seen[i].reopens, reopens[i] + 1);
+        ck_assert(!seen[i].ids_known);
+    }
+    ck_assert_int_eq(seen[0].inserts, 2);
     fx_free(&f);
 }
 END_TEST

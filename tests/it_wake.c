@@ -595,6 +595,43 @@ counters_moved(struct wake_fx *f, double wakes, double empty)
     return w != wakes || e != empty;
 }
 
+/*
+ * An XA transaction's insert is logged at its XA PREPARE, before anyone
+ * can see the row, and becomes visible at its XA COMMIT, which names no
+ * table: that commit wakes the relay, so the event arrives within the
+ * wake latency, not at the 10 s ceiling.  An event committed in between
+ * closes the prepared group in the stream: the XA COMMIT is then the
+ * only commit that could wake the relay for the row.
+ */
+START_TEST(test_xa_commit_wakes)
+{
+    struct wake_fx f;
+    fx_open(&f, IT_DB_BINLOG_PORT, true, NULL, LONG_CEILINGS);
+    it_fx_start(&f.it);
+    fx_wait_live(&f, 1, SLOW_MS);
+    fx_deliver(&f, "warm-1", SLOW_MS);
+    MYSQL *xa = it_db_connect_port(IT_DB_BINLOG_PORT, f.it.db);
+    it_db_exec(xa, "XA START 'outboxd-xa'");
+    it_db_exec(xa, "INSERT INTO outbox_event (event_id, aggregate_type, "
+                   "aggregate_id, event_type, payload) VALUES ('xa-1', "
+                   "'Order', 'xa', 'OrderCreated', '{}')");
+    it_db_exec(xa, "XA END 'outboxd-xa'");
+    it_db_exec(xa, "XA PREPARE 'outboxd-xa'");
+    fx_deliver(&f, "between-1", SLOW_MS); /* xa-1 not seen yet */
+    FX_WAIT(&f, SLOW_MS, fx_metric(&f, "outboxd_poll_interval_seconds") >= 5,
+            "the relay never went idle till its ceiling");
+    uint64_t t0 = it_now_ms();
+    it_db_exec(xa, "XA COMMIT 'outboxd-xa'");
+    mysql_close(xa);
+    uint64_t ms = fx_receive(&f, "xa-1", SLOW_MS) - t0;
+    ck_assert_msg(ms <= WAKE_LATENCY_MS,
+                  "xa-1 arrived %llu ms after its commit",
+                  (unsigned long long)ms);
+    fx_assert_clean_exit(&f);
+    it_fx_close(&f.it);
+}
+END_TEST
+
 /* Commits to another table of the same database wake nothing. */
 START_TEST(test_other_table_no_wake)
 {
@@ -1463,6 +1500,39 @@ fx_joins(struct wake_fx *f, double *joins, double *head_free)
 }
 
 /*
+ * A head-free join of an event whose aggregate the transaction already
+ * holds does not publish it in that transaction: were its commit lost,
+ * both would go out again, the earlier one after the later.  The join is
+ * head-free (nothing else unfinished, nothing else told), and the event
+ * goes in the next transaction, recorded apart.
+ */
+START_TEST(test_lean_head_free_one_event_per_aggregate)
+{
+    struct wake_fx f;
+    struct it_proxy px;
+    fx_start_proxied_warm(&f, &px, "");
+    double joins, head_free, now_joins, now_free;
+    fx_joins(&f, &joins, &head_free);
+    fx_hold_first(&f, &px);
+    fx_insert_row(&f, "first-2", "first", "", "");
+    px.stall_replies = false; /* first confirmed, first-2 joined */
+    fx_receive(&f, "first", SLOW_MS);
+    fx_receive(&f, "first-2", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "first-2", "SENT"),
+            "first-2 not SENT");
+    ck_assert_int_eq(it_db_int(f.it.sql,
+                               "SELECT COUNT(DISTINCT sent_at) FROM "
+                               "outbox_event WHERE event_id IN ('first', "
+                               "'first-2')"),
+                     2);
+    FX_WAIT(&f, SLOW_MS,
+            (fx_joins(&f, &now_joins, &now_free), now_free > head_free),
+            "the join of first-2 was not head-free");
+    fx_end_proxied(&f, &px);
+}
+END_TEST
+
+/*
  * The head-free join's first premise: the claim that opens the lean
  * transaction holds every unfinished row.  A RETRY row waiting before
  * it opens (not due for an hour) is one it does not hold, so a later
@@ -2033,6 +2103,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_no_privilege_polls);
     tcase_add_test(tc, test_no_binlog_monitor_starts_by_gtid);
     tcase_add_test(tc, test_other_table_no_wake);
+    tcase_add_test(tc, test_xa_commit_wakes);
     tcase_add_test(tc, test_wake_poll);
     tcase_add_test(tc, test_wake_binlog_required);
     suite_add_tcase(s, tc);
@@ -2052,6 +2123,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_join_prepared);
     tcase_add_test(tc, test_lean_join_prepare_refused);
     tcase_add_test(tc, test_lean_join_late_commit);
+    tcase_add_test(tc, test_lean_head_free_one_event_per_aggregate);
     tcase_add_test(tc, test_lean_head_free_needs_every_unfinished_row);
     tcase_add_test(tc, test_lean_head_free_doubts_an_update);
     suite_add_tcase(s, tc);
