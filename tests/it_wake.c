@@ -1499,6 +1499,35 @@ fx_joins(struct wake_fx *f, double *joins, double *head_free)
     *head_free = fx_metric(f, "outboxd_joins_head_free_total");
 }
 
+/* The head-free tests' middle: 'first' held in an open lean transaction;
+ * the statement between committed, if any; event id of aggregate agg
+ * committed; then first confirmed, so that id is joined; first received. */
+static void
+fx_join_behind_first(struct wake_fx *f, struct it_proxy *px,
+                     const char *between, const char *id, const char *agg)
+{
+    fx_hold_first(f, px);
+    if (between != NULL) {
+        it_db_exec(f->it.sql, "%s", between);
+        it_db_exec(f->it.sql, "COMMIT");
+    }
+    fx_insert_row(f, id, agg, "", "");
+    px->stall_replies = false;
+    fx_receive(f, "first", SLOW_MS);
+}
+
+/* Since joins and head_free were read: a join more, and more_free more
+ * of them head-free. */
+static void
+fx_assert_joins(struct wake_fx *f, double joins, double head_free,
+                double more_free)
+{
+    double now_joins, now_free;
+    FX_WAIT(f, SLOW_MS, (fx_joins(f, &now_joins, &now_free), now_joins > joins),
+            "the join not counted");
+    ck_assert_double_eq(now_free, head_free + more_free);
+}
+
 /*
  * A head-free join of an event whose aggregate the transaction already
  * holds does not publish it in that transaction: were its commit lost,
@@ -1511,12 +1540,9 @@ START_TEST(test_lean_head_free_one_event_per_aggregate)
     struct wake_fx f;
     struct it_proxy px;
     fx_start_proxied_warm(&f, &px, "");
-    double joins, head_free, now_joins, now_free;
+    double joins, head_free;
     fx_joins(&f, &joins, &head_free);
-    fx_hold_first(&f, &px);
-    fx_insert_row(&f, "first-2", "first", "", "");
-    px.stall_replies = false; /* first confirmed, first-2 joined */
-    fx_receive(&f, "first", SLOW_MS);
+    fx_join_behind_first(&f, &px, NULL, "first-2", "first");
     fx_receive(&f, "first-2", SLOW_MS);
     FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "first-2", "SENT"),
             "first-2 not SENT");
@@ -1525,9 +1551,7 @@ START_TEST(test_lean_head_free_one_event_per_aggregate)
                                "outbox_event WHERE event_id IN ('first', "
                                "'first-2')"),
                      2);
-    FX_WAIT(&f, SLOW_MS,
-            (fx_joins(&f, &now_joins, &now_free), now_free > head_free),
-            "the join of first-2 was not head-free");
+    fx_assert_joins(&f, joins, head_free, 1);
     fx_end_proxied(&f, &px);
 }
 END_TEST
@@ -1546,17 +1570,11 @@ START_TEST(test_lean_head_free_needs_every_unfinished_row)
     fx_start_proxied_warm(&f, &px, "");
     fx_insert_row(&f, "retry-1", "r", ", status, retry_count, next_retry_at",
                   ", 'RETRY', 1, NOW(6) + INTERVAL 1 HOUR");
-    double joins, head_free, now_joins, now_free;
+    double joins, head_free;
     fx_joins(&f, &joins, &head_free);
-    fx_hold_first(&f, &px);
-    fx_insert_row(&f, "r-2", "r", "", "");
-    px.stall_replies = false; /* first confirmed, r-2 joined */
-    fx_receive(&f, "first", SLOW_MS);
+    fx_join_behind_first(&f, &px, NULL, "r-2", "r");
     FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "first", "SENT"), "first not SENT");
-    FX_WAIT(&f, SLOW_MS,
-            (fx_joins(&f, &now_joins, &now_free), now_joins > joins),
-            "the join not counted");
-    ck_assert_double_eq(now_free, head_free);
+    fx_assert_joins(&f, joins, head_free, 0);
     struct it_message m;
     ck_assert_int_eq(it_consumer_next(f.it.consumer, &m, 500), 0);
     ck_assert(fx_status_is(&f, "r-2", "PENDING"));
@@ -1583,21 +1601,15 @@ START_TEST(test_lean_head_free_doubts_an_update)
     struct it_proxy px;
     fx_start_proxied_warm(&f, &px, "");
     fx_insert_row(&f, "dead-1", "d", ", status, retry_count", ", 'DEAD', 9");
-    double joins, head_free, now_joins, now_free;
+    double joins, head_free;
     fx_joins(&f, &joins, &head_free);
-    fx_hold_first(&f, &px);
-    it_db_exec(f.it.sql, "UPDATE outbox_event SET status = 'PENDING', "
-                         "retry_count = 0 WHERE event_id = 'dead-1'");
-    it_db_exec(f.it.sql, "COMMIT");
-    fx_insert_row(&f, "d-2", "d", "", "");
-    px.stall_replies = false; /* first confirmed, d-2 joined */
-    fx_receive(&f, "first", SLOW_MS);
+    fx_join_behind_first(&f, &px,
+                         "UPDATE outbox_event SET status = 'PENDING', "
+                         "retry_count = 0 WHERE event_id = 'dead-1'",
+                         "d-2", "d");
     fx_receive(&f, "dead-1", SLOW_MS);
     fx_receive(&f, "d-2", SLOW_MS);
-    FX_WAIT(&f, SLOW_MS,
-            (fx_joins(&f, &now_joins, &now_free), now_joins > joins),
-            "the join not counted");
-    ck_assert_double_eq(now_free, head_free);
+    fx_assert_joins(&f, joins, head_free, 0);
     fx_end_proxied(&f, &px);
 }
 END_TEST
