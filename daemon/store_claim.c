@@ -1111,7 +1111,8 @@ claim_once(struct store *st, const char *relay_id, struct outbox_batch *b,
     if (b->n > 0 && st->claim.lean_now) {
         b->lean = true; /* the transaction stays open: finalize ends it */
         st->claim.lean_gen = dbsession_generation(st->conn.sess);
-        return store_join_open(st, b, err, errlen);
+        store_join_open(st, b);
+        return 0;
     }
     if (b->n > 0 && mark_claimed(st, b, err, errlen) < 0)
         return -1;
@@ -1143,8 +1144,8 @@ store_claim_more(struct store *st, const struct outbox_batch *first,
     st->claim.nheads = 0;
     st->claim.cut_short = false;
     st->claim.seen_bytes = st->claim.seen_rows = 0;
-    store_join_pick(st, first, st->claim.lean_after);
-    if (fetch_candidates(st, b, SRC_PENDING, cap, err, errlen) < 0)
+    if (store_join_pick(st, first, st->claim.lean_after, err, errlen) < 0 ||
+        fetch_candidates(st, b, SRC_PENDING, cap, err, errlen) < 0)
         return -1;
     store_join_read(st, first, b);
     b->candidates = st->claim.cut_short ? cap : b->n;

@@ -138,11 +138,13 @@ struct claim_scratch {
     bool lean_join;
     uint64_t lean_after;
     struct told_ids told;
-    /* The head-free join (store_join.c): the lean claim that opened the
-     * transaction found no unfinished row it had not locked; unheld, the
-     * ids told since that it has not locked (all of them while they fit
-     * and no doubt came).  join_form: the read this join makes. */
-    bool head_free;
+    /* The head-free join (store_join.c): how far its proof stands in the
+     * open transaction (enum head_proof); unheld, the ids told since its
+     * claim that it has not locked (all of them while they fit and no
+     * doubt came).  join_form: the read this join makes. */
+    int proof;
+    bool tail_known; /* the last commit told, as told_ids.tail */
+    uint64_t tail;
     uint64_t unheld[TOLD_IDS];
     size_t nunheld;
     int join_form;
@@ -179,6 +181,11 @@ struct claim_scratch {
  * the binlog told of, by primary key, with the head of its aggregate or,
  * proven needless, without. */
 enum join_form { JOIN_RANGE, JOIN_POINT, JOIN_POINT_FREE, JOIN_FORMS };
+/* The head-free join's proof in the open lean transaction: none (its
+ * joins read the head), due (the claim held the last commit told; the
+ * read of the unfinished rows waits for the first join that needs it),
+ * held (that read found only rows the transaction holds). */
+enum head_proof { PROOF_NONE, PROOF_DUE, PROOF_HELD };
 
 /* The lean join's prepared reads on this store's session (store_join.c),
  * each: its name, unique in the process; the session generation it was
@@ -290,12 +297,12 @@ struct outbox_row *store_find_row(struct outbox_batch *b, uint64_t id);
  * for others. */
 void store_join_init(struct store *st);
 void store_join_plan_changed(struct store *st);
-/* The lean claim's count that may make its transaction's joins
- * head-free; the form of the next join; what its read held. */
-int store_join_open(struct store *st, const struct outbox_batch *b, char *err,
-                    size_t errlen);
-void store_join_pick(struct store *st, const struct outbox_batch *first,
-                     uint64_t after);
+/* Whether the lean claim's transaction may join head-free; the form of
+ * the next join, with the proof's read where it is due; what its read
+ * held. */
+void store_join_open(struct store *st, const struct outbox_batch *b);
+int store_join_pick(struct store *st, const struct outbox_batch *first,
+                    uint64_t after, char *err, size_t errlen);
 void store_join_read(struct store *st, const struct outbox_batch *first,
                      const struct outbox_batch *b);
 int store_join_sql(struct store *st, uint64_t after, size_t window, char *err,

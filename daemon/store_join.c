@@ -6,6 +6,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "store_int.h"
 
@@ -34,17 +35,17 @@ store_join_plan_changed(struct store *st)
         st->join.form[f].prepared_gen = 0;
 }
 
-/* The ids told since the lean claim's count, for the head-free joins: a
- * doubt, a lost id or more than fit, and the transaction's joins read the
- * head of the aggregate to its end. */
+/* The ids told since the lean claim, for the head-free joins: a doubt, a
+ * lost id or more than fit, and the transaction's joins read the head of
+ * the aggregate to its end. */
 static void
 note_unheld(struct store *st, const struct told_ids *ids)
 {
     struct claim_scratch *c = &st->claim;
-    if (!c->head_free)
+    if (c->proof == PROOF_NONE)
         return;
     if (ids->lost || ids->doubt || ids->n > TOLD_IDS - c->nunheld) {
-        c->head_free = false;
+        c->proof = PROOF_NONE;
         return;
     }
     for (size_t i = 0; i < ids->n; i++)
@@ -55,6 +56,8 @@ void
 store_told_ids(struct store *st, const struct told_ids *ids)
 {
     told_ids_add(&st->claim.told, ids->id, ids->n, !ids->lost);
+    st->claim.tail_known = ids->tail_known;
+    st->claim.tail = ids->tail;
     note_unheld(st, ids);
 }
 
@@ -70,39 +73,6 @@ head_free_applies(const struct store *st)
            st->plan.id_primary && st->plan.binary_aggregate;
 }
 
-/*
- * The proof the head-free join starts from (docs/design.md): the rows the
- * lean claim locked are all the table's unfinished rows.  Read after the
- * locks, without locks of its own, as committed: a row committed between
- * the claim and this read counts too, and only denies the proof.  The
- * ids themselves, at most one more than it holds, along the status
- * index: a COUNT over a derived table with that LIMIT built a temporary
- * table on the server every time.  From
- * then on the binlog tells every commit in commit order; while each one
- * only inserts rows that the transaction goes on to lock, no event
- * earlier than a joined row can be unfinished outside the transaction.
- */
-int
-store_join_open(struct store *st, const struct outbox_batch *b, char *err,
-                size_t errlen)
-{
-    st->claim.head_free = false;
-    st->claim.nunheld = 0;
-    if (!head_free_applies(st))
-        return 0;
-    strbuf_reset(&st->sql);
-    strbuf_addf(&st->sql,
-                "SELECT `id` FROM %s WHERE `status` IN ('PENDING', 'RETRY', "
-                "'PROCESSING') LIMIT %zu",
-                st->table, b->n + 1);
-    MYSQL_RES *res = store_run_select(st, "claim", err, errlen);
-    if (res == NULL)
-        return -1;
-    st->claim.head_free = mysql_num_rows(res) == b->n;
-    mysql_free_result(res);
-    return 0;
-}
-
 /* Whether the transaction (first and its lean_next) holds row id. */
 static bool
 holds(const struct outbox_batch *first, uint64_t id)
@@ -112,6 +82,61 @@ holds(const struct outbox_batch *first, uint64_t id)
             if (x->rows[i].id == id)
                 return true;
     return false;
+}
+
+/*
+ * Where the head-free join starts from (docs/design.md): the lean claim
+ * holds a row of the last commit the binlog told.  The binlog may tell a
+ * commit before the engine shows it to other reads; that row locked
+ * proves its commit shown, and so every one before it, since commits are
+ * shown in the binlog's order.  The proof's read then finds every row
+ * they left unfinished; the binlog tells every commit after in commit
+ * order.
+ */
+void
+store_join_open(struct store *st, const struct outbox_batch *b)
+{
+    struct claim_scratch *c = &st->claim;
+    c->nunheld = 0;
+    c->proof = head_free_applies(st) && c->tail_known && holds(b, c->tail)
+                   ? PROOF_DUE
+                   : PROOF_NONE;
+}
+
+/*
+ * The proof's read, at the first join that would leave the head out: the
+ * table's unfinished rows are the transaction's and the one it is about
+ * to lock.  Without locks of its own, as committed: a row committed since
+ * counts too, and only denies the proof.  The ids themselves, at most one
+ * more than may pass, along the status index: a COUNT over a derived
+ * table built a temporary table on the server every time.  Made here
+ * rather than at the claim, so that a transaction no event joins (every
+ * event alone, at a few a second) pays nothing for it.
+ */
+static int
+read_proof(struct store *st, const struct outbox_batch *first, uint64_t point,
+           char *err, size_t errlen)
+{
+    size_t held = 0;
+    for (const struct outbox_batch *x = first; x != NULL; x = x->lean_next)
+        held += x->n;
+    strbuf_reset(&st->sql);
+    strbuf_addf(&st->sql,
+                "SELECT `id` FROM %s WHERE `status` IN ('PENDING', 'RETRY', "
+                "'PROCESSING') LIMIT %zu",
+                st->table, held + 2);
+    MYSQL_RES *res = store_run_select(st, "join", err, errlen);
+    if (res == NULL)
+        return -1;
+    st->claim.proof = mysql_num_rows(res) <= held + 1 ? PROOF_HELD : PROOF_NONE;
+    for (MYSQL_ROW r;
+         st->claim.proof == PROOF_HELD && (r = mysql_fetch_row(res)) != NULL;) {
+        uint64_t id = strtoull(r[0], NULL, 10);
+        if (id != point && !holds(first, id))
+            st->claim.proof = PROOF_NONE;
+    }
+    mysql_free_result(res);
+    return 0;
 }
 
 /* The told ids the transaction came to hold leave unheld. */
@@ -244,25 +269,29 @@ told_point(const struct store *st, uint64_t after)
 }
 
 /*
- * The join's form.  Head-free when the proof of store_join_open still
- * holds and the one id told that the transaction does not hold is the
- * row it is about to lock: every commit told before that row's is then
- * one of its own rows (the binlog's order is the commit order).
+ * The join's form.  Head-free when the proof holds and the one id told
+ * that the transaction does not hold is the row it is about to lock:
+ * every commit told before that row's is then one of its own rows (the
+ * binlog's order is the commit order).
  */
-void
+int
 store_join_pick(struct store *st, const struct outbox_batch *first,
-                uint64_t after)
+                uint64_t after, char *err, size_t errlen)
 {
     struct claim_scratch *c = &st->claim;
     c->join_point = told_point(st, after);
     c->told = (struct told_ids){0};
     prune_unheld(st, first);
-    if (c->join_point == 0)
-        c->join_form = JOIN_RANGE;
-    else if (c->head_free && c->nunheld == 1 && c->unheld[0] == c->join_point)
+    c->join_form = c->join_point != 0 ? JOIN_POINT : JOIN_RANGE;
+    if (c->join_point == 0 || c->proof == PROOF_NONE || c->nunheld != 1 ||
+        c->unheld[0] != c->join_point)
+        return 0;
+    if (c->proof == PROOF_DUE &&
+        read_proof(st, first, c->join_point, err, errlen) < 0)
+        return -1;
+    if (c->proof == PROOF_HELD)
         c->join_form = JOIN_POINT_FREE;
-    else
-        c->join_form = JOIN_POINT;
+    return 0;
 }
 
 /*

@@ -46,6 +46,10 @@ told_take_ids(struct told *t, struct told_ids *out)
     pthread_mutex_lock(&t->ids_lock);
     told_ids_add(out, t->ids.id, t->ids.n, !t->ids.lost);
     out->doubt = out->doubt || t->ids.doubt;
+    if (t->ids.n > 0 || t->ids.lost || t->ids.doubt) { /* told since */
+        out->tail_known = t->ids.tail_known;
+        out->tail = t->ids.tail;
+    }
     t->ids = (struct told_ids){0};
     pthread_mutex_unlock(&t->ids_lock);
 }
@@ -55,6 +59,7 @@ told_doubt(struct told *t)
 {
     pthread_mutex_lock(&t->ids_lock);
     t->ids.doubt = true;
+    t->ids.tail_known = false;
     pthread_mutex_unlock(&t->ids_lock);
 }
 
@@ -69,7 +74,11 @@ told_commit(struct told *t, const uint64_t *ids, size_t n, bool known)
 {
     /* The ids first: a taker that sees the commit finds them. */
     pthread_mutex_lock(&t->ids_lock);
-    told_ids_add(&t->ids, ids, n, known);
+    /* A commit that inserted rows names one at least, or they are lost. */
+    told_ids_add(&t->ids, ids, n, known && n > 0);
+    t->ids.tail_known = known && n > 0;
+    if (t->ids.tail_known)
+        t->ids.tail = ids[n - 1];
     pthread_mutex_unlock(&t->ids_lock);
     atomic_fetch_add(&t->commits, 1);
     if (atomic_load(&t->waiting)) {

@@ -24,6 +24,10 @@ struct told_ids {
      * inserts told (an update, a statement), or some may have gone
      * untold (the stream restarted at the binlog's end). */
     bool doubt;
+    /* The last thing told was a commit whose ids were all read, tail the
+     * last of them: no doubt and no commit of ids unknown came after. */
+    bool tail_known;
+    uint64_t tail;
 };
 
 struct told {

@@ -95,6 +95,36 @@ START_TEST(test_doubt_taken_once)
 }
 END_TEST
 
+/* The tail is the last id of the last thing told, when that was a commit
+ * of ids known: a doubt or a commit of ids unknown after it hides it,
+ * across takes too, and a take with nothing told keeps the one before. */
+START_TEST(test_tail_is_the_last_commit_told)
+{
+    struct told_ids ids = {0};
+    told_doubt(&t);
+    told_commit(&t, (uint64_t[]){7, 8}, 2, true);
+    told_take_ids(&t, &ids);
+    ck_assert(ids.tail_known);
+    ck_assert_uint_eq(ids.tail, 8);
+    told_take_ids(&t, &ids);
+    ck_assert(ids.tail_known && ids.tail == 8);
+
+    told_commit(&t, (uint64_t[]){9}, 1, true);
+    told_doubt(&t);
+    told_take_ids(&t, &ids);
+    ck_assert(!ids.tail_known);
+
+    told_commit(&t, (uint64_t[]){10}, 1, true);
+    told_commit(&t, NULL, 0, false);
+    told_take_ids(&t, &ids);
+    ck_assert(!ids.tail_known);
+
+    told_commit(&t, NULL, 0, true); /* inserted, no id named: lost */
+    told_take_ids(&t, &ids);
+    ck_assert(!ids.tail_known && ids.lost);
+}
+END_TEST
+
 /* A commit told before the wait is taken at once. */
 START_TEST(test_wait_takes_a_pending_commit_at_once)
 {
@@ -176,6 +206,7 @@ told_suite(void)
     tcase_add_test(tc, test_take_counts_each_commit_once);
     tcase_add_test(tc, test_ids_taken_once_or_lost);
     tcase_add_test(tc, test_doubt_taken_once);
+    tcase_add_test(tc, test_tail_is_the_last_commit_told);
     tcase_add_test(tc, test_wait_takes_a_pending_commit_at_once);
     tcase_add_test(tc, test_wait_without_commit_ends_at_its_deadline);
     tcase_add_test(tc, test_wait_woken_by_a_commit);

@@ -1615,6 +1615,37 @@ START_TEST(test_lean_head_free_doubts_an_update)
 END_TEST
 
 /*
+ * The proof's read sees a commit only once the engine shows it, which may
+ * come after the binlog told it: the claim must hold a row of the last
+ * commit told, which proves that commit and every one before it shown.
+ * Here the last row of that commit is one no claim takes (inserted
+ * SENT), so the event joined after it reads the head of its aggregate.
+ */
+START_TEST(test_lean_head_free_needs_the_last_commit_held)
+{
+    struct wake_fx f;
+    struct it_proxy px;
+    fx_start_proxied_warm(&f, &px, "");
+    double joins, head_free;
+    fx_joins(&f, &joins, &head_free);
+    px.stall_replies = true;
+    it_db_exec(f.it.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status) VALUES ('first', "
+               "'Order', 'first', 'OrderCreated', '{}', 'PENDING'), "
+               "('done-1', 'Order', 'done', 'OrderCreated', '{}', 'SENT')");
+    it_db_exec(f.it.sql, "COMMIT");
+    FX_WAIT(&f, SLOW_MS, row_locked(&f, "first"), "first never held");
+    fx_insert_row(&f, "x-2", "x", "", "");
+    px.stall_replies = false;
+    fx_receive(&f, "first", SLOW_MS);
+    fx_receive(&f, "x-2", SLOW_MS);
+    fx_assert_joins(&f, joins, head_free, 0);
+    fx_end_proxied(&f, &px);
+}
+END_TEST
+
+/*
  * More rows held back behind a RETRY than a claim's window, committed
  * in the steady state, do not stall the events committed after them:
  * those go out on their wake.
@@ -2138,6 +2169,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_head_free_one_event_per_aggregate);
     tcase_add_test(tc, test_lean_head_free_needs_every_unfinished_row);
     tcase_add_test(tc, test_lean_head_free_doubts_an_update);
+    tcase_add_test(tc, test_lean_head_free_needs_the_last_commit_held);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
     tc = tcase_create("watch_list");
