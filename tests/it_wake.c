@@ -1557,9 +1557,9 @@ START_TEST(test_lean_head_free_one_event_per_aggregate)
 END_TEST
 
 /*
- * The head-free join's first premise: the claim that opens the lean
- * transaction holds every unfinished row.  A RETRY row waiting before
- * it opens (not due for an hour) is one it does not hold, so a later
+ * The head-free join's premise read at its first join: the transaction
+ * holds every unfinished row but the one it joins.  A RETRY row waiting
+ * before it opens (not due for an hour) is one it does not hold, so a later
  * event of its aggregate, joined, is held back by the head of the
  * aggregate, and goes out after it.
  */
@@ -1588,14 +1588,15 @@ START_TEST(test_lean_head_free_needs_every_unfinished_row)
 END_TEST
 
 /*
- * The second: every commit the binlog tells while the transaction is
- * open only inserts rows it goes on to hold.  A DEAD row sent back to
- * PENDING meanwhile (what `outboxctl dead retry` writes) is unfinished
- * again outside it, though it was finished when the transaction opened:
- * its later joins read the head of the aggregate, so the event after it
- * waits, and arrives after it.
+ * A DEAD row sent back to PENDING while the transaction is open (what
+ * `outboxctl dead retry` writes) is unfinished again outside it, though
+ * it was finished when the claim opened the transaction: the join of the
+ * event after it reads the head of the aggregate (the proof's read sees
+ * the row; an update told after that read is a doubt, check_store's
+ * test_join_doubt_ends_head_free), so that event waits, and arrives
+ * after it.
  */
-START_TEST(test_lean_head_free_doubts_an_update)
+START_TEST(test_lean_head_free_sees_a_retried_dead_row)
 {
     struct wake_fx f;
     struct it_proxy px;
@@ -1615,9 +1616,10 @@ START_TEST(test_lean_head_free_doubts_an_update)
 END_TEST
 
 /*
- * The proof's read sees a commit only once the engine shows it, which may
- * come after the binlog told it: the claim must hold a row of the last
- * commit told, which proves that commit and every one before it shown.
+ * The premise of the claim: the proof's read sees a commit only once the
+ * engine shows it, which may come after the binlog told it, so the claim
+ * must hold a row of the last commit told, which proves that commit and
+ * every one before it shown.
  * Here the last row of that commit is one no claim takes (inserted
  * SENT), so the event joined after it reads the head of its aggregate.
  */
@@ -2168,7 +2170,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_join_late_commit);
     tcase_add_test(tc, test_lean_head_free_one_event_per_aggregate);
     tcase_add_test(tc, test_lean_head_free_needs_every_unfinished_row);
-    tcase_add_test(tc, test_lean_head_free_doubts_an_update);
+    tcase_add_test(tc, test_lean_head_free_sees_a_retried_dead_row);
     tcase_add_test(tc, test_lean_head_free_needs_the_last_commit_held);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
