@@ -185,7 +185,7 @@ const struct counter_family metrics_counters[] = {
      OM(joins_by_id)},
     {"outboxd_joins_head_free_total",
      "Of those, the ones that left out the read of the aggregate's earlier "
-     "events: the transaction held every row committed since its claim.",
+     "events: the transaction held every unfinished row.",
      OM(joins_head_free)},
     {"outboxd_wakes_total",
      "Committed inserts into the outbox table told by the binlog stream.",
