@@ -125,7 +125,7 @@ read_proof(struct store *st, const struct outbox_batch *first, uint64_t point,
                 "SELECT `id` FROM %s WHERE `status` IN ('PENDING', 'RETRY', "
                 "'PROCESSING') LIMIT %zu",
                 st->table, held + 2);
-    MYSQL_RES *res = store_run_select(st, "join", err, errlen);
+    MYSQL_RES *res = store_run_select(st, "claim head-free check", err, errlen);
     if (res == NULL)
         return -1;
     st->claim.proof = mysql_num_rows(res) <= held + 1 ? PROOF_HELD : PROOF_NONE;

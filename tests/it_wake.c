@@ -1481,12 +1481,18 @@ START_TEST(test_lean_join_keeps_held_back_rows)
 }
 END_TEST
 
-/* Holds 'first' in an open lean transaction, its confirm stalled. */
+/* Holds 'first' in an open lean transaction, its confirm stalled; also,
+ * more rows' VALUES inserted in its commit, after it ("" for none). */
 static void
-fx_hold_first(struct wake_fx *f, struct it_proxy *px)
+fx_hold_first(struct wake_fx *f, struct it_proxy *px, const char *also)
 {
     px->stall_replies = true;
-    fx_insert(f, "first");
+    it_db_exec(f->it.sql,
+               "INSERT INTO outbox_event (event_id, aggregate_type, "
+               "aggregate_id, event_type, payload, status) VALUES ('first', "
+               "'Order', 'first', 'OrderCreated', '{}', 'PENDING')%s",
+               also);
+    it_db_exec(f->it.sql, "COMMIT");
     FX_WAIT(f, SLOW_MS, row_locked(f, "first"), "first never held");
 }
 
@@ -1499,19 +1505,26 @@ fx_joins(struct wake_fx *f, double *joins, double *head_free)
     *head_free = fx_metric(f, "outboxd_joins_head_free_total");
 }
 
-/* The head-free tests' middle: 'first' held in an open lean transaction;
- * the statement between committed, if any; event id of aggregate agg
- * committed; then first confirmed, so that id is joined; first received. */
+/* The head-free tests' middle, each part but the joined event's optional. */
+struct behind_first {
+    const char *with_first; /* rows' VALUES committed with 'first' */
+    const char *between;    /* a statement committed after it is held */
+    const char *id, *agg;   /* the event joined, and its aggregate */
+};
+
+/* 'first' held in an open lean transaction, the rest committed as b
+ * says; then first confirmed, so that b's event is joined; first
+ * received. */
 static void
 fx_join_behind_first(struct wake_fx *f, struct it_proxy *px,
-                     const char *between, const char *id, const char *agg)
+                     struct behind_first b)
 {
-    fx_hold_first(f, px);
-    if (between != NULL) {
-        it_db_exec(f->it.sql, "%s", between);
+    fx_hold_first(f, px, b.with_first != NULL ? b.with_first : "");
+    if (b.between != NULL) {
+        it_db_exec(f->it.sql, "%s", b.between);
         it_db_exec(f->it.sql, "COMMIT");
     }
-    fx_insert_row(f, id, agg, "", "");
+    fx_insert_row(f, b.id, b.agg, "", "");
     px->stall_replies = false;
     fx_receive(f, "first", SLOW_MS);
 }
@@ -1542,7 +1555,8 @@ START_TEST(test_lean_head_free_one_event_per_aggregate)
     fx_start_proxied_warm(&f, &px, "");
     double joins, head_free;
     fx_joins(&f, &joins, &head_free);
-    fx_join_behind_first(&f, &px, NULL, "first-2", "first");
+    fx_join_behind_first(
+        &f, &px, (struct behind_first){.id = "first-2", .agg = "first"});
     fx_receive(&f, "first-2", SLOW_MS);
     FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "first-2", "SENT"),
             "first-2 not SENT");
@@ -1572,7 +1586,8 @@ START_TEST(test_lean_head_free_needs_every_unfinished_row)
                   ", 'RETRY', 1, NOW(6) + INTERVAL 1 HOUR");
     double joins, head_free;
     fx_joins(&f, &joins, &head_free);
-    fx_join_behind_first(&f, &px, NULL, "r-2", "r");
+    fx_join_behind_first(&f, &px,
+                         (struct behind_first){.id = "r-2", .agg = "r"});
     FX_WAIT(&f, SLOW_MS, fx_status_is(&f, "first", "SENT"), "first not SENT");
     fx_assert_joins(&f, joins, head_free, 0);
     struct it_message m;
@@ -1604,10 +1619,13 @@ START_TEST(test_lean_head_free_sees_a_retried_dead_row)
     fx_insert_row(&f, "dead-1", "d", ", status, retry_count", ", 'DEAD', 9");
     double joins, head_free;
     fx_joins(&f, &joins, &head_free);
-    fx_join_behind_first(&f, &px,
-                         "UPDATE outbox_event SET status = 'PENDING', "
-                         "retry_count = 0 WHERE event_id = 'dead-1'",
-                         "d-2", "d");
+    fx_join_behind_first(
+        &f, &px,
+        (struct behind_first){.between = "UPDATE outbox_event SET status = "
+                                         "'PENDING', retry_count = 0 WHERE "
+                                         "event_id = 'dead-1'",
+                              .id = "d-2",
+                              .agg = "d"});
     fx_receive(&f, "dead-1", SLOW_MS);
     fx_receive(&f, "d-2", SLOW_MS);
     fx_assert_joins(&f, joins, head_free, 0);
@@ -1630,17 +1648,13 @@ START_TEST(test_lean_head_free_needs_the_last_commit_held)
     fx_start_proxied_warm(&f, &px, "");
     double joins, head_free;
     fx_joins(&f, &joins, &head_free);
-    px.stall_replies = true;
-    it_db_exec(f.it.sql,
-               "INSERT INTO outbox_event (event_id, aggregate_type, "
-               "aggregate_id, event_type, payload, status) VALUES ('first', "
-               "'Order', 'first', 'OrderCreated', '{}', 'PENDING'), "
-               "('done-1', 'Order', 'done', 'OrderCreated', '{}', 'SENT')");
-    it_db_exec(f.it.sql, "COMMIT");
-    FX_WAIT(&f, SLOW_MS, row_locked(&f, "first"), "first never held");
-    fx_insert_row(&f, "x-2", "x", "", "");
-    px.stall_replies = false;
-    fx_receive(&f, "first", SLOW_MS);
+    fx_join_behind_first(
+        &f, &px,
+        (struct behind_first){
+            .with_first =
+                ", ('done-1', 'Order', 'done', 'OrderCreated', '{}', 'SENT')",
+            .id = "x-2",
+            .agg = "x"});
     fx_receive(&f, "x-2", SLOW_MS);
     fx_assert_joins(&f, joins, head_free, 0);
     fx_end_proxied(&f, &px);
@@ -1829,6 +1843,37 @@ kill_relay_sessions(struct wake_fx *f)
     mysql_free_result(res);
     ck_assert_int_ge(killed, 1);
 }
+
+/*
+ * The relay's session lost while its lean transaction is open, before
+ * the first join, whose first statement is the head-free check: the
+ * join fails, and the record of the held event says its transaction was
+ * rolled back.  The locks are gone with it, so the held event is
+ * published again and the joined one for the first time, each recorded
+ * SENT: nothing lost.
+ */
+START_TEST(test_lean_head_free_check_on_a_lost_session)
+{
+    struct wake_fx f;
+    struct it_proxy px;
+    fx_start_proxied_warm(&f, &px, "");
+    fx_hold_first(&f, &px, "");
+    kill_relay_sessions(&f);
+    fx_insert_row(&f, "x-2", "x", "", "");
+    px.stall_replies = false;
+    fx_receive(&f, "first", SLOW_MS); /* published before the loss */
+    fx_receive(&f, "first", SLOW_MS);
+    fx_receive(&f, "x-2", SLOW_MS);
+    FX_WAIT(&f, SLOW_MS,
+            fx_status_is(&f, "first", "SENT") &&
+                fx_status_is(&f, "x-2", "SENT"),
+            "first and x-2 not SENT");
+    ck_assert_int_eq(log_lines(&f, "could not record the outcome of 1 events",
+                               "rolled back"),
+                     1);
+    fx_end_proxied(&f, &px);
+}
+END_TEST
 
 /* A relay on the binlog server in the steady state: its next claim is
  * lean and its joins count from the first. */
@@ -2172,6 +2217,7 @@ it_wake_suite(void)
     tcase_add_test(tc, test_lean_head_free_needs_every_unfinished_row);
     tcase_add_test(tc, test_lean_head_free_sees_a_retried_dead_row);
     tcase_add_test(tc, test_lean_head_free_needs_the_last_commit_held);
+    tcase_add_test(tc, test_lean_head_free_check_on_a_lost_session);
     suite_add_tcase(s, tc);
     /* In process, of the stream alone: CK_RUN_CASE=watch_list. */
     tc = tcase_create("watch_list");
